@@ -1,0 +1,184 @@
+"""The Agent: a conversation with tools on top of any :class:`LanguageModel`.
+
+An agent owns instructions, a context note, tools, a policy and the committed history. It runs
+one turn at a time (the caller serialises turns; a session actor does). ``respond`` is cancellable
+by cancelling the task that awaits it: until the commit at the end of the turn nothing changes, so
+a cancelled turn leaves no trace. External (client) tools make the turn wait for
+:meth:`submit_tool_result`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+import anyio
+
+from ..errors import AgentError, ErrorCode
+from . import prompts
+from .events import EventSink, TurnResult
+from .model import GenerationRequest, LanguageModel, StepKind, Usage
+from .policy import AgentOptions, TurnOverrides
+from .schema import Schema
+from .tools import ToolDefinition, ToolOutput
+from .transcript import Entry, ResponseEntry, Transcript, split_turns
+from .turn import Turn
+
+__all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS"]
+
+DEFAULT_SUMMARY_INSTRUCTIONS = (
+    "Summarise the conversation below for your own later use: keep names, facts, decisions, "
+    "promises and open questions; write short plain sentences; no preamble."
+)
+
+
+@dataclass
+class _ExternalSlot:
+    event: anyio.Event
+    output: ToolOutput | None = None
+
+
+class Agent:
+    """A conversation with tools. See the module docstring for the contract."""
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        *,
+        instructions: str | None = None,
+        context_note: str | None = None,
+        tools: Sequence[ToolDefinition] = (),
+        options: AgentOptions | None = None,
+        history: Sequence[Entry] = (),
+        render_response: Callable[[ResponseEntry], str] | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.model = model
+        self.instructions = instructions
+        self.context_note = context_note
+        self.tools: list[ToolDefinition] = list(tools)
+        self.options = options or AgentOptions()
+        self.history: list[Entry] = list(history)
+        self.render_response = render_response
+        self.owner = owner
+        self._in_progress: list[Entry] = []
+        self._external: dict[str, _ExternalSlot] = {}
+
+    # --- settings ----------------------------------------------------------------------------
+
+    @property
+    def system_text(self) -> str:
+        return prompts.system_text(self.instructions, self.context_note)
+
+    def reset(self) -> None:
+        """Forget the conversation and the context note; keep instructions, tools and policy."""
+        self.history = []
+        self.context_note = None
+
+    def transcript(self, *, include_in_progress: bool = True) -> Transcript:
+        """The saveable state; during a turn it includes that turn's entries so far."""
+        entries = list(self.history)
+        if include_in_progress:
+            entries += self._in_progress
+        return Transcript(
+            instructions=self.instructions,
+            contextNote=self.context_note,
+            tools=[t.to_wire() for t in self.tools],
+            entries=entries,
+        )
+
+    # --- turns -------------------------------------------------------------------------------
+
+    async def respond(
+        self,
+        prompt: str,
+        *,
+        schema: Schema | None = None,
+        overrides: TurnOverrides | None = None,
+        emit: EventSink | None = None,
+        on_commit: Callable[[], None] | None = None,
+    ) -> TurnResult:
+        """Run one turn and commit it to the history.
+
+        ``emit`` receives the turn's events in order (awaited: a slow sink slows the turn).
+        ``on_commit`` runs synchronously at the commit point, after which the turn can no longer
+        be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
+        history unchanged.
+        """
+        options = overrides.apply(self.options) if overrides is not None else self.options
+        turn = Turn(self, prompt, schema, options, emit)
+        try:
+            result, entries = await turn.run()
+        finally:
+            self._in_progress = []
+        # Commit point: no await between here and the return.
+        self.history.extend(entries)
+        if on_commit is not None:
+            on_commit()
+        return result
+
+    def submit_tool_result(self, call_id: str, output: ToolOutput) -> bool:
+        """Deliver an external tool's output. False if no call with that id is waiting."""
+        slot = self._external.get(call_id)
+        if slot is None or slot.output is not None:
+            return False
+        slot.output = output
+        slot.event.set()
+        return True
+
+    @property
+    def pending_tool_calls(self) -> list[str]:
+        """Ids of external calls the running turn is waiting for."""
+        return [call_id for call_id, slot in self._external.items() if slot.output is None]
+
+    def _open_external(self, call_id: str) -> _ExternalSlot:
+        slot = _ExternalSlot(anyio.Event())
+        self._external[call_id] = slot
+        return slot
+
+    def _close_external(self, call_id: str) -> None:
+        self._external.pop(call_id, None)
+
+    # --- compaction --------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        *,
+        keep_recent_turns: int = 2,
+        summary_instructions: str | None = None,
+        on_commit: Callable[[], None] | None = None,
+    ) -> str | None:
+        """Summarise older turns into the context note; returns the summary or ``None`` when
+        there is nothing to compact. One model call, no retries. Raises ``generation_failed`` for
+        an empty summary."""
+        turns = split_turns(self.history)
+        if not turns or len(turns) <= keep_recent_turns:
+            return None
+        older_turns = turns[: len(turns) - keep_recent_turns]
+        older = [entry for turn in older_turns for entry in turn]
+        labels = prompts.Labels(self.options.user_label, self.options.assistant_label)
+        request = GenerationRequest(
+            kind=StepKind.SUMMARY,
+            system=(summary_instructions or DEFAULT_SUMMARY_INSTRUCTIONS).strip(),
+            prompt=prompts.summary_input(self.context_note, older, labels),
+            temperature=0.0,
+            max_output_tokens=400,
+            sampling=self.options.sampling,
+            owner=self.owner,
+            priority="background",
+        )
+        pieces: list[str] = []
+        async for piece in self.model.stream(request):
+            if not isinstance(piece, Usage):
+                pieces.append(piece)
+        summary = "".join(pieces).strip()
+        if not summary:
+            raise AgentError(ErrorCode.GENERATION_FAILED, "The model returned an empty summary.")
+        # Commit point: no await between here and the return.
+        self.context_note = summary
+        self.history = self.history[len(older):]
+        if on_commit is not None:
+            on_commit()
+        return summary
+
+    def __repr__(self) -> str:
+        return f"Agent(model={type(self.model).__name__}, tools={[t.name for t in self.tools]}, entries={len(self.history)})"

@@ -1,0 +1,157 @@
+"""The one seam between the agent and every backend: :class:`LanguageModel`.
+
+A backend receives a :class:`GenerationRequest` (what kind of step this is, the byte-stable system
+prefix, the step prompt, sampling and limits) and streams text back. It reports failures as
+:class:`~oam_actors.errors.AgentError` with one of the twelve agent codes. It may also yield one
+:class:`Usage` record (anywhere in the stream) when it knows real token counts; otherwise the agent
+estimates them at about four characters per token.
+
+Scripted models, proxy backends and the Nano device pool all implement this protocol; the agent
+knows nothing else about them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+__all__ = [
+    "Availability",
+    "GenerationRequest",
+    "LanguageModel",
+    "ModelCapabilities",
+    "Sampling",
+    "StepKind",
+    "ToolSpec",
+    "Usage",
+    "estimate_tokens",
+]
+
+
+class StepKind(enum.StrEnum):
+    """What a model request is for; the wire names of the protocol's ``steps[].kind``."""
+
+    DECIDE = "decide"
+    TOOL_ARGUMENTS = "toolArguments"
+    RESPOND = "respond"
+    STRUCTURED = "structured"
+    SUMMARY = "summary"
+    TEXT = "text"
+
+
+class Sampling(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Token sampling. ``top_k == 1`` is greedy. ``top_p`` is accepted for backends that have it."""
+
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool as offered to a model step (for native tool calling and scripted models)."""
+
+    name: str
+    description: str
+    parameters: Any
+
+
+class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One model inference.
+
+    ``system`` is byte-stable across every step and turn of a session (instructions + context note),
+    so backends with prefix caching can reuse it. ``prompt`` is the step prompt. The remaining
+    context fields (``user_prompt``, ``tool_outputs``, ``tools``, ``tool_name``, ``schema``) are for
+    backends that need more than text: scripted templates, native tool calling, response formats.
+    ``owner`` and ``priority`` are hints for quota scheduling.
+    """
+
+    kind: StepKind
+    system: str
+    prompt: str
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    sampling: Sampling | None = None
+    stop_at_json: bool = False
+    is_repair: bool = False
+    user_prompt: str = ""
+    tool_outputs: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    tool_name: str | None = None
+    schema: Any = None
+    owner: str | None = None
+    priority: str = "dialogue"
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts a backend reports for one inference."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelCapabilities(msgspec.Struct, frozen=True):
+    """What the agent may assume about a backend.
+
+    ``context_size`` is the input budget in tokens (Nano ≈ 4000). ``native_tool_calling`` says the
+    backend turns offered ``tools`` into the envelope text itself; the envelope loop stays the same.
+    """
+
+    context_size: int = 4000
+    max_output_tokens: int = 4096
+    native_tool_calling: bool = False
+    system_instructions: bool = True
+
+
+class Availability(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The ``model/availability`` result (Android field order)."""
+
+    available: bool
+    reason: str | None = None
+    contextSize: int = 4000
+    variant: str | None = None
+    supportedLanguages: list[str] = msgspec.field(default_factory=list)
+    status: str | None = None
+    detail: str | None = None
+    maxOutputTokens: int | None = None
+    bytesDownloaded: int | None = None
+    totalBytes: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``model/availability`` result: optional fields left out when unknown."""
+        wire: dict[str, Any] = {"available": self.available}
+        if not self.available:
+            wire["reason"] = self.reason or "unknown"
+        wire["contextSize"] = self.contextSize
+        if self.variant is not None:
+            wire["variant"] = self.variant
+        wire["supportedLanguages"] = list(self.supportedLanguages)
+        for name in ("status", "detail", "maxOutputTokens", "bytesDownloaded", "totalBytes"):
+            if (value := getattr(self, name)) is not None:
+                wire[name] = value
+        return wire
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A backend the agent can drive.
+
+    ``stream`` is an async generator: it yields text pieces (and optionally one :class:`Usage`) and
+    raises :class:`~oam_actors.errors.AgentError` on failure. Closing the generator early (the agent
+    does, once a decide step holds a complete JSON object) must release the backend's resources.
+    """
+
+    @property
+    def capabilities(self) -> ModelCapabilities: ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]: ...
+
+    async def availability(self) -> Availability: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token, rounded up."""
+    return (len(text) + 3) // 4

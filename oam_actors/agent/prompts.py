@@ -1,0 +1,249 @@
+"""Prompt layout: what the model sees at each step. Pure text functions, no I/O.
+
+Layout of one step (the system text travels separately, byte-stable across steps and turns)::
+
+    Conversation:
+    User: …                      ← history turns as labelled lines (oldest trimmed first)
+    [tool {"a":1} → output]
+    Assistant: …
+    User: <this turn's prompt>
+    [this turn's tool lines]
+                                 ← blank line
+    <the step's task>
+
+A plain first request (no history, no tool use, a reply step) is just the user's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .model import estimate_tokens
+from .schema import Schema
+from .tools import ToolDefinition, compact_json
+from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry, split_turns
+
+__all__ = [
+    "Labels",
+    "TOOL_OUTPUT_LIMIT",
+    "build_prompt",
+    "decide_task",
+    "render_entries",
+    "render_structured",
+    "repair_task",
+    "respond_task",
+    "structured_task",
+    "summary_input",
+    "system_text",
+    "tool_arguments_task",
+    "trim_history",
+]
+
+TOOL_OUTPUT_LIMIT = 1500
+_QUOTE_LIMIT = 300
+
+ResponseRenderer = Callable[[ResponseEntry], str]
+
+
+@dataclass(frozen=True)
+class Labels:
+    user: str = "User"
+    assistant: str = "Assistant"
+
+
+def system_text(instructions: str | None, context_note: str | None) -> str:
+    """Instructions + blank line + context note, each trimmed, empty parts left out."""
+    parts = [p.strip() for p in (instructions, context_note) if p and p.strip()]
+    return "\n\n".join(parts)
+
+
+def render_structured(value: Any) -> str:
+    """A structured reply as history shows it: ``key: value; key: value`` (never JSON)."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    return _plain(value)
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else compact_json(value)
+
+
+def _tool_line(entry: ToolUseEntry) -> str:
+    args = entry.call.arguments
+    head = entry.call.name + (" " + compact_json(args) if args else "")
+    output = entry.output.model_text()
+    if len(output) > TOOL_OUTPUT_LIMIT:
+        output = output[:TOOL_OUTPUT_LIMIT] + "… (truncated)"
+    return f"[{head} → {output}]"
+
+
+def render_entries(
+    entries: Sequence[Entry], labels: Labels, render_response: ResponseRenderer | None = None
+) -> list[str]:
+    """History entries as labelled lines."""
+    lines: list[str] = []
+    for entry in entries:
+        if isinstance(entry, PromptEntry):
+            if entry.text.strip():
+                lines.append(f"{labels.user}: {entry.text}")
+        elif isinstance(entry, ToolUseEntry):
+            lines.append(_tool_line(entry))
+        elif render_response is not None:
+            lines.append(f"{labels.assistant}: {render_response(entry)}")
+        elif entry.structured is not None:
+            lines.append(f"{labels.assistant}: {render_structured(entry.structured)}")
+        else:
+            lines.append(f"{labels.assistant}: {entry.text}")
+    return lines
+
+
+def build_prompt(
+    *,
+    history: Sequence[Entry],
+    prompt: str,
+    turn_tool_uses: Sequence[ToolUseEntry],
+    task: str,
+    labels: Labels,
+    plain_task: str | None = None,
+    render_response: ResponseRenderer | None = None,
+) -> str:
+    """The step prompt.
+
+    ``plain_task`` (reply steps only) allows the plain-first-request form: with no history, no tool
+    use and a non-blank prompt, the prompt is the user's text followed by ``plain_task`` if any.
+    """
+    if plain_task is not None and not history and not turn_tool_uses and prompt.strip():
+        return f"{prompt}\n\n{plain_task}" if plain_task else prompt
+    lines = ["Conversation:", *render_entries(history, labels, render_response)]
+    if prompt.strip():
+        lines.append(f"{labels.user}: {prompt}")
+    lines.extend(_tool_line(use) for use in turn_tool_uses)
+    return "\n".join(lines) + "\n\n" + task
+
+
+def trim_history(
+    history: Sequence[Entry],
+    *,
+    fixed_tokens: int,
+    budget: int,
+    minimum_recent_turns: int = 1,
+    labels: Labels = Labels(),
+    render_response: ResponseRenderer | None = None,
+) -> int:
+    """How many of the oldest entries to hide so the prompt fits ``budget`` tokens.
+
+    ``fixed_tokens`` is what the step needs besides history (system, prompt, tools, task). Whole
+    turns are dropped, oldest first, always keeping ``minimum_recent_turns``. Small conversations
+    (under 60 % of the budget) are never measured turn by turn.
+    """
+    if not history:
+        return 0
+    turns = split_turns(history)
+    sizes = [estimate_tokens("\n".join(render_entries(t, labels, render_response))) + 1 for t in turns]
+    total = fixed_tokens + sum(sizes)
+    if total <= budget * 0.6:
+        return 0
+    hidden = 0
+    dropped = 0
+    while total > budget and len(turns) - dropped > minimum_recent_turns:
+        total -= sizes[dropped]
+        hidden += len(turns[dropped])
+        dropped += 1
+    return hidden
+
+
+# --- task texts ------------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _QUOTE_LIMIT else text[: _QUOTE_LIMIT - 1] + "…"
+
+
+def _catalog(tools: Sequence[ToolDefinition]) -> list[str]:
+    lines = []
+    for tool in tools:
+        description = tool.description.strip() or "(no description)"
+        lines.append(f"- {tool.name}: {description} Arguments: {tool.schema.render_compact()}")
+    return lines
+
+
+def _example_arguments(tool: ToolDefinition) -> str:
+    return "{}" if tool.schema.is_empty_object else "{…}"
+
+
+def decide_task(
+    tools: Sequence[ToolDefinition], *, allow_respond: bool, last_message: str
+) -> str:
+    """The decide step: pick one tool (or respond) and answer with one JSON step envelope."""
+    first = tools[0]
+    lines = ["Available tools:", *_catalog(tools)]
+    if allow_respond:
+        lines.append('- respond: answer the user directly, without a tool. Arguments: {}')
+    if last_message.strip():
+        lines += ["", f'The user\'s last message: "{_quote(last_message)}"']
+    lines.append("")
+    if allow_respond:
+        lines.append(
+            "Decide the next step. Use a tool only when it is needed to answer; "
+            "if the conversation already has what you need, choose respond."
+        )
+    else:
+        lines.append("You must use one of the tools now.")
+    lines.append(
+        "Answer with one JSON object only, no other text, in this form: "
+        f'{{"action": "{first.name}", "arguments": {_example_arguments(first)}}}'
+    )
+    if allow_respond:
+        lines.append('To answer directly: {"action": "respond", "arguments": {}}')
+    return "\n".join(lines)
+
+
+def tool_arguments_task(tool: ToolDefinition) -> str:
+    """The toolArguments step: write only the arguments of the named tool."""
+    lines = [f"You are calling the tool {tool.name}: {tool.description.strip() or '(no description)'}"]
+    lines.append("Its arguments are a JSON object with these keys:")
+    lines.append(tool.schema.render_lines())
+    lines.append("Answer with the JSON object of arguments only, no other text.")
+    return "\n".join(lines)
+
+
+def respond_task(*, used_tools: bool, assistant_label: str) -> str:
+    """The reply step."""
+    text = f"Write {assistant_label}'s reply to the user's last message."
+    if used_tools:
+        text += " Use the tool results above where they matter; do not show them as brackets."
+    return text + " Reply in plain text, without a speaker label."
+
+
+def structured_task(schema: Schema, *, last_message: str, later_turn: bool) -> str:
+    """The structured step: a JSON value of the required form."""
+    lines = []
+    if later_turn and last_message.strip():
+        lines.append(f'Write a new reply to the user\'s last message: "{_quote(last_message)}"')
+    if schema.root_is_array:
+        lines.append("Answer with a JSON array only, no other text. Its form:")
+        lines.append(schema.render_compact())
+    else:
+        lines.append("Answer with one JSON object only, no other text, with these keys:")
+        lines.append(schema.render_lines())
+    return "\n".join(lines)
+
+
+def repair_task(task: str, *, problem: str, previous_answer: str) -> str:
+    """A repair: the original task plus the problem and the quoted previous answer."""
+    return (
+        f"{task}\n\nYour previous answer could not be used: {problem}.\n"
+        f"Previous answer: {previous_answer}\nAnswer again, correctly."
+    )
+
+
+def summary_input(previous_note: str | None, entries: Sequence[Entry], labels: Labels) -> str:
+    """The compaction prompt: the summary so far plus the older entries as labelled lines."""
+    parts = []
+    if previous_note and previous_note.strip():
+        parts.append(f"Summary so far:\n{previous_note.strip()}")
+    parts.append("Conversation:\n" + "\n".join(render_entries(entries, labels)))
+    return "\n\n".join(parts)

@@ -1,0 +1,152 @@
+"""The JSON Schema engine for tool arguments and structured output (protocol §5).
+
+Pure library code: no I/O. A :class:`Schema` is compiled once from a tool's ``parameters`` or
+a turn's ``schema``; the agent loop then runs model output through :meth:`Schema.conform`.
+
+Contract:
+
+- :meth:`Schema.compile` accepts a schema object (``dict``), ``True`` (anything), ``False``
+  (nothing) or JSON text of one of those. A malformed schema raises
+  :class:`~oam_actors.errors.AgentError` ``invalid_schema`` with ``data.path`` (the parameter
+  that held it) and ``data.schemaPath`` (a JSON pointer to the offending keyword). Keywords
+  outside the supported subset are ignored with a warning; ``x-*`` keywords silently.
+- Object schemas are *closed* (§5.3): every object declaring ``properties`` without
+  ``additionalProperties`` gets ``"additionalProperties": false``, except ``allOf`` members.
+  :attr:`Schema.generation_schema` is that closed schema, and everything below uses it.
+- :meth:`Schema.coerce` applies the safe fixes of §5.4 and never raises; :meth:`Schema.validate`
+  reports every violation (§5.5); :meth:`Schema.order` puts keys in declared order (§5.6).
+- Values are plain JSON values (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
+  ``None``); inputs are never mutated. ``pattern`` uses Python ``re.search`` semantics and
+  lengths count code points.
+
+Treat :attr:`Schema.raw` and :attr:`Schema.generation_schema` as read-only.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import msgspec
+
+from oam_actors.errors import AgentError, ErrorCode
+
+from ._check import SchemaCheckError, check_schema
+from ._close import close_schema
+from ._coerce import coerce
+from ._json import declared_types, keyword_dict, resolve
+from ._order import order
+from ._render import render_compact, render_lines
+from ._validate import Violation, format_violations, violations
+
+__all__ = ["Schema", "Violation", "format_violations"]
+
+Violation.__module__ = __name__
+format_violations.__module__ = __name__
+
+_EMPTY_OBJECT = {"type": "object", "properties": {}}
+# Keywords that give an object schema something to fill in (§6.5 "Empty object").
+_NOT_EMPTY = frozenset({"anyOf", "oneOf", "allOf", "$ref", "enum", "const", "items"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """An immutable compiled schema. Build it with :meth:`compile` or :meth:`empty_object`."""
+
+    raw: Any
+    """The schema as given (parsed, when it was JSON text)."""
+    generation_schema: Any
+    """The closed schema that is enforced (a ``dict`` or a ``bool``)."""
+    warnings: tuple[str, ...]
+    """``'<pointer>: '<keyword>' is not supported and is ignored'``, in document order."""
+
+    @classmethod
+    def compile(cls, raw: Any, *, path: str = "schema") -> Schema:
+        """Checks, closes and wraps ``raw`` (a ``dict``, ``True``/``False`` or JSON text of one).
+
+        Raises :class:`AgentError` ``invalid_schema`` with ``path`` and ``schemaPath``.
+        """
+        parsed = _parse_text(raw, path) if isinstance(raw, str) else raw
+        if not isinstance(parsed, (dict, bool)):
+            raise _invalid(path, SchemaCheckError("#", "a schema must be a JSON object"))
+        closed = close_schema(parsed)
+        try:
+            warnings = check_schema(closed)
+        except SchemaCheckError as error:
+            raise _invalid(path, error) from error
+        return cls(parsed, closed, tuple(warnings))
+
+    @classmethod
+    def empty_object(cls) -> Schema:
+        """``{"type":"object","properties":{}}`` closed: the parameters of a tool without any."""
+        return cls.compile(copy.deepcopy(_EMPTY_OBJECT))
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` with the safe fixes of §5.4 applied; may still be invalid. Never raises."""
+        return coerce(self.generation_schema, self.generation_schema, value, 0)
+
+    def validate(self, value: Any) -> list[Violation]:
+        """Every way ``value`` fails the closed schema; empty when it is valid."""
+        return violations(self.generation_schema, value)
+
+    def order(self, value: Any) -> Any:
+        """``value`` with object keys in the schema's declared order, recursively (§5.6)."""
+        return order(self.generation_schema, self.generation_schema, value, 0)
+
+    def conform(self, value: Any) -> tuple[Any, list[Violation]]:
+        """Coerce, validate, and order when valid: ``(value, violations)``.
+
+        With violations the coerced value comes back unordered, for the repair prompt.
+        """
+        coerced = self.coerce(value)
+        found = self.validate(coerced)
+        return (coerced, found) if found else (self.order(coerced), found)
+
+    def render_compact(self) -> str:
+        """The one-line form for tool catalogs (§5.7)."""
+        return render_compact(self.generation_schema)
+
+    def render_lines(self) -> str:
+        """The key-per-line form for argument and structured steps (§5.7)."""
+        return render_lines(self.generation_schema)
+
+    @property
+    def is_empty_object(self) -> bool:
+        """True for an object schema with nothing to fill in: a tool that takes no arguments.
+
+        ``True`` (anything) counts, as ``{}`` does.
+        """
+        schema = self.generation_schema
+        if isinstance(schema, bool):
+            return schema
+        return (
+            schema.get("type", "object") == "object"
+            and not keyword_dict(schema, "properties")
+            and _NOT_EMPTY.isdisjoint(schema)
+        )
+
+    @property
+    def root_is_array(self) -> bool:
+        """True when the root (after ``$ref``) is an array schema: structured output is a list."""
+        root = resolve(self.generation_schema, self.generation_schema)
+        if not isinstance(root, dict):
+            return False
+        types = declared_types(root)
+        return "array" in types if types is not None else "items" in root
+
+
+def _parse_text(text: str, path: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as error:
+        raise _invalid(path, SchemaCheckError("#", f"the schema is not valid JSON: {error}")) from error
+
+
+def _invalid(path: str, error: SchemaCheckError) -> AgentError:
+    return AgentError(
+        ErrorCode.INVALID_SCHEMA,
+        f"{path}: {error.reason} (at {error.pointer})",
+        path=path,
+        schemaPath=error.pointer,
+    )

@@ -1,0 +1,521 @@
+"""One turn of the envelope tool loop (the Android design, for models without native tools).
+
+::
+
+    rounds = calls = 0
+    respond_now = choice is none, or no enabled tools and no forced tool
+    while not respond_now and rounds < max_tool_rounds and calls < max_tool_calls:
+        decision = first-round rule, else decide(enabled tools, respond allowed)
+        respond → respond_now;  call → execute, rounds += 1, calls += 1
+        failed  → a known tool: record the rejected call (round + call); respond_now
+    then the structured step (schema turn) or the reply step; commit
+
+Every model step is retried on transient errors (never the whole turn, so a tool never runs
+twice); every invalid answer gets exactly one repair that quotes the problem. Nothing is added to
+the agent's history until the commit at the very end, which is synchronous: a turn is either in
+the history or cancelled, never both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from ..errors import AgentError, ErrorCode, OamError
+from . import prompts
+from .envelope import Call, Invalid, Respond, parse_envelope, quote_answer
+from .events import (
+    ModelStep,
+    PartialValue,
+    StepInfo,
+    TextDelta,
+    ToolCallAbandoned,
+    ToolCallCompleted,
+    ToolCallingMode,
+    ToolCallStarted,
+    TurnEvent,
+    TurnResult,
+    TurnUsage,
+)
+from .lenient_json import complete_prefix, find_json, has_complete_value
+from .model import GenerationRequest, StepKind, ToolSpec, Usage, estimate_tokens
+from .policy import AgentOptions, ToolChoiceKind
+from .reply import ReplyCleaner
+from .schema import Schema, format_violations
+from .tools import (
+    ErrorOutput,
+    JsonOutput,
+    TextOutput,
+    ToolCall,
+    ToolCallRecord,
+    ToolDefinition,
+    ToolOutput,
+    new_call_id,
+    output_from_value,
+)
+from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["Turn", "format_duration"]
+
+
+def format_duration(seconds: float) -> str:
+    """Kotlin-style short durations: ``200ms``, ``2s``, ``1.5s``, ``2m``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+@dataclass
+class _Failed:
+    problem: str
+    tool: ToolDefinition | None = None
+    arguments: Any = None
+
+
+@dataclass
+class _Decided:
+    tool: ToolDefinition
+    arguments: dict[str, Any]
+
+
+_RESPOND = object()
+
+
+@dataclass
+class Turn:
+    """The state of one running turn. Created and run by :meth:`Agent.respond`."""
+
+    agent: Agent
+    prompt: str
+    schema: Schema | None
+    options: AgentOptions
+    emit: Callable[[TurnEvent], Any] | None
+    steps: list[StepInfo] = field(default_factory=list)
+    records: list[ToolCallRecord] = field(default_factory=list)
+    tool_uses: list[ToolUseEntry] = field(default_factory=list)
+    usage: TurnUsage = field(default_factory=TurnUsage)
+    rounds: int = 0
+    calls: int = 0
+    succeeded: list[tuple[str, Any]] = field(default_factory=list)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> tuple[TurnResult, list[Entry]]:
+        """Run to the end; returns the result and the entries to commit. Raises AgentError."""
+        tools = self._enabled_tools()
+        choice = self.options.tool_choice
+        forced = self._forced_tool()
+        respond_now = choice.kind is ToolChoiceKind.NONE or (not tools and forced is None)
+        first = True
+        while not respond_now and self.rounds < self.options.max_tool_rounds and self.calls < self.options.max_tool_calls:
+            decision = await self._first_decision(tools, forced) if first else await self._decide(tools, allow_respond=True)
+            first = False
+            if decision is _RESPOND:
+                respond_now = True
+            elif isinstance(decision, _Decided):
+                await self._execute(decision.tool, decision.arguments)
+            else:
+                assert isinstance(decision, _Failed)
+                if decision.tool is not None:
+                    await self._reject(decision)
+                respond_now = True
+            # After a forced first call, later rounds decide among the enabled tools, if any.
+            respond_now = respond_now or not tools
+        if self.schema is not None:
+            structured = await self._structured_step()
+            text = msgspec.json.encode(structured).decode()
+            response = ResponseEntry(text, structured)
+        else:
+            text = await self._respond_step()
+            structured = msgspec.UNSET
+            response = ResponseEntry(text)
+        entries: list[Entry] = [PromptEntry(self.prompt), *self.tool_uses, response]
+        result = TurnResult(text, list(self.records), self.usage, list(self.steps), structured)
+        return result, entries
+
+    def _enabled_tools(self) -> list[ToolDefinition]:
+        enabled = self.options.enabled_tools
+        return [t for t in self.agent.tools if enabled is None or t.name in enabled]
+
+    def _forced_tool(self) -> ToolDefinition | None:
+        choice = self.options.tool_choice
+        if choice.kind is not ToolChoiceKind.TOOL:
+            return None
+        for tool in self.agent.tools:
+            if tool.name == choice.tool:
+                return tool
+        raise AgentError(ErrorCode.INVALID_REQUEST, f"The forced tool '{choice.tool}' is not a tool of this session.")
+
+    async def _first_decision(self, tools: list[ToolDefinition], forced: ToolDefinition | None) -> Any:
+        kind = self.options.tool_choice.kind
+        if forced is not None:
+            if forced.schema.is_empty_object:
+                return _Decided(forced, {})
+            return await self._tool_arguments(forced)
+        if kind is ToolChoiceKind.REQUIRED:
+            if len(tools) == 1:
+                return await self._tool_arguments(tools[0])
+            return await self._decide(tools, allow_respond=False)
+        return await self._decide(tools, allow_respond=True)
+
+    # --- decide and toolArguments steps ------------------------------------------------------
+
+    async def _decide(self, tools: list[ToolDefinition], *, allow_respond: bool) -> Any:
+        names = [t.name for t in tools]
+        by_name = {t.name: t for t in tools}
+        mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
+        task = prompts.decide_task(tools, allow_respond=allow_respond, last_message=self.prompt)
+
+        def interpret(text: str) -> Any:
+            envelope = parse_envelope(text, names, allow_respond=allow_respond)
+            if isinstance(envelope, Respond):
+                return _RESPOND
+            if isinstance(envelope, Invalid):
+                return _Failed(envelope.problem)
+            return self._conform(by_name[envelope.tool], envelope.candidates, dedupe=allow_respond or self.rounds > 0)
+
+        return await self._with_repair(StepKind.DECIDE, mode, tuple(names), task, interpret, tools=tools)
+
+    async def _tool_arguments(self, tool: ToolDefinition) -> Any:
+        task = prompts.tool_arguments_task(tool)
+
+        def interpret(text: str) -> Any:
+            candidates: list[Any] = []
+            found = find_json(text)
+            if isinstance(found, dict):
+                candidates.append(found)
+            envelope = parse_envelope(text, [tool.name], allow_respond=False)
+            if isinstance(envelope, Call):
+                candidates.extend(c for c in envelope.candidates if c not in candidates)
+            if not candidates:
+                return _Failed("the answer was not a JSON object", tool, None)
+            return self._conform(tool, candidates, dedupe=False)
+
+        return await self._with_repair(
+            StepKind.TOOL_ARGUMENTS, ToolCallingMode.REQUIRED, (tool.name,), task, interpret, tools=[tool]
+        )
+
+    def _conform(self, tool: ToolDefinition, candidates: Any, *, dedupe: bool) -> Any:
+        first: tuple[Any, list[Any]] | None = None
+        for candidate in candidates:
+            value, violations = tool.schema.conform(candidate)
+            if not violations:
+                if not isinstance(value, dict):
+                    violations = []  # a non-object argument value is not callable; keep looking
+                    continue
+                if dedupe and self.options.dedupe_tool_calls and (tool.name, value) in self.succeeded:
+                    return _RESPOND
+                return _Decided(tool, value)
+            if first is None:
+                first = (value, violations)
+        value, violations = first if first is not None else (candidates[0] if candidates else {}, [])
+        problem = f"the arguments for {tool.name} are invalid: {format_violations(violations)}" if violations else (
+            f"the arguments for {tool.name} must be a JSON object"
+        )
+        return _Failed(problem, tool, value)
+
+    async def _with_repair(
+        self,
+        kind: StepKind,
+        mode: ToolCallingMode,
+        enabled: tuple[str, ...],
+        task: str,
+        interpret: Callable[[str], Any],
+        *,
+        tools: list[ToolDefinition],
+    ) -> Any:
+        outcome: Any = None
+        attempts = 2 if self.options.repairs_invalid_output else 1
+        for attempt in range(attempts):
+            step_task = task
+            if attempt:
+                step_task = prompts.repair_task(task, problem=outcome.problem, previous_answer=quote_answer(previous))
+            text = await self._model_text(kind, mode, enabled, step_task, is_repair=attempt > 0, tools=tools)
+            outcome = interpret(text)
+            if not isinstance(outcome, _Failed):
+                return outcome
+            previous = text
+        return outcome
+
+    # --- tool execution ----------------------------------------------------------------------
+
+    async def _execute(self, tool: ToolDefinition, arguments: dict[str, Any]) -> None:
+        call = ToolCall(new_call_id(), tool.name, arguments)
+        started = time.monotonic()
+        if tool.is_local:
+            await self._emit(ToolCallStarted(call, "local"))
+            output = await self._run_local(tool, arguments)
+            abandoned = None
+        else:
+            await self._emit(ToolCallStarted(call, "client"))
+            output, abandoned = await self._wait_external(tool, call)
+        self.rounds += 1
+        self.calls += 1
+        if not output.is_error:
+            self.succeeded.append((tool.name, arguments))
+        await self._record(call, output, time.monotonic() - started)
+        if abandoned is not None:
+            await self._emit(ToolCallAbandoned(call, abandoned))
+
+    async def _run_local(self, tool: ToolDefinition, arguments: dict[str, Any]) -> ToolOutput:
+        assert tool.handler is not None
+        timeout = tool.timeout if tool.timeout is not None else self.options.local_tool_timeout
+        try:
+            with anyio.fail_after(timeout or math.inf):
+                value = await tool.handler(arguments)
+        except TimeoutError:
+            return ErrorOutput(f"Tool '{tool.name}' timed out after {format_duration(timeout)}.")
+        except AgentError as exc:
+            if exc.code is ErrorCode.TOOL_FAILED:
+                raise
+            return ErrorOutput(exc.message)
+        except Exception as exc:  # a tool's failure is the model's information, not the turn's end
+            return ErrorOutput(str(exc) or type(exc).__name__)
+        if isinstance(value, TextOutput | JsonOutput | ErrorOutput):
+            return value
+        return output_from_value(value)
+
+    async def _wait_external(self, tool: ToolDefinition, call: ToolCall) -> tuple[ToolOutput, str | None]:
+        timeout = tool.timeout if tool.timeout is not None else self.options.tool_timeout
+        slot = self.agent._open_external(call.id)
+        try:
+            with anyio.move_on_after(timeout if timeout else math.inf):
+                await slot.event.wait()
+            if slot.output is not None:
+                return slot.output, None
+            message = f"Tool '{tool.name}' timed out after {format_duration(timeout)}."
+            output = ErrorOutput(message)
+            return output, output.model_text()
+        finally:
+            self.agent._close_external(call.id)
+
+    async def _reject(self, failed: _Failed) -> None:
+        assert failed.tool is not None
+        arguments = failed.arguments if isinstance(failed.arguments, dict) else {}
+        call = ToolCall(new_call_id(), failed.tool.name, arguments)
+        self.rounds += 1
+        self.calls += 1
+        await self._record(call, ErrorOutput(f"The call was not made: {failed.problem}."), 0.0)
+
+    async def _record(self, call: ToolCall, output: ToolOutput, duration: float) -> None:
+        record = ToolCallRecord(call, output, duration)
+        self.records.append(record)
+        self.tool_uses.append(ToolUseEntry(call, output))
+        self.agent._in_progress = [PromptEntry(self.prompt), *self.tool_uses]
+        await self._emit(ToolCallCompleted(record))
+
+    # --- reply steps -------------------------------------------------------------------------
+
+    async def _respond_step(self) -> str:
+        task = prompts.respond_task(used_tools=bool(self.tool_uses), assistant_label=self.options.assistant_label)
+        return await self._model_text(
+            StepKind.RESPOND, ToolCallingMode.DISALLOWED, (), task, is_repair=False, tools=[], stream_reply=True
+        )
+
+    async def _structured_step(self) -> Any:
+        assert self.schema is not None
+        schema = self.schema
+        later = bool(self.agent.history)
+        task = prompts.structured_task(schema, last_message=self.prompt, later_turn=later)
+        problem = ""
+        previous = ""
+        attempts = 2 if self.options.repairs_invalid_output else 1
+        for attempt in range(attempts):
+            step_task = task if not attempt else prompts.repair_task(
+                task, problem=problem, previous_answer=quote_answer(previous)
+            )
+            text = await self._model_text(
+                StepKind.STRUCTURED, ToolCallingMode.DISALLOWED, (), step_task,
+                is_repair=attempt > 0, tools=[], stream_partial=True,
+            )
+            found = find_json(text, allow_array=schema.root_is_array)
+            if found is None:
+                problem = "the answer did not contain JSON"
+            else:
+                value, violations = schema.conform(found)
+                if not violations:
+                    await self._emit(PartialValue(value))
+                    return value
+                problem = f"the JSON does not match the required form: {format_violations(violations)}"
+            previous = text
+        raise AgentError(
+            ErrorCode.GENERATION_FAILED,
+            f"The model's structured output stayed invalid after a repair attempt: {problem}",
+        )
+
+    # --- one model step, with retries --------------------------------------------------------
+
+    async def _model_text(
+        self,
+        kind: StepKind,
+        mode: ToolCallingMode,
+        enabled: tuple[str, ...],
+        task: str,
+        *,
+        is_repair: bool,
+        tools: list[ToolDefinition],
+        stream_reply: bool = False,
+        stream_partial: bool = False,
+    ) -> str:
+        """Run one model step (emitting ``modelStep`` first), retrying transient failures."""
+        request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools)
+        step = StepInfo(len(self.steps), self.rounds, mode, enabled, trimmed, kind, is_repair)
+        self.steps.append(step)
+        await self._emit(ModelStep(step))
+        retry = self.options.retry
+        display = _ReplyDisplay(self._emit) if stream_reply else None
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                text, usage = await self._generate(request, display, stream_partial)
+                self._add_usage(request, text, usage)
+                return text
+            except AgentError as exc:
+                error = exc
+            except (anyio.get_cancelled_exc_class(), OamError):
+                raise
+            except Exception as exc:  # a backend bug or a transport failure: one code for all
+                error = AgentError(ErrorCode.GENERATION_FAILED, f"The model failed: {exc}")
+            if not retry.should_retry(error.code, error.retry_after, attempt):
+                raise error
+            await anyio.sleep(retry.delay(attempt, error.retry_after))
+            if display is not None:
+                display.restart()
+
+    async def _generate(
+        self, request: GenerationRequest, display: _ReplyDisplay | None, stream_partial: bool
+    ) -> tuple[str, Usage | None]:
+        """One attempt: read the model's stream; returns the (cleaned, for replies) text."""
+        pieces: list[str] = []
+        usage: Usage | None = None
+        cleaner = ReplyCleaner(self.options.assistant_label) if display is not None else None
+        last_partial: Any = None
+        stream = self.agent.model.stream(request)
+        try:
+            async for piece in stream:
+                if isinstance(piece, Usage):
+                    usage = piece
+                    continue
+                pieces.append(piece)
+                if cleaner is not None and display is not None:
+                    await display.show(cleaner.push(piece))
+                elif stream_partial:
+                    partial = complete_prefix("".join(pieces))
+                    if partial is not None and partial != last_partial:
+                        last_partial = partial
+                        await self._emit(PartialValue(partial))
+                elif request.stop_at_json and has_complete_value("".join(pieces)):
+                    break
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if cleaner is not None and display is not None:
+            final = cleaner.final()
+            await display.show(final)
+            return final, usage
+        return "".join(pieces), usage
+
+    def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
+        if usage is None:
+            usage = Usage(estimate_tokens(request.system) + estimate_tokens(request.prompt), 0, estimate_tokens(text))
+        self.usage.input_tokens += usage.input_tokens
+        self.usage.cached_input_tokens += usage.cached_input_tokens
+        self.usage.output_tokens += usage.output_tokens
+
+    def _request(
+        self, kind: StepKind, task: str, *, is_repair: bool, tools: list[ToolDefinition]
+    ) -> tuple[GenerationRequest, int]:
+        agent = self.agent
+        options = self.options
+        labels = prompts.Labels(options.user_label, options.assistant_label)
+        system = agent.system_text
+        history = agent.history
+        trimmed = 0
+        if options.trim_history and history:
+            fixed = estimate_tokens(system) + estimate_tokens(self.prompt) + estimate_tokens(task) + sum(
+                estimate_tokens(prompts.render_entries([u], labels)[0]) for u in self.tool_uses
+            )
+            budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
+            trimmed = prompts.trim_history(
+                history,
+                fixed_tokens=fixed,
+                budget=budget,
+                minimum_recent_turns=options.minimum_recent_turns,
+                labels=labels,
+                render_response=agent.render_response,
+            )
+        plain_task = {StepKind.RESPOND: "", StepKind.STRUCTURED: task}.get(kind)
+        prompt = prompts.build_prompt(
+            history=history[trimmed:],
+            prompt=self.prompt,
+            turn_tool_uses=self.tool_uses,
+            task=task,
+            labels=labels,
+            plain_task=plain_task,
+            render_response=agent.render_response,
+        )
+        deciding = kind in (StepKind.DECIDE, StepKind.TOOL_ARGUMENTS)
+        request = GenerationRequest(
+            kind=kind,
+            system=system,
+            prompt=prompt,
+            temperature=options.decision_temperature if deciding else options.temperature,
+            max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
+            sampling=options.sampling,
+            stop_at_json=deciding,
+            is_repair=is_repair,
+            user_prompt=self.prompt,
+            tool_outputs=tuple(u.output.model_text() for u in self.tool_uses),
+            tools=tuple(ToolSpec(t.name, t.description, t.schema.generation_schema) for t in tools),
+            tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
+            schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
+            owner=agent.owner,
+        )
+        return request, trimmed
+
+    async def _emit(self, event: TurnEvent) -> None:
+        if self.emit is not None:
+            await self.emit(event)
+
+
+class _ReplyDisplay:
+    """The reply text the client has been shown, across retries of one reply step.
+
+    Deltas extend what was shown; anything else (a retry's fresh text, a cleaned final text that
+    is not an extension) is sent with ``isReset`` so the client replaces its display.
+    """
+
+    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
+        self._emit = emit
+        self._shown = ""
+        self._reset_next = False
+
+    def restart(self) -> None:
+        if self._shown:
+            self._reset_next = True
+            self._shown = ""
+
+    async def show(self, visible: str) -> None:
+        if visible == self._shown and not self._reset_next:
+            return
+        if not visible and self._reset_next:
+            return
+        if self._reset_next or not visible.startswith(self._shown):
+            self._reset_next = False
+            await self._emit(TextDelta(visible, visible, True))
+        else:
+            await self._emit(TextDelta(visible[len(self._shown):], visible))
+        self._shown = visible

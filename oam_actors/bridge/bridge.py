@@ -1,0 +1,307 @@
+"""The bridge: one per connection. JSON-RPC lines in, actor messages out, one ordered outbox.
+
+Contract
+--------
+- :meth:`Bridge.receive` handles one line completely before the next: decode, validate, run the
+  method handler's order-sensitive part (create the object, queue the turn). Long work comes back
+  as a :class:`~oam_actors.bridge.registry.Deferred` and is awaited in the bridge's task group.
+- Replies to ``tool/call`` bypass every queue: they are routed to the waiting object's control lane
+  as soon as they are read. Unknown, finished or repeated replies are ignored.
+- One responder (:meth:`_answer` / :meth:`_answer_error`): every request gets exactly one response,
+  written after every event its work produced (object actors hand events to the outbox
+  synchronously, before their reply resolves).
+- ``shutdown`` cancels all work, waits (bounded) for the cancelled requests' answers, answers
+  ``{}``; afterwards every request gets ``-32023 shut_down``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+
+from .. import __version__
+from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
+from ..errors import AgentError, ErrorCode, OamError, ProtocolError
+from ..objects import ToolResult
+from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, MailboxFull, MessageCancelled
+from . import jsonrpc
+from .config import BridgeConfig, ModelFactory
+from .outbox import Outbox
+from .params import Params
+from .registry import Call, Deferred, Extension, MethodRegistry
+
+__all__ = ["Bridge"]
+
+_log = logging.getLogger(__name__)
+
+
+class Bridge:
+    """One connection's bridge. Create it, then ``await serve(lines)`` (or drive ``receive``
+    yourself inside ``async with bridge:``)."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        write: Callable[[bytes], Awaitable[None]],
+        *,
+        config: BridgeConfig | None = None,
+        system_model: ModelFactory | None = None,
+        extensions: Sequence[Extension] = (),
+        namespace: str = "",
+    ) -> None:
+        from .core import install_core  # the core methods are the first extension
+
+        self.system = system
+        self.config = config or BridgeConfig()
+        self.system_model = system_model
+        self.namespace = namespace
+        self.registry = MethodRegistry()
+        self.outbox = Outbox(write)
+        self.client_info: dict[str, Any] | None = None
+        self.shut_down = False
+        self.closed = anyio.Event()
+        self._extensions = list(extensions)
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._tool_counter = itertools.count(1)
+        self._tool_routes: dict[str, tuple[Address, str]] = {}
+        self._inflight = 0
+        self._session_number = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        install_core(self)
+        for extension in self._extensions:
+            extension.install(self)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Bridge:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self.outbox.run)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._task_group is not None
+        if not self.shut_down:
+            await self._cancel_everything()
+        await self.outbox.aclose()
+        self._task_group.cancel_scope.cancel()
+        return await self._task_group.__aexit__(*exc_info)
+
+    async def serve(self, lines: AsyncIterable[Any], *, drain_on_eof: bool = True) -> None:
+        """Serve lines until end of input or until ``shutdown`` has been answered.
+
+        At end of input, ``drain_on_eof`` lets requests in flight finish and answer (a piped
+        script gets every response); otherwise their work is cancelled (a network client that
+        went away costs only its own work).
+        """
+        async with self:
+            async with anyio.create_task_group() as reader:
+
+                async def read() -> None:
+                    async for line in lines:
+                        await self.receive(line)
+                        if self.closed.is_set():
+                            break
+                    reader.cancel_scope.cancel()
+
+                async def stop_when_closed() -> None:
+                    await self.closed.wait()
+                    reader.cancel_scope.cancel()
+
+                reader.start_soon(read)
+                reader.start_soon(stop_when_closed)
+            if drain_on_eof and not self.shut_down:
+                await self._idle.wait()
+
+    # --- inbound -----------------------------------------------------------------------------
+
+    async def receive(self, line: Any) -> None:
+        """Handle one inbound line (bytes/str, or a transport's ``LineTooLong`` marker)."""
+        to_error = getattr(line, "to_error", None)
+        if to_error is not None:
+            self._answer_error(None, to_error())
+            return
+        message = jsonrpc.decode(line)
+        if message is None:
+            return
+        if isinstance(message, jsonrpc.Invalid):
+            self._answer_error(message.id, message.error)
+        elif isinstance(message, jsonrpc.Response):
+            await self._route_tool_reply(message)
+        else:
+            await self._dispatch(message)
+
+    async def _dispatch(self, message: jsonrpc.Request | jsonrpc.Notification) -> None:
+        request_id = message.id if isinstance(message, jsonrpc.Request) else None
+        notification = request_id is None
+        if self.shut_down:
+            if not notification:
+                self._answer_error(request_id, ProtocolError(ErrorCode.SHUT_DOWN, "The bridge has shut down."))
+            return
+        handler = self.registry.get(message.method)
+        if handler is None:
+            if notification:
+                _log.info("ignored notification for unknown method %r", message.method)
+            else:
+                self._answer_error(
+                    request_id,
+                    ProtocolError(ErrorCode.METHOD_NOT_FOUND, f"Method '{message.method}' not found.", method=message.method),
+                )
+            return
+        try:
+            params = jsonrpc.require_params_object(message)
+            result = await handler(Call(self, request_id, message.method, Params(params)))
+        except Exception as exc:
+            self._finish_error(request_id, exc, message.method)
+            return
+        if isinstance(result, Deferred):
+            self._defer(request_id, message.method, result.awaitable)
+        elif not notification:
+            self._answer(request_id, result)
+
+    def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any]) -> None:
+        assert self._task_group is not None, "use the bridge inside 'async with'"
+        self._inflight += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+
+        async def finish() -> None:
+            try:
+                result = await awaitable
+            except Exception as exc:
+                self._finish_error(request_id, exc, method)
+            else:
+                if request_id is not None:
+                    self._answer(request_id, result)
+            finally:
+                self._inflight -= 1
+                if not self._inflight:
+                    self._idle.set()
+
+        self._task_group.start_soon(finish)
+
+    # --- the one responder -------------------------------------------------------------------
+
+    def _answer(self, request_id: Any, result: Any) -> None:
+        try:
+            line = jsonrpc.encode_result(request_id, result)
+        except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
+            _log.error("result of request %r could not be encoded", request_id, exc_info=exc)
+            line = jsonrpc.encode_error(request_id, ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error."))
+        self.outbox.put_nowait(line)
+
+    def _answer_error(self, request_id: Any, error: OamError) -> None:
+        self.outbox.put_nowait(jsonrpc.encode_error(request_id, error))
+
+    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> None:
+        error = self.error_for(exc)
+        if request_id is None:
+            _log.info("notification %s failed: %s", method, error.message)
+        else:
+            self._answer_error(request_id, error)
+
+    @staticmethod
+    def error_for(exc: Exception) -> OamError:
+        """Runtime errors mapped onto the protocol; everything else as §4.2 says."""
+        if isinstance(exc, MessageCancelled | ActorStopped):
+            return AgentError(ErrorCode.CANCELLED, "The operation was cancelled.")
+        if isinstance(exc, MailboxFull):
+            return AgentError(ErrorCode.BUSY, "Too many operations are queued for this object; try again later.")
+        return jsonrpc.error_for_exception(exc)
+
+    # --- the Outlet that object actors write through -----------------------------------------
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.outbox.put_nowait(jsonrpc.encode_notification(method, params))
+
+    def call_tool(self, params_head: dict[str, Any], request_id: Any, call: ToolCall, *, target: Address) -> str:
+        tool_id = f"t-{next(self._tool_counter)}"
+        self._tool_routes[tool_id] = (target, call.id)
+        params = {**params_head, "requestId": request_id, "call": msgspec.to_builtins(call)}
+        self.outbox.put_nowait(jsonrpc.encode_request(tool_id, "tool/call", params))
+        return tool_id
+
+    def release_tool(self, tool_request_id: str) -> None:
+        self._tool_routes.pop(tool_request_id, None)
+
+    async def _route_tool_reply(self, reply: jsonrpc.Response) -> None:
+        route = self._tool_routes.pop(str(reply.id), None) if isinstance(reply.id, str) else None
+        if route is None:
+            _log.info("ignored a reply to unknown or finished bridge request %r", reply.id)
+            return
+        address, call_id = route
+        ref = self.system.lookup(address)
+        if ref is None:
+            return
+        try:
+            await ref.ask_control(ToolResult(call_id, tool_output_from_reply(reply)))
+        except Exception as exc:  # the object went away meanwhile: nobody waits for this answer
+            _log.info("tool reply %r not delivered: %s", reply.id, exc)
+
+    # --- shutdown ----------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Cancel everything, wait (bounded) for the cancelled answers; further requests fail."""
+        self.shut_down = True
+        await self._cancel_everything()
+
+    async def _cancel_everything(self) -> None:
+        for address in self.system.addresses():
+            if self.owns(address):
+                ref = self.system.lookup(address)
+                if ref is not None:
+                    ref.cancel_all()
+        with anyio.move_on_after(self.config.shutdown_grace_seconds):
+            await self._idle.wait()
+        for address in self.system.addresses():
+            if self.owns(address):
+                with anyio.move_on_after(self.config.shutdown_grace_seconds):
+                    await self.system.stop(address)
+        for extension in self._extensions:
+            await extension.aclose()
+
+    # --- helpers for method handlers ---------------------------------------------------------
+
+    def new_session_id(self) -> str:
+        """The first unused ``s<n>``; a number once handed out is not reused."""
+        while True:
+            self._session_number += 1
+            candidate = f"s{self._session_number}"
+            if self.system.lookup(self.address("session", candidate)) is None:
+                return candidate
+
+    def session_count(self) -> int:
+        return sum(1 for address in self.system.addresses("session") if self.owns(address))
+
+    def address(self, kind: str, object_id: str) -> Address:
+        """The runtime address of this connection's object ``kind``/``object_id``."""
+        return Address(kind, self.namespace + object_id)
+
+    def owns(self, address: Address) -> bool:
+        return address.id.startswith(self.namespace)
+
+    def local_id(self, address: Address) -> str:
+        return address.id[len(self.namespace):]
+
+    @staticmethod
+    def enqueue(ref: ActorRef, message: Any) -> Deferred:
+        """Queue ``message`` on the object's ordered lane now (per-object order); the request
+        is answered when the object has handled it."""
+        return Deferred(ref.ask_nowait(message).wait())
+
+
+def tool_output_from_reply(reply: jsonrpc.Response) -> ToolOutput:
+    """What the model sees for each accepted reply form of ``tool/call``."""
+    if reply.error is not None:
+        message = reply.error.get("message")
+        return ErrorOutput(message if isinstance(message, str) else msgspec.json.encode(reply.error).decode())
+    result = reply.result
+    if isinstance(result, dict) and "output" in result:
+        return output_from_value(result["output"], is_error=result.get("isError") is True)
+    return output_from_value(result)

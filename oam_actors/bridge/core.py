@@ -1,0 +1,423 @@
+"""The seventeen core methods of bridge protocol v1.0.
+
+Immediate methods answer from the handler. Turn-affecting methods (respond, reset, compact,
+setInstructions, setContextNote, setTools) validate in the handler, queue a message on the
+session's ordered lane, and answer when it has been handled (a :class:`Deferred`).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from ..agent import (
+    Agent,
+    AgentOptions,
+    LanguageModel,
+    RetryPolicy,
+    Sampling,
+    Schema,
+    ToolChoice,
+    ToolChoiceKind,
+    ToolDefinition,
+    Transcript,
+    TurnOverrides,
+    parse_tool_definitions,
+)
+from ..agent.tools import check_timeout, too_many_tools_warning
+from ..errors import AgentError, ErrorCode, ProtocolError, invalid_params
+from ..models import ScriptedModel
+from ..objects import (
+    Compact,
+    Describe,
+    GetTranscript,
+    Reset,
+    Respond,
+    SessionActor,
+    SetContextNote,
+    SetInstructions,
+    SetTools,
+)
+from .params import Params, preview
+from .registry import Call
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+__all__ = ["CORE_METHODS", "install_core", "parse_options", "parse_tools"]
+
+SESSION = "session"
+PROTOCOL_VERSION = "1.0"
+_CREATE_KEYS = ("session", "instructions", "tools", "options", "history", "model")
+_RESPOND_KEYS = ("session", "prompt", "schema", "stream", "toolChoice", "maxToolRounds", "maxToolCalls", "enabledTools")
+_OPTION_KEYS = (
+    "toolChoice", "maxToolRounds", "maxToolCalls", "enabledTools", "temperature", "maxResponseTokens",
+    "sampling", "toolTimeoutSeconds", "trimHistory", "reservedResponseTokens", "maxAttempts",
+    "userLabel", "assistantLabel",
+)
+_NO_SYSTEM_MODEL = {
+    "available": False,
+    "reason": "unknown",
+    "contextSize": 4000,
+    "supportedLanguages": [],
+    "status": "unavailable",
+    "detail": "No system model is configured; start the server with --model, or create sessions "
+    'with "model": "scripted".',
+}
+
+
+# --- parsing helpers shared by create / respond / setTools -------------------------------------
+
+
+def parse_tools(value: Any, *, path: str, default_timeout: float) -> tuple[list[ToolDefinition], list[str]]:
+    """Tool definitions plus their warnings (and the >5 tools warning)."""
+    tools, warnings = parse_tool_definitions(value, path=path)
+    tools = [t if t.timeout is not None else _with_timeout(t, default_timeout) for t in tools]
+    if (many := too_many_tools_warning(len(tools))) is not None:
+        warnings.append(many)
+    return tools, warnings
+
+
+def _with_timeout(tool: ToolDefinition, timeout: float) -> ToolDefinition:
+    return ToolDefinition(tool.name, tool.description, tool.schema, timeout, tool.handler)
+
+
+def parse_options(options: Params | None, *, default_tool_timeout: float) -> tuple[AgentOptions, list[str]]:
+    """``session/create``'s ``options`` → the agent policy plus warnings."""
+    if options is None:
+        return AgentOptions(tool_timeout=default_tool_timeout), []
+    warnings = options.unknown(_OPTION_KEYS)
+    fields: dict[str, Any] = {"tool_timeout": default_tool_timeout}
+    fields.update(_turn_fields(options))
+    if (value := options.number("temperature", minimum=0)) is not None:
+        fields["temperature"] = value
+    if (value := options.integer("maxResponseTokens", minimum=1)) is not None:
+        fields["max_response_tokens"] = value
+    if options.raw("sampling") is not None:
+        fields["sampling"], sampling_warnings = _sampling(options.raw("sampling"))
+        warnings += sampling_warnings
+    if (value := check_timeout(options.raw("toolTimeoutSeconds"), "options.toolTimeoutSeconds")) is not None:
+        fields["tool_timeout"] = value
+    if (value := options.boolean("trimHistory")) is not None:
+        fields["trim_history"] = value
+    if (value := options.integer("reservedResponseTokens", minimum=0)) is not None:
+        fields["reserved_response_tokens"] = value
+    if (value := options.integer("maxAttempts", minimum=1)) is not None:
+        fields["retry"] = RetryPolicy(max_attempts=value)
+    for key, field in (("userLabel", "user_label"), ("assistantLabel", "assistant_label")):
+        label = options.string(key)
+        if label is not None:
+            if not label.strip():
+                raise invalid_params(f"Parameter 'options.{key}' must not be blank.")
+            fields[field] = label.strip()
+    return AgentOptions(**fields), warnings
+
+
+def _turn_fields(params: Params) -> dict[str, Any]:
+    """The policy fields a session and a single turn share."""
+    fields: dict[str, Any] = {}
+    if (raw := params.raw("toolChoice")) is not None:
+        fields["tool_choice"] = ToolChoice.parse(raw, path=params.path("toolChoice"))
+    if (value := params.integer("maxToolRounds", minimum=0)) is not None:
+        fields["max_tool_rounds"] = value
+    if (value := params.integer("maxToolCalls", minimum=0)) is not None:
+        fields["max_tool_calls"] = value
+    if (names := params.array("enabledTools")) is not None:
+        if not all(isinstance(n, str) for n in names):
+            raise invalid_params(f"Parameter '{params.path('enabledTools')}' must be an array of strings.")
+        fields["enabled_tools"] = frozenset(names)
+    return fields
+
+
+def _sampling(value: Any) -> tuple[Sampling, list[str]]:
+    if value == "greedy":
+        return Sampling(top_k=1), []
+    if not isinstance(value, dict):
+        raise invalid_params(f"Parameter 'options.sampling' must be \"greedy\" or an object; got {preview(value)}.")
+    sampling = Params(value, "options.sampling.")
+    seed = sampling.integer("seed", minimum=0)
+    top_k = sampling.integer("topK", minimum=1)
+    top_p = sampling.number("topP", minimum=0, maximum=1)
+    if top_k is None and top_p is None:
+        raise invalid_params("Parameter 'options.sampling' must have \"topK\" or \"topP\".")
+    warnings = []
+    if top_p is not None and top_k is None:
+        warnings.append("options.sampling.topP is not supported by on-device models and is ignored (seed still applies).")
+    return Sampling(top_k=top_k, top_p=top_p, seed=seed), warnings
+
+
+def _session_id(bridge: Bridge, params: Params) -> str:
+    raw = params.raw("session")
+    if raw is None:
+        return bridge.new_session_id()
+    if not isinstance(raw, str):
+        raise invalid_params(f"Parameter 'session' must be a string; got {preview(raw)}.")
+    if not 1 <= len(raw) <= 128 or any(unicodedata.category(ch) in ("Cc", "Cf") for ch in raw):
+        raise invalid_params("Parameter 'session' must be 1-128 characters without control or format characters.")
+    return raw
+
+
+def _session_ref(bridge: Bridge, params: Params) -> tuple[str, Any]:
+    session = params.string("session", required=True)
+    assert session is not None
+    ref = bridge.system.lookup(bridge.address(SESSION, session))
+    if ref is None:
+        raise ProtocolError(ErrorCode.SESSION_NOT_FOUND, f"Session '{session}' not found.", session=session)
+    return session, ref
+
+
+def _model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str, list[str]]:
+    """The session's model, its ``session/list`` name, and warnings."""
+    if value is None or value == "system" or (isinstance(value, dict) and value.get("type") == "system"):
+        if bridge.system_model is None:
+            raise AgentError(
+                ErrorCode.MODEL_UNAVAILABLE,
+                'No system model is configured; start the server with --model, or use "model": "scripted".',
+            )
+        return bridge.system_model(), "system", []
+    kind = value if isinstance(value, str) else value.get("type") if isinstance(value, dict) else None
+    if isinstance(value, str | dict) and kind == "scripted":
+        if not bridge.config.scripted_models:
+            raise invalid_params("Scripted models are disabled on this server.")
+        return ScriptedModel.from_wire(value, path="model"), "scripted", []
+    if isinstance(value, dict) and isinstance(kind, str) and kind in bridge.config.model_types:
+        return bridge.config.model_types[kind](value, "model"), kind, []
+    if not isinstance(value, str | dict):
+        raise invalid_params(f"Parameter 'model' must be a string or an object; got {preview(value)}.")
+    raise invalid_params(f"Unknown model type {preview(kind)}.")
+
+
+# --- methods -----------------------------------------------------------------------------------
+
+
+async def initialize(call: Call) -> Any:
+    bridge = call.bridge
+    version = call.params.string("protocolVersion")
+    if version is not None and version.split(".", 1)[0] != "1":
+        raise invalid_params(f"Unsupported protocolVersion {preview(version)}; this bridge speaks 1.x.")
+    client = call.params.object("client")
+    if client is not None:
+        bridge.client_info = client
+    model = await _availability(bridge)
+    models = ["system", "scripted"] if bridge.config.scripted_models else ["system"]
+    models += [k for k in bridge.config.model_types if k not in models]
+    return {
+        "protocolVersion": PROTOCOL_VERSION,
+        "server": {"name": bridge.config.server_name, "version": bridge.config.server_version},
+        "capabilities": {
+            "methods": bridge.registry.names(),
+            "notifications": list(bridge.registry.notifications),
+            "clientRequests": ["tool/call"],
+            "streaming": True,
+            "clientTools": True,
+            "structuredOutput": True,
+            "models": models,
+            "maxSessions": bridge.config.max_sessions,
+            "batch": False,
+        },
+        "model": model,
+    }
+
+
+async def ping(call: Call) -> Any:
+    return {}
+
+
+async def _availability(bridge: Bridge) -> dict[str, Any]:
+    if bridge.system_model is None:
+        return dict(_NO_SYSTEM_MODEL)
+    return (await bridge.system_model().availability()).to_wire()
+
+
+async def model_availability(call: Call) -> Any:
+    return await _availability(call.bridge)
+
+
+async def session_create(call: Call) -> Any:
+    bridge, params = call.bridge, call.params
+    session = _session_id(bridge, params)
+    if bridge.system.lookup(bridge.address(SESSION, session)) is not None:
+        raise ProtocolError(ErrorCode.SESSION_EXISTS, f"Session '{session}' already exists.", session=session)
+    warnings = params.unknown(_CREATE_KEYS)
+    model, model_name, model_warnings = _model(bridge, params.raw("model"))
+    warnings += model_warnings
+    options_params = params.nested("options")
+    options, option_warnings = parse_options(options_params, default_tool_timeout=bridge.config.default_tool_timeout)
+    warnings += option_warnings
+    history = params.raw("history")
+    transcript = Transcript.from_wire(history, path="history") if history is not None else None
+    if params.present("instructions") or transcript is None:
+        instructions = params.string("instructions")
+    else:
+        instructions = transcript.instructions
+    if params.present("tools") or transcript is None:
+        tools, tool_warnings = parse_tools(params.array("tools") or [], path="tools", default_timeout=options.tool_timeout)
+        warnings += tool_warnings
+    else:
+        tools, _ = parse_tools(transcript.tools, path="history.tools", default_timeout=options.tool_timeout)
+    choice = options.tool_choice
+    if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in tools}:
+        raise invalid_params(f"Parameter 'options.toolChoice' names '{choice.tool}', which is not among the tools.")
+    if model_name == "system":
+        availability = await model.availability()
+        if not availability.available:
+            warnings.append(f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is.")
+    if bridge.session_count() >= bridge.config.max_sessions:
+        raise ProtocolError(
+            ErrorCode.SESSION_LIMIT,
+            f"Too many sessions (limit {bridge.config.max_sessions}); delete one first.",
+            limit=bridge.config.max_sessions,
+        )
+    agent = Agent(
+        model,
+        instructions=instructions,
+        context_note=transcript.contextNote if transcript else None,
+        tools=tools,
+        options=options,
+        history=transcript.entries if transcript else (),
+        owner=session,
+    )
+    outlet = bridge
+    bridge.system.spawn(
+        bridge.address(SESSION, session),
+        lambda: SessionActor(agent, outlet, model_name=model_name),
+        max_queue=bridge.config.max_queue,
+    )
+    return {"session": session, "warnings": warnings}
+
+
+async def session_respond(call: Call) -> Any:
+    bridge, params = call.bridge, call.params
+    _, ref = _session_ref(bridge, params)
+    prompt = params.string("prompt", required=True)
+    assert prompt is not None
+    warnings = params.unknown(_RESPOND_KEYS)
+    schema = None
+    if (raw_schema := params.raw("schema")) is not None:
+        schema = Schema.compile(raw_schema, path="schema")
+        warnings += list(schema.warnings)
+    stream = params.boolean("stream", default=False)
+    fields = _turn_fields(params)
+    overrides = TurnOverrides(**fields) if fields else None
+    message = Respond(
+        request_id=call.id if call.id is not None else "local",
+        prompt=prompt,
+        schema=schema,
+        stream=bool(stream),
+        overrides=overrides,
+        warnings=warnings,
+    )
+    return bridge.enqueue(ref, message)
+
+
+async def session_cancel(call: Call) -> Any:
+    session, ref = _session_ref(call.bridge, call.params)
+    return {"session": session, "cancelled": ref.cancel_all()}
+
+
+async def session_delete(call: Call) -> Any:
+    bridge = call.bridge
+    session, ref = _session_ref(bridge, call.params)
+    ref.cancel_all()
+    await bridge.system.stop(ref.address)
+    return {"session": session, "deleted": True}
+
+
+async def session_list(call: Call) -> Any:
+    bridge = call.bridge
+    sessions = []
+    for address in bridge.system.addresses(SESSION):
+        ref = bridge.system.lookup(address) if bridge.owns(address) else None
+        if ref is not None:
+            try:
+                sessions.append(await ref.ask_control(Describe()))
+            except Exception:  # deleted meanwhile
+                continue
+    return {"sessions": sessions}
+
+
+async def session_transcript(call: Call) -> Any:
+    _, ref = _session_ref(call.bridge, call.params)
+    return await ref.ask_control(GetTranscript())
+
+
+def _queued(make: Any) -> Any:
+    async def handler(call: Call) -> Any:
+        _, ref = _session_ref(call.bridge, call.params)
+        return call.bridge.enqueue(ref, make(call))
+
+    return handler
+
+
+def _set_tools(call: Call) -> SetTools:
+    raw = call.params.array("tools", required=True)
+    tools, warnings = parse_tools(raw, path="tools", default_timeout=call.bridge.config.default_tool_timeout)
+    return SetTools(tools, warnings)
+
+
+def _compact(call: Call) -> Compact:
+    keep = call.params.integer("keepRecentTurns", minimum=0, default=2)
+    assert keep is not None
+    return Compact(keep, call.params.string("summaryInstructions"))
+
+
+async def schema_validate(call: Call) -> Any:
+    raw = call.params.raw("schema")
+    if raw is None:
+        raise invalid_params("Missing required parameter 'schema'.")
+    call.params.string("name")
+    schema = Schema.compile(raw, path="schema")
+    return {"warnings": list(schema.warnings), "generationSchema": schema.generation_schema, "rendered": schema.render_lines()}
+
+
+async def tools_validate(call: Call) -> Any:
+    raw = call.params.array("tools", required=True)
+    tools, warnings = parse_tool_definitions(raw, path="tools")
+    schema_warnings = {f"{t.name}: {w}" for t in tools for w in t.schema.warnings}
+    return {
+        "tools": [
+            {
+                "name": t.name,
+                "warnings": list(t.schema.warnings),
+                "generationSchema": t.schema.generation_schema,
+                "rendered": t.schema.render_compact(),
+            }
+            for t in tools
+        ],
+        "warnings": [w for w in warnings if w not in schema_warnings],
+    }
+
+
+async def shutdown(call: Call) -> Any:
+    await call.bridge.shutdown()
+    call.bridge.closed.set()
+    return {}
+
+
+CORE_METHODS = {
+    "initialize": initialize,
+    "ping": ping,
+    "model/availability": model_availability,
+    "session/create": session_create,
+    "session/respond": session_respond,
+    "session/cancel": session_cancel,
+    "session/reset": _queued(lambda call: Reset()),
+    "session/delete": session_delete,
+    "session/list": session_list,
+    "session/transcript": session_transcript,
+    "session/setInstructions": _queued(lambda call: SetInstructions(call.params.string("instructions"))),
+    "session/setContextNote": _queued(lambda call: SetContextNote(call.params.string("note"))),
+    "session/setTools": _queued(_set_tools),
+    "session/compact": _queued(_compact),
+    "schema/validate": schema_validate,
+    "tools/validate": tools_validate,
+    "shutdown": shutdown,
+}
+
+
+def install_core(bridge: Bridge) -> None:
+    for name, handler in CORE_METHODS.items():
+        bridge.registry.register(name, handler)
+    bridge.registry.add_notification("session/event")
+    bridge.registry.add_notification("tool/cancel")
+

@@ -1,0 +1,83 @@
+"""The method registry and the extension API.
+
+A method handler is ``async def handler(call: Call) -> result | Deferred``. The bridge awaits the
+handler before it looks at the next line, so everything a handler does before returning happens in
+arrival order (validate, create the object, queue the turn). Long work is returned as a
+:class:`Deferred`: the bridge awaits it concurrently and answers when it finishes.
+
+An :class:`Extension` registers its own methods and notifications (the game layer does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .params import Params
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+__all__ = ["Call", "Deferred", "Extension", "Handler", "MethodRegistry"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One incoming request or notification as a handler sees it. ``id`` is ``None`` for a
+    notification (whose result is discarded)."""
+
+    bridge: Bridge
+    id: Any
+    method: str
+    params: Params
+
+    @property
+    def is_notification(self) -> bool:
+        return self.id is None
+
+
+class Deferred:
+    """A result that arrives later: the bridge answers the request when ``awaitable`` finishes.
+
+    Exceptions it raises become the request's error response.
+    """
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+
+
+class Extension(Protocol):
+    """A bundle of methods: ``install`` registers them; ``aclose`` runs at shutdown."""
+
+    def install(self, bridge: Bridge) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class MethodRegistry:
+    """Method name → handler, plus the notifications the bridge may send."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self.notifications: list[str] = []
+
+    def register(self, method: str, handler: Handler) -> None:
+        if method in self._handlers:
+            raise ValueError(f"method {method!r} is already registered")
+        self._handlers[method] = handler
+
+    def add_notification(self, method: str) -> None:
+        if method not in self.notifications:
+            self.notifications.append(method)
+
+    def get(self, method: str) -> Handler | None:
+        return self._handlers.get(method)
+
+    def names(self) -> list[str]:
+        return sorted(self._handlers)

@@ -1,0 +1,1 @@
+"""The ``oam-actors`` command line."""

@@ -1,0 +1,34 @@
+"""Entry point of the ``oam-actors`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .. import __version__
+from . import stdio
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oam-actors", description="Actor runtime for the bridge protocol v1.0.")
+    parser.add_argument("--version", action="version", version=f"oam-actors {__version__}")
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    stdio.add_arguments(commands.add_parser("stdio", help="serve one bridge over stdin/stdout"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "stdio":
+        return stdio.run(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,580 @@
+"""Quota policy: which queued model request may start now, and when to look again.
+
+Pure logic: no I/O, no clock, no asyncio. Every call that depends on time takes ``now`` (seconds
+on one monotonic scale, e.g. ``time.monotonic()``); a ``now`` earlier than one already seen is
+read as the latest one seen. One :class:`QuotaPolicy` guards one backend (a phone, an API key).
+
+Contract
+--------
+- **Lifecycle.** A :class:`Ticket` is submitted once and ends exactly once: *admitted* (returned
+  by :meth:`QuotaPolicy.poll`), *cancelled* (:meth:`QuotaPolicy.cancel` returned ``True``) or
+  *expired* (still queued when its deadline passed; :meth:`~QuotaPolicy.poll` returns it with a
+  ``retry_after`` estimate). An admitted ticket runs until :meth:`QuotaPolicy.release`.
+- **Budgets.** Within any rolling window of ``window_seconds``, admissions never exceed the request
+  limit (the configured one, or the lower learned one) and their token estimates never exceed
+  ``tokens_per_window``; running tickets never exceed ``max_concurrency``; admissions are at least
+  ``min_interval_seconds`` apart; nothing starts during a cool-down or while a rate-limit-header
+  budget is spent. A ticket is never admitted after its deadline (the deadline itself counts).
+- **Priority.** Strict: the head of the highest non-empty class goes first and nothing passes it,
+  not even a smaller ticket that would fit (no priority inversion, no starvation by size).
+- **Fairness within a class:** start-time fair queuing (SFQ) over owners, FIFO per owner. An
+  owner's head ticket gets the start tag ``max(virtual time, owner's last finish tag)``; the lowest
+  tag goes first (ties: arrival order); virtual time becomes that tag and the owner's finish tag
+  ``start + cost``. The cost is the ticket's dominant share: one request, or its tokens counted in
+  request equivalents (``tokens_per_window / requests_per_window``) when that is more. Two owners
+  that stay backlogged get service within one largest ticket cost each of one another; an owner
+  that was idle earns no credit for the idle time.
+- **Adaptation (AIMD).** A throttle (ML Kit BUSY, HTTP 429) starts a cool-down of ``retry_after``
+  seconds, or an exponential backoff when the backend gave none, and multiplies the learned
+  request limit by ``decrease_factor``, once per cool-down (concurrent failures are one event). An
+  ``observed_limit`` replaces the learned limit instead. Each window that passes with admissions
+  and no throttle adds ``increase_step``, up to the configured limit. Rate-limit headers set a
+  budget of requests and tokens that holds until their reset and is taken at face value.
+- Token estimates are charged at admission; ``release(tokens_used=…)`` corrects the charge while
+  it is still in the window. Usage above the estimate can overshoot the token budget by the
+  difference, since an admission cannot be undone.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import math
+from collections import deque
+
+import msgspec
+
+__all__ = [
+    "Decision",
+    "Expiry",
+    "PolicyStatistics",
+    "Priority",
+    "QuotaLimits",
+    "QuotaPolicy",
+    "Ticket",
+    "TicketTooLarge",
+]
+
+# A deadline failure always tells the client to wait at least this long: the wire carries whole
+# seconds, and "retry after 0 s" would invite an immediate retry storm.
+_MIN_RETRY_AFTER = 1.0
+# Caps the backoff exponent so that a long throttle streak cannot overflow a float.
+_MAX_DOUBLINGS = 30
+
+
+class Priority(enum.IntEnum):
+    """A scheduling class; a lower value always goes first."""
+
+    DIALOGUE = 0  # a player is waiting for this line
+    DECISION = 1  # NPC decisions and tool rounds
+    BACKGROUND = 2  # barks, compaction, generated content
+
+
+class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """One backend's quota and how the policy adapts to it. ``None`` means no limit.
+
+    A Pixel running Gemini Nano fails with BUSY after about 36–41 generations in its rolling
+    window; pacing it at ``min_interval_seconds=1.0`` and honouring ML Kit's retry delay avoids
+    that.
+    """
+
+    window_seconds: float = 60.0
+    requests_per_window: int | None = None
+    tokens_per_window: int | None = None
+    max_concurrency: int | None = None
+    min_interval_seconds: float = 0.0
+    backoff_seconds: float = 1.0  # first cool-down after a throttle without retry_after
+    max_backoff_seconds: float = 60.0
+    decrease_factor: float = 0.8  # multiplicative decrease of the learned request limit
+    increase_step: int = 1  # additive increase per throttle-free window
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
+            raise ValueError("window_seconds must be a positive number")
+        for name in ("requests_per_window", "tokens_per_window", "max_concurrency"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 or None")
+        if self.min_interval_seconds < 0:
+            raise ValueError("min_interval_seconds must not be negative")
+        if not 0 < self.backoff_seconds <= self.max_backoff_seconds:
+            raise ValueError("need 0 < backoff_seconds <= max_backoff_seconds")
+        if not 0 < self.decrease_factor < 1:
+            raise ValueError("decrease_factor must lie strictly between 0 and 1")
+        if self.increase_step < 0:
+            raise ValueError("increase_step must not be negative")
+
+
+class Ticket(msgspec.Struct, frozen=True, kw_only=True):
+    """One request for a turn at the backend. ``id`` must be unique among live tickets."""
+
+    id: int
+    owner: str  # fairness unit: an NPC, a session
+    priority: Priority
+    tokens: int = 0  # estimated tokens this request will use
+    enqueued_at: float = 0.0
+    deadline: float | None = None  # latest admission time; after it the ticket expires
+
+
+class Expiry(msgspec.Struct, frozen=True):
+    """A ticket whose deadline passed while queued, and when a retry may succeed."""
+
+    ticket: Ticket
+    retry_after: float  # seconds from the poll that expired it
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What one :meth:`QuotaPolicy.poll` decided."""
+
+    admitted: tuple[Ticket, ...] = ()  # in admission order
+    expired: tuple[Expiry, ...] = ()
+    next_wakeup: float | None = None  # poll again then, or when something is released or submitted
+
+
+class PolicyStatistics(msgspec.Struct, frozen=True):
+    """A snapshot as of the latest call."""
+
+    queued: tuple[int, ...]  # by Priority value
+    running: int
+    admitted: int
+    expired: int
+    cancelled: int
+    throttles: int
+    requests_limit: int | None  # the learned request limit per window
+    requests_in_window: int
+    tokens_in_window: int
+    cooling_down_until: float | None
+
+
+class TicketTooLarge(ValueError):
+    """The ticket needs more tokens than one window allows, so it could never start."""
+
+
+class _Entry:
+    """A queued ticket; ``live`` goes False when it leaves the queue (lazy removal)."""
+
+    __slots__ = ("cost", "live", "ticket")
+
+    def __init__(self, ticket: Ticket, cost: float) -> None:
+        self.ticket = ticket
+        self.cost = cost
+        self.live = True
+
+
+class _Charge:
+    """One admission in the rolling window."""
+
+    __slots__ = ("expires_at", "tokens")
+
+    def __init__(self, expires_at: float, tokens: int) -> None:
+        self.expires_at = expires_at
+        self.tokens = tokens
+
+
+class _Owner:
+    __slots__ = ("entries", "finish")
+
+    def __init__(self, finish: float) -> None:
+        self.entries: deque[_Entry] = deque()
+        self.finish = finish
+
+
+class _HeaderBudget:
+    """What the backend's rate-limit headers said is left until ``reset_at``."""
+
+    __slots__ = ("requests", "reset_at", "tokens")
+
+    def __init__(self, requests: int | None, tokens: int | None, reset_at: float) -> None:
+        self.requests = requests
+        self.tokens = tokens
+        self.reset_at = reset_at
+
+
+class _FairQueue:
+    """One priority class: start-time fair queuing over owners, FIFO within an owner.
+
+    The heap holds one entry per owner with queued work, for that owner's head; removed
+    entries are skipped when they surface.
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, _Owner] = {}
+        self._heap: list[tuple[float, int, str, _Entry]] = []
+        self._serial = itertools.count()
+        self._vtime = 0.0
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def push(self, entry: _Entry) -> None:
+        name = entry.ticket.owner
+        owner = self._owners.get(name)
+        if owner is None:
+            owner = self._owners[name] = _Owner(self._vtime)
+            self._forget_idle_owners()
+        if not owner.entries:
+            self._schedule(name, owner, entry)
+        owner.entries.append(entry)
+        self._count += 1
+
+    def remove(self, entry: _Entry) -> None:
+        entry.live = False
+        self._count -= 1
+
+    def head(self) -> _Entry | None:
+        heap = self._heap
+        while heap:
+            entry = heap[0][3]
+            if entry.live:
+                return entry
+            name = heapq.heappop(heap)[2]
+            self._owners[name].entries.popleft()
+            self._schedule_next(name)
+        return None
+
+    def pop_head(self) -> _Entry:
+        """Take the entry :meth:`head` returned and advance virtual time to its start tag."""
+        start, _, name, entry = heapq.heappop(self._heap)
+        owner = self._owners[name]
+        owner.entries.popleft()
+        entry.live = False
+        self._count -= 1
+        self._vtime = start
+        owner.finish = start + entry.cost
+        self._schedule_next(name)
+        return entry
+
+    def _schedule_next(self, name: str) -> None:
+        owner = self._owners[name]
+        entries = owner.entries
+        while entries and not entries[0].live:
+            entries.popleft()
+        if entries:
+            self._schedule(name, owner, entries[0])
+        elif owner.finish <= self._vtime:
+            del self._owners[name]
+
+    def _schedule(self, name: str, owner: _Owner, entry: _Entry) -> None:
+        start = max(self._vtime, owner.finish)
+        heapq.heappush(self._heap, (start, next(self._serial), name, entry))
+
+    def _forget_idle_owners(self) -> None:
+        # An idle owner whose finish tag virtual time has passed is the same as a new one; sweep
+        # them now and then so that memory follows the queued owners, not every owner ever seen.
+        if len(self._owners) <= 2 * self._count + 64:
+            return
+        vtime = self._vtime
+        idle = [n for n, o in self._owners.items() if not o.entries and o.finish <= vtime]
+        for name in idle:
+            del self._owners[name]
+
+
+class QuotaPolicy:
+    """Admission policy for one backend; see the module docstring for the contract.
+
+    Drive it by calling :meth:`poll` after every submit, cancel, release or throttle report, and
+    again at ``next_wakeup``. Not thread-safe: one owner (an actor, a scheduler) calls it.
+    """
+
+    def __init__(self, limits: QuotaLimits) -> None:
+        self._limits = limits
+        self._classes = tuple(_FairQueue() for _ in Priority)
+        self._queued: dict[int, _Entry] = {}
+        self._deadlines: list[tuple[float, int, _Entry]] = []
+        self._serial = itertools.count()
+        self._running: dict[int, _Charge] = {}
+        self._window: deque[_Charge] = deque()
+        self._window_tokens = 0
+        self._now = -math.inf
+        self._last_admit = -math.inf
+        self._cool_until = -math.inf
+        self._last_throttle = -math.inf
+        self._streak = 0
+        self._limit = limits.requests_per_window
+        self._grown_at = -math.inf
+        self._header: _HeaderBudget | None = None
+        self._token_unit = _token_unit(limits)
+        self._admitted = 0
+        self._expired = 0
+        self._cancelled = 0
+        self._throttles = 0
+
+    # -- queue -----------------------------------------------------------------------------
+
+    def submit(self, ticket: Ticket) -> None:
+        """Queue ``ticket``. Raises ``ValueError`` for a live duplicate id or negative tokens,
+        :class:`TicketTooLarge` when it needs more tokens than one window allows."""
+        if ticket.id in self._queued or ticket.id in self._running:
+            raise ValueError(f"ticket {ticket.id} is already queued or running")
+        if ticket.tokens < 0:
+            raise ValueError("ticket tokens must not be negative")
+        budget = self._limits.tokens_per_window
+        if budget is not None and ticket.tokens > budget:
+            raise TicketTooLarge(
+                f"The request needs {ticket.tokens} tokens; the backend allows {budget} per window."
+            )
+        entry = _Entry(ticket, self._cost(ticket.tokens))
+        self._queued[ticket.id] = entry
+        self._classes[ticket.priority].push(entry)
+        if ticket.deadline is not None:
+            heapq.heappush(self._deadlines, (ticket.deadline, next(self._serial), entry))
+
+    def cancel(self, ticket_id: int) -> bool:
+        """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""
+        entry = self._queued.pop(ticket_id, None)
+        if entry is None:
+            return False
+        self._classes[entry.ticket.priority].remove(entry)
+        self._cancelled += 1
+        return True
+
+    def poll(self, now: float) -> Decision:
+        """Admit what may start at ``now``, expire what is past its deadline, say when to look
+        again. ``next_wakeup`` is ``None`` when only a release or a submit can change anything."""
+        now = self._advance(now)
+        expired: list[Expiry] = []
+        admitted = self._admit_ready(now, expired)
+        expired.extend(self._expire_due(now))
+        return Decision(tuple(admitted), tuple(expired), self._next_wakeup(now))
+
+    def release(self, ticket_id: int, now: float, *, tokens_used: int | None = None) -> None:
+        """End a running ticket, optionally correcting its token charge. ``KeyError`` if the
+        ticket is not running."""
+        now = self._advance(now)
+        if ticket_id not in self._running:
+            raise KeyError(f"ticket {ticket_id} is not running")
+        if tokens_used is not None and tokens_used < 0:
+            raise ValueError("tokens_used must not be negative")
+        charge = self._running.pop(ticket_id)
+        if tokens_used is not None:
+            if charge.expires_at > now:
+                self._window_tokens += tokens_used - charge.tokens
+            charge.tokens = tokens_used
+
+    # -- feedback from the backend ---------------------------------------------------------
+
+    def on_throttled(
+        self, now: float, *, retry_after: float | None = None, observed_limit: int | None = None
+    ) -> None:
+        """The backend refused a request for quota (BUSY, 429): cool down and adapt."""
+        now = self._advance(now)
+        self._throttles += 1
+        if observed_limit is not None:
+            self._limit = self._capped(observed_limit)
+        if now >= self._cool_until:  # a new episode; reports during a cool-down are the same one
+            self._streak = self._streak + 1 if now - self._last_throttle < self._limits.window_seconds else 1
+            if observed_limit is None:
+                self._decrease_limit()
+            pause = retry_after if retry_after is not None else self._backoff()
+            self._cool_until = now + max(0.0, pause)
+        elif retry_after is not None:
+            self._cool_until = max(self._cool_until, now + retry_after)
+        self._last_throttle = now
+        self._grown_at = now
+
+    def on_rate_limit_headers(
+        self,
+        now: float,
+        *,
+        remaining_requests: int | None = None,
+        remaining_tokens: int | None = None,
+        reset_seconds: float,
+    ) -> None:
+        """The backend reported what is left of its quota until ``reset_seconds`` from now."""
+        now = self._advance(now)
+        self._header = _HeaderBudget(remaining_requests, remaining_tokens, now + reset_seconds)
+
+    def statistics(self) -> PolicyStatistics:
+        """Counters and gauges as of the latest call."""
+        return PolicyStatistics(
+            queued=tuple(len(c) for c in self._classes),
+            running=len(self._running),
+            admitted=self._admitted,
+            expired=self._expired,
+            cancelled=self._cancelled,
+            throttles=self._throttles,
+            requests_limit=self._limit,
+            requests_in_window=len(self._window),
+            tokens_in_window=self._window_tokens,
+            cooling_down_until=self._cool_until if self._cool_until > self._now else None,
+        )
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> float:
+        now = max(now, self._now)
+        self._now = now
+        window = self._window
+        while window and window[0].expires_at <= now:
+            self._window_tokens -= window.popleft().tokens
+        if self._header is not None and self._header.reset_at <= now:
+            self._header = None
+        return now
+
+    def _admit_ready(self, now: float, expired: list[Expiry]) -> list[Ticket]:
+        admitted: list[Ticket] = []
+        while (top := self._top()) is not None:
+            queue, entry = top
+            ticket = entry.ticket
+            late = ticket.deadline is not None and ticket.deadline < now
+            if not late and self._can_start(ticket, now):
+                queue.pop_head()
+                self._start(ticket, now)
+                admitted.append(ticket)
+            elif ticket.deadline is not None and ticket.deadline <= now:
+                expired.append(self._expire(entry, now))
+            else:
+                break
+        return admitted
+
+    def _top(self) -> tuple[_FairQueue, _Entry] | None:
+        for queue in self._classes:
+            entry = queue.head()
+            if entry is not None:
+                return queue, entry
+        return None
+
+    def _can_start(self, ticket: Ticket, now: float) -> bool:
+        return not self._full() and self._ready_at(ticket, now) <= now
+
+    def _full(self) -> bool:
+        cap = self._limits.max_concurrency
+        return cap is not None and len(self._running) >= cap
+
+    def _ready_at(self, ticket: Ticket, now: float) -> float:
+        """The earliest time the time-based limits let ``ticket`` start (concurrency aside)."""
+        return max(
+            self._cool_until,
+            self._last_admit + self._limits.min_interval_seconds,
+            self._requests_free_at(),
+            self._tokens_free_at(ticket.tokens),
+            self._header_free_at(ticket.tokens),
+        )
+
+    def _requests_free_at(self) -> float:
+        limit, window = self._limit, self._window
+        if limit is None or len(window) < limit:
+            return -math.inf
+        # The window must shed its oldest len - limit + 1 admissions.
+        return window[len(window) - limit].expires_at
+
+    def _tokens_free_at(self, tokens: int) -> float:
+        budget = self._limits.tokens_per_window
+        if budget is None:
+            return -math.inf
+        excess = self._window_tokens + tokens - budget
+        if excess <= 0:
+            return -math.inf
+        freed = 0
+        for charge in self._window:
+            freed += charge.tokens
+            if freed >= excess:
+                break
+        return charge.expires_at
+
+    def _header_free_at(self, tokens: int) -> float:
+        header = self._header
+        if header is None:
+            return -math.inf
+        spent = header.requests is not None and header.requests <= 0
+        short = header.tokens is not None and tokens > header.tokens
+        return header.reset_at if spent or short else -math.inf
+
+    def _start(self, ticket: Ticket, now: float) -> None:
+        del self._queued[ticket.id]
+        charge = _Charge(now + self._limits.window_seconds, ticket.tokens)
+        self._window.append(charge)
+        self._window_tokens += ticket.tokens
+        self._running[ticket.id] = charge
+        self._last_admit = now
+        self._admitted += 1
+        if self._header is not None:
+            _spend(self._header, ticket.tokens)
+        self._grow_limit(now)
+
+    # -- expiry ----------------------------------------------------------------------------
+
+    def _expire_due(self, now: float) -> list[Expiry]:
+        expired: list[Expiry] = []
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            entry = heapq.heappop(deadlines)[2]
+            if entry.live:
+                expired.append(self._expire(entry, now))
+        return expired
+
+    def _expire(self, entry: _Entry, now: float) -> Expiry:
+        ticket = entry.ticket
+        del self._queued[ticket.id]
+        self._classes[ticket.priority].remove(entry)
+        self._expired += 1
+        return Expiry(ticket, self._retry_after(ticket, now))
+
+    def _retry_after(self, ticket: Ticket, now: float) -> float:
+        """Estimate when a retry could start: the time limits, or the work queued ahead."""
+        ahead = sum(len(c) for c in self._classes[: ticket.priority + 1])
+        spacing = self._limits.min_interval_seconds
+        if self._limit is not None:
+            spacing = max(spacing, self._limits.window_seconds / self._limit)
+        wait = max(self._ready_at(ticket, now) - now, ahead * spacing)
+        return max(_MIN_RETRY_AFTER, wait)
+
+    def _next_wakeup(self, now: float) -> float | None:
+        times: list[float] = []
+        deadlines = self._deadlines
+        while deadlines and not deadlines[0][2].live:
+            heapq.heappop(deadlines)
+        if deadlines:
+            times.append(deadlines[0][0])
+        top = self._top()
+        if top is not None and not self._full():
+            times.append(self._ready_at(top[1].ticket, now))
+        return min(times) if times else None
+
+    # -- adaptation ------------------------------------------------------------------------
+
+    def _cost(self, tokens: int) -> float:
+        unit = self._token_unit
+        return 1.0 if unit is None else max(1.0, tokens / unit)
+
+    def _capped(self, limit: int) -> int:
+        configured = self._limits.requests_per_window
+        limit = max(1, limit)
+        return limit if configured is None else min(limit, configured)
+
+    def _decrease_limit(self) -> None:
+        # With no limit learned yet, what the window held when the backend refused is the
+        # first estimate of its limit.
+        base = self._limit if self._limit is not None else len(self._window)
+        if base > 0:
+            self._limit = max(1, math.floor(base * self._limits.decrease_factor))
+
+    def _grow_limit(self, now: float) -> None:
+        limit, configured = self._limit, self._limits.requests_per_window
+        if limit is None or (configured is not None and limit >= configured):
+            return
+        if now - self._grown_at >= self._limits.window_seconds:
+            self._limit = self._capped(limit + self._limits.increase_step)
+            self._grown_at = now
+
+    def _backoff(self) -> float:
+        doublings = min(self._streak - 1, _MAX_DOUBLINGS)
+        return min(self._limits.max_backoff_seconds, self._limits.backoff_seconds * 2.0**doublings)
+
+
+def _token_unit(limits: QuotaLimits) -> float | None:
+    """Tokens per request equivalent, for the fair-queuing cost; ``None`` when tokens are free."""
+    if limits.tokens_per_window is None:
+        return None
+    if limits.requests_per_window is None:
+        return 1.0
+    return limits.tokens_per_window / limits.requests_per_window
+
+
+def _spend(header: _HeaderBudget, tokens: int) -> None:
+    if header.requests is not None:
+        header.requests -= 1
+    if header.tokens is not None:
+        header.tokens -= tokens

@@ -1,0 +1,280 @@
+"""QuotaScheduler: the async shell over :class:`QuotaPolicy`, one per backend (phone, API key).
+
+Contract
+--------
+- ``async with scheduler.admit(owner, priority, tokens=…, deadline_seconds=…) as admission:``
+  waits its turn, then runs the body holding one admission, which is released when the body
+  exits (normally, by exception or by cancellation). Set ``admission.tokens_used`` in the body to
+  correct the token estimate.
+- A ticket still queued ``deadline_seconds`` after it was queued fails with
+  ``AgentError(RATE_LIMITED, retry_after=…)``; nobody waits forever unless they ask to (no
+  deadline). A request that needs more tokens than a window allows fails at once with
+  ``AgentError(CONTEXT_SIZE_EXCEEDED)``.
+- Cancelling a waiting task removes its ticket at once; the next ticket may start at once.
+  Cancellation that lands just after admission releases the admission.
+- :meth:`QuotaScheduler.throttled` and :meth:`QuotaScheduler.rate_limit_headers` feed the
+  backend's answers back (BUSY, 429, headers); see :mod:`.policy` for how the policy adapts.
+- No background task: every call re-runs the policy, and one of the waiting tasks (the
+  *timekeeper*) sleeps until the policy's next wakeup on behalf of all of them.
+- Time comes from a :class:`Clock`; :class:`ManualClock` lets tests and simulations move it.
+- One event loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from oam_actors.errors import AgentError, ErrorCode
+
+from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
+
+__all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
+
+
+class Clock(Protocol):
+    """Where the scheduler reads time and waits for it."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic scale."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once ``now() >= deadline``; always a checkpoint."""
+        ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic()`` and ``anyio.sleep``."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        # The event loop may wake a timer a hair early; sleep again rather than return early.
+        while (remaining := deadline - time.monotonic()) > 0:
+            await anyio.sleep(remaining)
+
+
+class ManualClock:
+    """A clock that moves only when told to, for tests and simulations (like trio's MockClock).
+
+    :meth:`advance` wakes every sleeper whose deadline has come; the woken tasks run at their
+    next chance (``await anyio.wait_all_tasks_blocked()`` in a test lets them).
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        self._serial = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        woken = anyio.Event()
+        heapq.heappush(self._sleepers, (deadline, next(self._serial), woken))
+        await woken.wait()
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (not negative) and wake the sleepers now due."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._now += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            heapq.heappop(self._sleepers)[2].set()
+
+
+class Admission(msgspec.Struct):
+    """The body's hold on the backend: its ticket, how long it queued, what it really used."""
+
+    ticket: Ticket
+    waited: float  # seconds between queueing and admission
+    tokens_used: int | None = None  # set by the body to correct the estimate on release
+
+
+class _Outcome(enum.Enum):
+    ADMITTED = "admitted"
+    EXPIRED = "expired"
+
+
+class _Waiter:
+    __slots__ = ("outcome", "retry_after", "ticket", "wake")
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self.wake = anyio.Event()
+        self.outcome: _Outcome | None = None
+        self.retry_after = 0.0
+
+
+class QuotaScheduler:
+    """Queues model requests for one backend and lets them start as its quota allows."""
+
+    def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None) -> None:
+        self._policy = QuotaPolicy(limits)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._ids = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._timekeeper: _Waiter | None = None
+        self._alarm_at: float | None = None  # when the timekeeper's alarm rings; None: no alarm
+        self._wakeup: float | None = None
+
+    @asynccontextmanager
+    async def admit(
+        self,
+        owner: str,
+        priority: Priority,
+        *,
+        tokens: int = 0,
+        deadline_seconds: float | None = None,
+    ) -> AsyncIterator[Admission]:
+        """Wait for a turn at the backend, hold it for the body, release it on exit.
+
+        Raises ``AgentError(RATE_LIMITED)`` with ``retry_after`` when the deadline passes while
+        queued, ``AgentError(CONTEXT_SIZE_EXCEEDED)`` when ``tokens`` exceed a whole window.
+        """
+        waiter = self._enqueue(owner, priority, tokens, deadline_seconds)
+        try:
+            await self._wait_turn(waiter)
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        if waiter.outcome is _Outcome.EXPIRED:
+            raise AgentError(
+                ErrorCode.RATE_LIMITED,
+                f"The model's quota had no room within {deadline_seconds:g} s.",
+                retry_after=waiter.retry_after,
+            )
+        admission = Admission(waiter.ticket, self._clock.now() - waiter.ticket.enqueued_at)
+        try:
+            yield admission
+        finally:
+            self._release(waiter.ticket.id, admission.tokens_used)
+
+    def throttled(self, *, retry_after: float | None = None, observed_limit: int | None = None) -> None:
+        """The backend refused a request for quota (BUSY, 429): cool down and adapt."""
+        self._policy.on_throttled(self._clock.now(), retry_after=retry_after, observed_limit=observed_limit)
+        self._pump()
+
+    def rate_limit_headers(
+        self,
+        *,
+        remaining_requests: int | None = None,
+        remaining_tokens: int | None = None,
+        reset_seconds: float,
+    ) -> None:
+        """The backend reported what is left of its quota until ``reset_seconds`` from now."""
+        self._policy.on_rate_limit_headers(
+            self._clock.now(),
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            reset_seconds=reset_seconds,
+        )
+        self._pump()
+
+    def statistics(self) -> PolicyStatistics:
+        """The policy's counters and gauges."""
+        return self._policy.statistics()
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def _enqueue(self, owner: str, priority: Priority, tokens: int, deadline_seconds: float | None) -> _Waiter:
+        now = self._clock.now()
+        deadline = None if deadline_seconds is None else now + deadline_seconds
+        ticket = Ticket(
+            id=next(self._ids), owner=owner, priority=priority, tokens=tokens, enqueued_at=now, deadline=deadline
+        )
+        try:
+            self._policy.submit(ticket)
+        except TicketTooLarge as exc:
+            raise AgentError(ErrorCode.CONTEXT_SIZE_EXCEEDED, str(exc)) from exc
+        waiter = self._waiters[ticket.id] = _Waiter(ticket)
+        self._pump()
+        return waiter
+
+    async def _wait_turn(self, waiter: _Waiter) -> None:
+        if waiter.outcome is not None:
+            await anyio.lowlevel.checkpoint()
+            return
+        while waiter.outcome is None:
+            if self._timekeeper is None:
+                self._timekeeper = waiter
+            if self._timekeeper is waiter and self._wakeup is not None:
+                await self._sleep_as_timekeeper(waiter, self._wakeup)
+            else:
+                if self._timekeeper is waiter:
+                    self._alarm_at = None
+                await waiter.wake.wait()
+            waiter.wake = anyio.Event()
+            if waiter.outcome is None:
+                self._pump()
+
+    async def _sleep_as_timekeeper(self, waiter: _Waiter, at: float) -> None:
+        self._alarm_at = at
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._ring, at, waiter.wake)
+            await waiter.wake.wait()
+            group.cancel_scope.cancel()
+
+    async def _ring(self, at: float, wake: anyio.Event) -> None:
+        await self._clock.sleep_until(at)
+        wake.set()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """The waiting task is leaving (cancelled): drop its ticket, or its fresh admission."""
+        if waiter.outcome is None:
+            self._policy.cancel(waiter.ticket.id)
+            del self._waiters[waiter.ticket.id]
+            if self._timekeeper is waiter:
+                self._timekeeper = None
+            self._pump()
+        elif waiter.outcome is _Outcome.ADMITTED:
+            self._release(waiter.ticket.id, None)
+
+    def _release(self, ticket_id: int, tokens_used: int | None) -> None:
+        self._policy.release(ticket_id, self._clock.now(), tokens_used=tokens_used)
+        self._pump()
+
+    # -- the policy's decisions ------------------------------------------------------------
+
+    def _pump(self) -> None:
+        decision = self._policy.poll(self._clock.now())
+        for ticket in decision.admitted:
+            self._settle(ticket.id, _Outcome.ADMITTED, 0.0)
+        for expiry in decision.expired:
+            self._settle(expiry.ticket.id, _Outcome.EXPIRED, expiry.retry_after)
+        self._wakeup = decision.next_wakeup
+        self._mind_the_alarm()
+
+    def _settle(self, ticket_id: int, outcome: _Outcome, retry_after: float) -> None:
+        waiter = self._waiters.pop(ticket_id)
+        waiter.outcome = outcome
+        waiter.retry_after = retry_after
+        waiter.wake.set()
+        if self._timekeeper is waiter:
+            self._timekeeper = None
+
+    def _mind_the_alarm(self) -> None:
+        """Keep one waiter sleeping toward the next wakeup, no later than it."""
+        if self._wakeup is None:
+            return
+        keeper = self._timekeeper
+        if keeper is None and self._waiters:
+            keeper = self._timekeeper = next(iter(self._waiters.values()))
+            self._alarm_at = None
+        if keeper is not None and (self._alarm_at is None or self._wakeup < self._alarm_at):
+            keeper.wake.set()

@@ -1,0 +1,76 @@
+"""Relays one turn's agent events to the client: streamed events, ``tool/call`` and ``tool/cancel``.
+
+Order kept (Android): a ``toolCallStarted`` event precedes its ``tool/call``; on a timeout the
+``toolCallCompleted`` event precedes the ``tool/cancel``; when the turn ends (done, failed or
+cancelled) every call still outstanding gets a ``tool/cancel`` before the turn's response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..agent import ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnEvent
+from ..runtime import Address
+from .outlet import Outlet, RequestId
+
+__all__ = ["TURN_ENDED_REASON", "TurnRelay"]
+
+TURN_ENDED_REASON = "The turn ended before the tool finished."
+
+
+class TurnRelay:
+    """The event sink of one turn. ``head`` is the object's context (``{"session": id}`` or
+    ``{"npc": id}``); ``event_method`` is ``session/event`` or ``npc/event``."""
+
+    def __init__(
+        self,
+        outlet: Outlet,
+        *,
+        head: dict[str, Any],
+        request_id: RequestId,
+        stream: bool,
+        target: Address,
+        event_method: str = "session/event",
+    ) -> None:
+        self._outlet = outlet
+        self._head = head
+        self._request_id = request_id
+        self._stream = stream
+        self._target = target
+        self._event_method = event_method
+        self._tool_ids: dict[str, str] = {}   # call id -> tool/call JSON-RPC id
+        self._open: set[str] = set()          # calls started and not completed
+
+    async def __call__(self, event: TurnEvent) -> None:
+        if isinstance(event, ToolCallAbandoned):
+            self._cancel(event.call.id, event.reason)
+            return
+        if self._stream:
+            self._outlet.notify(
+                self._event_method, {**self._head, "requestId": self._request_id, "event": event.to_wire()}
+            )
+        if isinstance(event, ToolCallStarted) and event.execution == "client":
+            tool_id = self._outlet.call_tool(self._head, self._request_id, event.call, target=self._target)
+            self._tool_ids[event.call.id] = tool_id
+            self._open.add(event.call.id)
+        elif isinstance(event, ToolCallCompleted):
+            call_id = event.record.call.id
+            self._open.discard(call_id)
+            if call_id in self._tool_ids:
+                self._outlet.release_tool(self._tool_ids[call_id])
+
+    def close(self) -> None:
+        """The turn is over: cancel whatever is still outstanding."""
+        for call_id in list(self._open):
+            self._cancel(call_id, TURN_ENDED_REASON)
+        self._open.clear()
+
+    def _cancel(self, call_id: str, reason: str) -> None:
+        tool_id = self._tool_ids.get(call_id)
+        if tool_id is None:
+            return
+        self._outlet.release_tool(tool_id)
+        self._outlet.notify(
+            "tool/cancel",
+            {**self._head, "requestId": self._request_id, "id": tool_id, "callId": call_id, "reason": reason},
+        )

@@ -1,0 +1,124 @@
+"""SessionActor: one protocol session — an :class:`~oam_actors.agent.Agent` behind an ordered mailbox.
+
+Ordered lane (in arrival order, one at a time): ``Respond``, ``Reset``, ``SetInstructions``,
+``SetContextNote``, ``SetTools``, ``Compact``. Settings commit as soon as they start; a turn commits
+when it is appended to the history; a compaction right before it replaces the history. After the
+commit an operation can no longer be cancelled, so a response always agrees with the history.
+
+Control lane (served at once): ``ToolResult``, ``Describe``, ``GetTranscript``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..agent import Agent, ToolChoiceKind
+from ..errors import invalid_params
+from ..runtime import Actor
+from .messages import (
+    Compact,
+    Describe,
+    GetTranscript,
+    Reset,
+    Respond,
+    SetContextNote,
+    SetInstructions,
+    SetTools,
+    ToolResult,
+)
+from .outlet import Outlet
+from .relay import TurnRelay
+
+__all__ = ["SessionActor"]
+
+
+class SessionActor(Actor):
+    """See the module docstring. ``model_name`` is what ``session/list`` shows."""
+
+    def __init__(self, agent: Agent, outlet: Outlet, *, model_name: str) -> None:
+        self.agent = agent
+        self.outlet = outlet
+        self.model_name = model_name
+        self.created_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+    @property
+    def session_id(self) -> str:
+        return self.address.id
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case Respond():
+                return await self._respond(message)
+            case Compact(keep_recent_turns=keep, summary_instructions=instructions):
+                summary = await self.agent.compact(
+                    keep_recent_turns=keep, summary_instructions=instructions, on_commit=self.commit
+                )
+                return {"session": self.session_id, "summary": summary}
+        # Settings: committed before they apply.
+        self.commit()
+        match message:
+            case Reset():
+                self.agent.reset()
+            case SetInstructions(instructions=instructions):
+                self.agent.instructions = instructions
+            case SetContextNote(note=note):
+                self.agent.context_note = note
+            case SetTools(tools=tools, warnings=warnings):
+                self.agent.tools = list(tools)
+                return {"session": self.session_id, "warnings": warnings}
+            case _:
+                raise TypeError(f"SessionActor cannot handle {type(message).__name__}")
+        return {"session": self.session_id}
+
+    async def handle_control(self, message: Any) -> Any:
+        match message:
+            case ToolResult(call_id=call_id, output=output):
+                return self.agent.submit_tool_result(call_id, output)
+            case Describe():
+                return self._describe()
+            case GetTranscript():
+                return {"session": self.session_id, "transcript": self.agent.transcript().to_wire()}
+        raise TypeError(f"SessionActor cannot handle {type(message).__name__} on the control lane")
+
+    async def _respond(self, message: Respond) -> dict[str, Any]:
+        overrides = message.overrides
+        if overrides is not None and overrides.tool_choice is not None:
+            choice = overrides.tool_choice
+            if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in self.agent.tools}:
+                raise invalid_params(f"Parameter 'toolChoice' names '{choice.tool}', which is not a tool of this session.")
+        relay = TurnRelay(
+            self.outlet,
+            head={"session": self.session_id},
+            request_id=message.request_id,
+            stream=message.stream,
+            target=self.address,
+        )
+        try:
+            result = await self.agent.respond(
+                message.prompt,
+                schema=message.schema,
+                overrides=overrides,
+                emit=relay,
+                on_commit=self.commit,
+            )
+        finally:
+            relay.close()
+        wire = result.to_wire(session=self.session_id)
+        if message.warnings:
+            wire["warnings"] = [*message.warnings, *wire.get("warnings", [])]
+        return wire
+
+    def _describe(self) -> dict[str, Any]:
+        ref = self.system.lookup(self.address)
+        stats = ref.statistics() if ref is not None else None
+        pending = stats.queued + stats.running if stats is not None else 0
+        entry: dict[str, Any] = {"session": self.session_id, "model": self.model_name}
+        if self.agent.instructions is not None:
+            entry["instructions"] = self.agent.instructions
+        entry["tools"] = [t.name for t in self.agent.tools]
+        entry["busy"] = pending > 0
+        entry["pendingOperations"] = pending
+        entry["entries"] = len(self.agent.history)
+        entry["createdAt"] = self.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return entry

@@ -1,0 +1,48 @@
+"""The actor runtime: actors with an ordered and a control lane, hosted by an ``ActorSystem``.
+
+Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process on anyio::
+
+    async with LocalSystem() as system:
+        ref = system.spawn(Address("npc", "gorm"), Gorm)
+        reply = ref.ask_nowait(Greet("hi"))   # queued before this line returns
+        print(await reply.wait())
+
+See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks.
+"""
+
+from oam_actors.runtime._actor import Actor
+from oam_actors.runtime._address import Address
+from oam_actors.runtime._errors import (
+    ActorExists,
+    ActorStopped,
+    MailboxFull,
+    MessageCancelled,
+    RuntimeErrorBase,
+)
+from oam_actors.runtime._local import DEFAULT_MAX_QUEUE, LocalSystem
+from oam_actors.runtime._ref import ActorRef, Reply
+from oam_actors.runtime._statistics import ActorStatistics
+from oam_actors.runtime._system import ActorSystem
+
+__all__ = [
+    "DEFAULT_MAX_QUEUE",
+    "Actor",
+    "ActorExists",
+    "ActorRef",
+    "ActorStatistics",
+    "ActorStopped",
+    "ActorSystem",
+    "Address",
+    "LocalSystem",
+    "MailboxFull",
+    "MessageCancelled",
+    "Reply",
+    "RuntimeErrorBase",
+]
+
+# Tracebacks and reprs show the public home of each name.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

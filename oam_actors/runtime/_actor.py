@@ -1,0 +1,97 @@
+"""The ``Actor`` base class: private state behind two lanes, and its lifecycle hooks.
+
+An actor is created by its system (``ActorSystem.spawn``) and runs on one task of its own, the
+*actor task*, which runs ``on_start``, then every ordered message through ``handle`` one at a
+time in arrival order, then ``on_stop``. Control messages (``handle_control``) run on the task of
+whoever called ``ActorRef.ask_control``, concurrently with the ordered lane, so they are never
+queued behind a slow ordered message. Nothing else may touch the actor's state from outside.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import TYPE_CHECKING, Any, Protocol
+
+from oam_actors.runtime._address import Address
+
+if TYPE_CHECKING:
+    from oam_actors.runtime._system import ActorSystem
+
+__all__ = ["Actor"]
+
+
+class _Host(Protocol):
+    """What hosts an actor task: the runtime's per-actor cell, seen from ``Actor.commit``."""
+
+    actor: Actor
+
+    def commit_running(self) -> None: ...
+
+
+# Set once on each actor task to the cell hosting it, so ``commit`` knows which message is
+# "current" and rejects calls from other tasks (control handlers, other actors).
+HOST: contextvars.ContextVar[_Host | None] = contextvars.ContextVar("oam_actors_host", default=None)
+
+
+class Actor:
+    """Subclass this and override the hooks you need; every hook is optional.
+
+    ``self.address`` and ``self.system`` are set before ``on_start`` runs. Message values and
+    replies should be plain serialisable values (msgspec Structs, JSON-able data) so the same
+    actor can be hosted by a remote system.
+    """
+
+    address: Address
+    system: ActorSystem
+
+    async def on_start(self) -> None:
+        """Runs first on the actor task, before any ordered message.
+
+        Messages sent meanwhile are queued; control messages wait for it. If it raises, the
+        error is logged, ``on_stop`` does not run, every queued reply resolves with
+        ``ActorStopped`` (chained from the error) and the address is freed.
+        """
+
+    async def handle(self, message: Any) -> Any:
+        """Handle one ordered message on the actor task; the return value is the reply.
+
+        One message at a time, in arrival order. Runs in a cancel scope that ``Reply.cancel``,
+        ``ActorRef.cancel_all`` and ``stop`` cancel unless ``commit`` was called. If it raises
+        an ``Exception``, only this message's reply fails (``Reply.wait`` raises that very
+        exception), ``on_failure`` runs, and the actor goes on with the next message.
+        """
+        raise NotImplementedError(f"{type(self).__name__} handles no ordered messages")
+
+    async def handle_control(self, message: Any) -> Any:
+        """Handle one control message on the caller's task, concurrently with ``handle``.
+
+        Served at once (after ``on_start``), never queued. Its exception propagates to that
+        caller only; ``stop`` cancels it and the caller gets ``ActorStopped``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} handles no control messages")
+
+    async def on_failure(self, exc: Exception) -> None:
+        """Runs on the actor task after ``handle`` raised ``exc`` (its reply already failed).
+
+        If it raises, that error is logged and the actor goes on.
+        """
+
+    async def on_stop(self) -> None:
+        """Runs last on the actor task, after the mailbox is drained and control calls ended.
+
+        If it raises, the address is still freed and the error is raised by ``stop``.
+        """
+
+    def commit(self) -> None:
+        """Mark the ordered message being handled as past its point of no return.
+
+        From then on ``Reply.cancel``, ``ActorRef.cancel_all`` and ``stop`` leave it running and
+        it delivers its real result; shield what follows (``anyio.CancelScope(shield=True)``) so
+        an outer cancellation cannot interrupt it either, and keep it bounded: ``stop`` waits.
+        Call it from ``handle`` (or tasks it starts). Raises ``MessageCancelled`` if a cancel
+        already won, ``RuntimeError`` outside ``handle``.
+        """
+        host = HOST.get()
+        if host is None or host.actor is not self:
+            raise RuntimeError("commit() is only valid inside this actor's handle()")
+        host.commit_running()

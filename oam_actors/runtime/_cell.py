@@ -1,0 +1,188 @@
+"""``ActorCell``: hosts one actor in this process — its task, its mailbox, its control calls.
+
+The actor task runs three phases: start (``on_start``), serve (the ordered lane until the
+mailbox is closed and drained), stop (wait for control calls, then ``on_stop``). Teardown runs
+on every exit path, even cancellation from outside, so every pending reply resolves.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from oam_actors.runtime._actor import HOST, Actor
+from oam_actors.runtime._address import Address
+from oam_actors.runtime._envelope import Envelope
+from oam_actors.runtime._errors import ActorStopped
+from oam_actors.runtime._mailbox import Mailbox
+
+__all__ = ["ActorCell"]
+
+logger = logging.getLogger("oam_actors.runtime")
+
+
+class CellState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class ActorCell:
+    """One actor, its mailbox and the bookkeeping its task and its callers share."""
+
+    def __init__(self, actor: Actor, address: Address, max_queue: int, on_exit: Callable[[ActorCell], None]) -> None:
+        self.actor = actor
+        self.address = address
+        self.mailbox = Mailbox(address, max_queue)
+        self.state = CellState.STARTING
+        self._on_exit = on_exit
+        self._started = anyio.Event()
+        self._exited = anyio.Event()
+        self._controls: set[anyio.CancelScope] = set()
+        self._controls_idle: anyio.Event | None = None
+        self._start_error: Exception | None = None
+        self._stop_error: Exception | None = None
+
+    # -- called by refs and the system, on their own tasks --------------------------------
+
+    def enqueue(self, message: Any, *, tell: bool) -> Envelope:
+        envelope = Envelope(message, tell=tell)
+        self.mailbox.put_nowait(envelope)
+        return envelope
+
+    async def control(self, message: Any) -> Any:
+        if self.state is CellState.STARTING:
+            await self._started.wait()
+        if self.state is not CellState.RUNNING:
+            raise self._stopped_error()
+        with anyio.CancelScope() as scope:
+            self._controls.add(scope)
+            try:
+                return await self.actor.handle_control(message)
+            finally:
+                self._control_ended(scope)
+        # Only reached when ``request_stop`` cancelled the scope.
+        raise self._stopped_error()
+
+    def cancel_all(self) -> int:
+        return sum(1 for envelope in self.mailbox.pending() if envelope.cancel())
+
+    def request_stop(self) -> None:
+        """Begin stopping without waiting; see ``ActorSystem.stop``."""
+        if self.state in (CellState.STOPPING, CellState.STOPPED):
+            return
+        self.state = CellState.STOPPING
+        self.mailbox.close()
+        if self.mailbox.running is not None:
+            self.mailbox.running.abort(ActorStopped)
+        for scope in self._controls:
+            scope.cancel()
+
+    async def stop(self) -> None:
+        self.request_stop()
+        await self._exited.wait()
+        if self._stop_error is not None:
+            raise self._stop_error
+
+    # -- the actor task ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        HOST.set(self)
+        try:
+            if await self._start():
+                await self._serve()
+                await self._wait_controls()
+                await self._stop_actor()
+        finally:
+            self._teardown()
+
+    def commit_running(self) -> None:
+        running = self.mailbox.running
+        if running is None:
+            raise RuntimeError("commit() is only valid inside this actor's handle()")
+        if running.aborted is not None:
+            raise running.aborted(self.address)
+        running.mark_committed()
+
+    async def _start(self) -> bool:
+        try:
+            await self.actor.on_start()
+        except Exception as exc:
+            logger.error("%s: on_start failed; the actor stops", self.address, exc_info=exc)
+            self._start_error = exc
+            return False
+        if self.state is CellState.STARTING:
+            self.state = CellState.RUNNING
+        self._started.set()
+        return True
+
+    async def _serve(self) -> None:
+        mailbox = self.mailbox
+        while (envelope := await mailbox.get()) is not None:
+            if envelope.aborted is not None:
+                mailbox.drop(envelope, envelope.aborted(self.address))
+            elif mailbox.closed:
+                mailbox.drop(envelope, self._stopped_error())
+            else:
+                await self._handle(envelope)
+
+    async def _handle(self, envelope: Envelope) -> None:
+        value: Any = None
+        error: Exception | None = None
+        with anyio.CancelScope() as scope:
+            self.mailbox.start(envelope, scope)
+            try:
+                value = await self.actor.handle(envelope.message)
+            except Exception as exc:
+                error = exc
+        # A message whose cancel returned True resolves as cancelled, whatever the handler did.
+        if envelope.aborted is not None:
+            self.mailbox.drop(envelope, envelope.aborted(self.address))
+        elif error is not None:
+            self.mailbox.fail(envelope, error)
+            if envelope.tell:
+                logger.error("%s: handler failed on a told message", self.address, exc_info=error)
+            await self._on_failure(error)
+        else:
+            self.mailbox.succeed(envelope, value)
+
+    async def _on_failure(self, error: Exception) -> None:
+        try:
+            await self.actor.on_failure(error)
+        except Exception as exc:
+            logger.error("%s: on_failure failed", self.address, exc_info=exc)
+
+    async def _wait_controls(self) -> None:
+        while self._controls:
+            self._controls_idle = anyio.Event()
+            await self._controls_idle.wait()
+
+    def _control_ended(self, scope: anyio.CancelScope) -> None:
+        self._controls.discard(scope)
+        if not self._controls and self._controls_idle is not None:
+            self._controls_idle.set()
+
+    async def _stop_actor(self) -> None:
+        try:
+            await self.actor.on_stop()
+        except Exception as exc:
+            self._stop_error = exc
+
+    def _teardown(self) -> None:
+        self.state = CellState.STOPPED
+        self.mailbox.close()
+        for envelope in self.mailbox.take_all():
+            self.mailbox.drop(envelope, self._stopped_error())
+        self._started.set()
+        self._on_exit(self)
+        self._exited.set()
+
+    def _stopped_error(self) -> ActorStopped:
+        error = ActorStopped(self.address)
+        error.__cause__ = self._start_error
+        return error

@@ -1,0 +1,96 @@
+"""``Envelope``: one ordered message in a local mailbox, and the ``Reply`` that answers it.
+
+Lifecycle: queued -> running -> done, or queued -> done when it is dropped unrun (cancelled,
+or the actor stopped). Only the actor task moves it forward; any task may ``cancel`` it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from oam_actors.runtime._errors import MessageCancelled, RuntimeErrorBase
+from oam_actors.runtime._ref import Reply
+
+__all__ = ["Envelope"]
+
+
+class _Stage(enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Envelope(Reply):
+    """A message, where it stands, and its outcome once done."""
+
+    __slots__ = ("message", "tell", "_stage", "_value", "_error", "_event", "_scope", "_abort", "_committed")
+
+    def __init__(self, message: Any, *, tell: bool = False) -> None:
+        self.message = message
+        self.tell = tell
+        self._stage = _Stage.QUEUED
+        self._value: Any = None
+        self._error: BaseException | None = None
+        # Created only when someone waits before the outcome is known: most asks are awaited
+        # at once, but tells never are.
+        self._event: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._abort: type[RuntimeErrorBase] | None = None
+        self._committed = False
+
+    # -- Reply --------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        return self._stage is _Stage.DONE
+
+    async def wait(self) -> Any:
+        if self._stage is _Stage.DONE:
+            await anyio.lowlevel.checkpoint()
+        else:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> bool:
+        return self.abort(MessageCancelled)
+
+    # -- driven by the actor task ---------------------------------------------------------
+
+    @property
+    def aborted(self) -> type[RuntimeErrorBase] | None:
+        """The error class this message resolves with because it was cancelled, if it was."""
+        return self._abort
+
+    def abort(self, error_type: type[RuntimeErrorBase]) -> bool:
+        """Cancel with ``error_type`` as the outcome; ``False`` if too late or already aborted."""
+        if self._stage is _Stage.DONE or self._abort is not None or self._committed:
+            return False
+        self._abort = error_type
+        if self._scope is not None:
+            self._scope.cancel()
+        return True
+
+    def begin(self, scope: anyio.CancelScope) -> None:
+        """The handler starts under ``scope``."""
+        self._stage = _Stage.RUNNING
+        self._scope = scope
+
+    def mark_committed(self) -> None:
+        """Pass the point of no return (the caller checked that no cancel won)."""
+        self._committed = True
+
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Record the outcome and wake the waiter."""
+        self._stage = _Stage.DONE
+        self._scope = None
+        self._value = value
+        self._error = error
+        if self._event is not None:
+            self._event.set()

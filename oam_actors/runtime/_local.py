@@ -1,0 +1,153 @@
+"""``LocalSystem``: every actor in this process, on one anyio task group.
+
+Each actor gets one task (its actor task) in the system's task group; ordered messages never
+get a task of their own, and control calls run on their caller's task. Nothing here outlives
+the ``async with LocalSystem() as system:`` block.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self, final
+
+import anyio
+import anyio.abc
+
+from oam_actors.runtime._actor import Actor
+from oam_actors.runtime._address import Address
+from oam_actors.runtime._cell import ActorCell
+from oam_actors.runtime._errors import ActorExists
+from oam_actors.runtime._ref import ActorRef, Reply
+from oam_actors.runtime._statistics import ActorStatistics
+from oam_actors.runtime._system import ActorSystem
+
+__all__ = ["LocalSystem"]
+
+DEFAULT_MAX_QUEUE = 1024
+
+
+class _SystemState(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@final
+class _LocalRef(ActorRef):
+    """An ``ActorRef`` bound to one ``ActorCell`` of this process."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self, cell: ActorCell) -> None:
+        self.address = cell.address
+        self._cell = cell
+
+    def ask_nowait(self, message: Any) -> Reply:
+        return self._cell.enqueue(message, tell=False)
+
+    def tell_nowait(self, message: Any) -> None:
+        self._cell.enqueue(message, tell=True)
+
+    async def ask_control(self, message: Any) -> Any:
+        return await self._cell.control(message)
+
+    def cancel_all(self) -> int:
+        return self._cell.cancel_all()
+
+    def statistics(self) -> ActorStatistics:
+        return self._cell.mailbox.statistics()
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.address} ({self._cell.state.value})>"
+
+
+@final
+class LocalSystem(ActorSystem):
+    """An ``ActorSystem`` in this process; ``max_queue`` is the default bound per actor."""
+
+    def __init__(self, *, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        self._max_queue = max_queue
+        self._refs: dict[Address, _LocalRef] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._state = _SystemState.NEW
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _SystemState.NEW:
+            raise RuntimeError("a LocalSystem can be entered only once")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._state = _SystemState.OPEN
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._task_group is not None
+        try:
+            await self.aclose()
+        finally:
+            suppress = await self._task_group.__aexit__(exc_type, exc, tb)
+        return suppress
+
+    def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:
+        if self._state is not _SystemState.OPEN or self._task_group is None:
+            raise RuntimeError(f"cannot spawn {address}: the system is {self._state.value}")
+        if address in self._refs:
+            raise ActorExists(address)
+        max_queue = self._max_queue if max_queue is None else max_queue
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        actor = factory()
+        if not isinstance(actor, Actor):
+            raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
+        actor.address = address
+        actor.system = self
+        cell = ActorCell(actor, address, max_queue, self._forget)
+        ref = self._refs[address] = _LocalRef(cell)
+        self._task_group.start_soon(cell.run, name=f"actor {address}")
+        return ref
+
+    def lookup(self, address: Address) -> ActorRef | None:
+        return self._refs.get(address)
+
+    def addresses(self, kind: str | None = None) -> list[Address]:
+        return [address for address in self._refs if kind is None or address.kind == kind]
+
+    async def stop(self, address: Address) -> bool:
+        ref = self._refs.get(address)
+        if ref is None:
+            return False
+        await ref._cell.stop()
+        return True
+
+    async def aclose(self) -> None:
+        if self._state in (_SystemState.NEW, _SystemState.CLOSED):
+            self._state = _SystemState.CLOSED
+            return
+        self._state = _SystemState.CLOSING
+        cells = [ref._cell for ref in self._refs.values()]
+        for cell in cells:
+            cell.request_stop()
+        errors: list[Exception] = []
+        for cell in cells:
+            try:
+                await cell.stop()
+            except Exception as exc:
+                errors.append(exc)
+        self._state = _SystemState.CLOSED
+        if errors:
+            raise ExceptionGroup("on_stop failed for some actors", errors)
+
+    def _forget(self, cell: ActorCell) -> None:
+        ref = self._refs.get(cell.address)
+        if ref is not None and ref._cell is cell:
+            del self._refs[cell.address]

@@ -1,0 +1,121 @@
+"""``Mailbox``: the bounded ordered lane of one local actor, with its counters.
+
+Any task may ``put_nowait``; only the actor task calls ``get`` and settles envelopes. Closing
+rejects new messages but keeps the queued ones, so the actor task can resolve them in order.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from oam_actors.runtime._address import Address
+from oam_actors.runtime._envelope import Envelope
+from oam_actors.runtime._errors import ActorStopped, MailboxFull
+from oam_actors.runtime._statistics import ActorStatistics
+
+__all__ = ["Mailbox"]
+
+
+class Mailbox:
+    """A deque of envelopes bounded by ``max_queue``, plus the one running envelope."""
+
+    __slots__ = ("address", "max_queue", "running", "_queue", "_wakeup", "_closed", "_processed", "_failed", "_cancelled")
+
+    def __init__(self, address: Address, max_queue: int) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        self.address = address
+        self.max_queue = max_queue
+        self.running: Envelope | None = None
+        self._queue: collections.deque[Envelope] = collections.deque()
+        self._wakeup: anyio.Event | None = None
+        self._closed = False
+        self._processed = 0
+        self._failed = 0
+        self._cancelled = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put_nowait(self, envelope: Envelope) -> None:
+        """Append ``envelope``; ``ActorStopped`` once closed, ``MailboxFull`` at the bound."""
+        if self._closed:
+            raise ActorStopped(self.address)
+        if len(self._queue) >= self.max_queue:
+            raise MailboxFull(self.address, self.max_queue)
+        self._queue.append(envelope)
+        self._wake()
+
+    async def get(self) -> Envelope | None:
+        """The next envelope, waiting for one; ``None`` once closed and empty. Always yields."""
+        if self._queue:
+            # Yield even when work is waiting, so a busy actor cannot starve the others.
+            await anyio.lowlevel.checkpoint()
+        while not self._queue:
+            if self._closed:
+                return None
+            self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+        return self._queue.popleft()
+
+    def close(self) -> None:
+        """Reject further messages and wake the actor task to drain what is queued."""
+        self._closed = True
+        self._wake()
+
+    def pending(self) -> Iterator[Envelope]:
+        """The running envelope (if any) then the queued ones, in order."""
+        if self.running is not None:
+            yield self.running
+        yield from tuple(self._queue)
+
+    def take_all(self) -> list[Envelope]:
+        """Remove and return the running and queued envelopes (for teardown)."""
+        taken = list(self.pending())
+        self._queue.clear()
+        self.running = None
+        return taken
+
+    def start(self, envelope: Envelope, scope: anyio.CancelScope) -> None:
+        """``envelope`` begins running under ``scope``."""
+        self.running = envelope
+        envelope.begin(scope)
+
+    def succeed(self, envelope: Envelope, value: Any) -> None:
+        self._settle(envelope, value, None)
+        self._processed += 1
+
+    def fail(self, envelope: Envelope, error: Exception) -> None:
+        self._settle(envelope, None, error)
+        self._failed += 1
+
+    def drop(self, envelope: Envelope, error: Exception) -> None:
+        """Resolve as cancelled or stopped (it did not run, or was cut short)."""
+        self._settle(envelope, None, error)
+        self._cancelled += 1
+
+    def statistics(self) -> ActorStatistics:
+        return ActorStatistics(
+            queued=len(self._queue),
+            running=0 if self.running is None else 1,
+            processed=self._processed,
+            failed=self._failed,
+            cancelled=self._cancelled,
+            max_queue=self.max_queue,
+        )
+
+    def _settle(self, envelope: Envelope, value: Any, error: Exception | None) -> None:
+        if self.running is envelope:
+            self.running = None
+        envelope.resolve(value, error)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None

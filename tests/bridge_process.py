@@ -1,0 +1,190 @@
+"""A real ``oam-actors stdio`` subprocess driven line by line (used by the bridge tests).
+
+Reading happens on a thread that parses every stdout line into a queue, so a test can wait for a
+message with a hang guard (never a timing assertion) and check that stdout carries protocol
+messages only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HANG_GUARD = 20.0  # seconds; only to fail a hung test instead of blocking the suite
+
+
+class BridgeProcess:
+    def __init__(self, args: Sequence[str] = (), *, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "oam_actors", "stdio", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self.log: list[dict[str, Any]] = []
+        self.raw_lines: list[bytes] = []
+        self.eof = False
+        self.cursor = 0
+        self._cond = threading.Condition()
+        self._taken_tool_calls: set[str] = set()
+        self._next_id = 1000
+        self._stderr: list[bytes] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self._cond:
+                self.raw_lines.append(line)
+                self.log.append(message)
+                self._cond.notify_all()
+        with self._cond:
+            self.eof = True
+            self._cond.notify_all()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return b"".join(self._stderr).decode(errors="replace")
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def send_raw(self, data: bytes | str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data.encode() if isinstance(data, str) else data)
+        self.proc.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_raw(json.dumps(message, separators=(",", ":")) + "\n")
+
+    def request(self, method: str, params: Any = None, *, id: Any = None) -> Any:
+        """Send a request; returns its id."""
+        if id is None:
+            self._next_id += 1
+            id = self._next_id
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        return id
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def reply(self, tool_id: str, result: Any = None, *, error: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": tool_id}
+        if error is not None:
+            message["error"] = error
+        else:
+            message["result"] = result
+        self.send(message)
+
+    def close_input(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    # --- receiving --------------------------------------------------------------------------
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], start: int = 0) -> int:
+        """Index in ``log`` of the first message at or after ``start`` that matches."""
+        with self._cond:
+            index = start
+            while True:
+                while index < len(self.log):
+                    if predicate(self.log[index]):
+                        return index
+                    index += 1
+                if self.eof:
+                    raise EOFError(f"the bridge closed stdout; stderr:\n{self.stderr}")
+                if not self._cond.wait(timeout=HANG_GUARD):
+                    raise TimeoutError(f"no matching message; log tail: {self.log[-5:]}")
+
+    def next(self) -> dict[str, Any]:
+        """The next message in arrival order (a cursor over ``log``)."""
+        index = self.wait_for(lambda m: True, self.cursor)
+        self.cursor = index + 1
+        return self.log[index]
+
+    def response(self, id: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The response to request ``id`` and, in order, the messages about that request
+        (``params.requestId == id``) that came before it."""
+        index = self.wait_for(lambda m: m.get("id") == id and ("result" in m or "error" in m))
+        related = [m for m in self.log[:index] if isinstance(m.get("params"), dict) and m["params"].get("requestId") == id]
+        return self.log[index], related
+
+    def result(self, id: Any) -> Any:
+        message, _ = self.response(id)
+        assert "result" in message, message
+        return message["result"]
+
+    def error(self, id: Any) -> dict[str, Any]:
+        message, _ = self.response(id)
+        assert "error" in message, message
+        return message["error"]
+
+    def call(self, method: str, params: Any = None) -> Any:
+        return self.result(self.request(method, params))
+
+    def tool_call(self, request_id: Any = None) -> dict[str, Any]:
+        """The next ``tool/call`` not yet taken (of request ``request_id`` when given)."""
+        index = self.wait_for(
+            lambda m: m.get("method") == "tool/call"
+            and m["id"] not in self._taken_tool_calls
+            and (request_id is None or m["params"]["requestId"] == request_id)
+        )
+        message = self.log[index]
+        self._taken_tool_calls.add(message["id"])
+        return message
+
+    def index_of(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
+        return self.wait_for(predicate)
+
+    def count(self) -> int:
+        with self._cond:
+            return len(self.log)
+
+    def close(self) -> int:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            return self.proc.wait(timeout=HANG_GUARD)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+    def __enter__(self) -> BridgeProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def scripted(steps: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "scripted", "steps": steps, **extra}
+
+
+OPEN_GATE = {
+    "name": "open_gate",
+    "description": "Ask the game to open a gate.",
+    "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]},
+}
