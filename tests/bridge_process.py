@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 HANG_GUARD = 20.0  # seconds; only to fail a hung test instead of blocking the suite
+UNPARSED = "$unparsed"  # key of the log entry standing for a stdout line that is not JSON
 
 
 class BridgeProcess:
@@ -41,7 +42,10 @@ class BridgeProcess:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:  # kept, so a test can fail on a non-protocol stdout line
+                message = {UNPARSED: line.decode(errors="replace")}
             with self._cond:
                 self.raw_lines.append(line)
                 self.log.append(message)
@@ -151,6 +155,38 @@ class BridgeProcess:
         self._taken_tool_calls.add(message["id"])
         return message
 
+    def wait_until(self, condition: Callable[[list[dict[str, Any]]], bool]) -> None:
+        """Block until ``condition(log)`` holds (checked after every new message)."""
+        with self._cond:
+            while not condition(self.log):
+                if self.eof:
+                    raise EOFError(f"the bridge closed stdout; stderr:\n{self.stderr}")
+                if not self._cond.wait(timeout=HANG_GUARD):
+                    raise TimeoutError(f"condition not reached; log tail: {self.log[-5:]}")
+
+    def since(self, start: int) -> list[dict[str, Any]]:
+        """A copy of the messages logged at index ``start`` and later."""
+        with self._cond:
+            return list(self.log[start:])
+
+    def wait_exit(self) -> int:
+        """The exit status, once the process has ended by itself (stdin left open)."""
+        return self.proc.wait(timeout=HANG_GUARD)
+
+    def exchange(self, *lines: bytes | str) -> list[dict[str, Any]]:
+        """Send ``lines`` (each gets its newline) and a ``ping``; the messages written in between.
+
+        Only for immediate methods: the ping's answer comes after every answer they cause.
+        """
+        start = self.count()
+        self._next_id += 1
+        sync = f"sync-{self._next_id}"
+        ping = json.dumps({"jsonrpc": "2.0", "id": sync, "method": "ping"})
+        payload = [line.encode() if isinstance(line, str) else line for line in (*lines, ping)]
+        self.send_raw(b"".join(line + b"\n" for line in payload))
+        end = self.wait_for(lambda m: m.get("id") == sync and is_response(m), start)
+        return self.since(start)[: end - start]
+
     def index_of(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
         return self.wait_for(predicate)
 
@@ -177,6 +213,11 @@ class BridgeProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def is_response(message: dict[str, Any]) -> bool:
+    """A response to a client request (not a bridge request or notification)."""
+    return "method" not in message and ("result" in message or "error" in message)
 
 
 def scripted(steps: list[Any], **extra: Any) -> dict[str, Any]:

@@ -32,11 +32,17 @@ def parse(text: str, *, allow_respond: bool = True) -> Call | Respond | Invalid:
     ("text", "expected"),
     [
         ('{"action": "respond", "arguments": {}}', Respond()),
-        ('{"action": "take_order", "arguments": {"item": "ale", "quantity": 2}}', Call("take_order", ({"item": "ale", "quantity": 2},))),
+        (
+            '{"action": "take_order", "arguments": {"item": "ale", "quantity": 2}}',
+            Call("take_order", ({"item": "ale", "quantity": 2},)),
+        ),
         ('Sure! ```json\n{"action": "check_menu"}\n```', Call("check_menu", ({},))),
         ('```\n{"action": "check_menu"}\n```', Call("check_menu", ({},))),
         ('Here:\n```json\n{"action": "check_menu"', Call("check_menu", ({},))),  # unterminated fence
-        ("I think the best step is {'action': 'check_menu', 'arguments': {},} because.", Call("check_menu", ({},))),
+        (
+            "I think the best step is {'action': 'check_menu', 'arguments': {},} because.",
+            Call("check_menu", ({},)),
+        ),
         ('{"action":"respond","arguments":{}}{"action":"check_menu"}', Respond()),  # first object wins
         ("{action: check_menu, arguments: {}}", Call("check_menu", ({},))),
     ],
@@ -55,16 +61,26 @@ def test_finds_the_envelope(text: str, expected: object) -> None:
         ('{"tool_name":"check_menu","parameters":{}}', Call("check_menu", ({},))),
         ('{"name":"take_order","input":{"item":"ale"}}', Call("take_order", ({"item": "ale"},))),
         (
-            '{"type":"function","function":{"name":"take_order","arguments":"{\\"item\\": \\"stew\\", \\"quantity\\": 1}"}}',
+            '{"type":"function","function":{"name":"take_order",'
+            '"arguments":"{\\"item\\": \\"stew\\", \\"quantity\\": 1}"}}',
             Call("take_order", ({"item": "stew", "quantity": 1},)),
         ),
-        ('{"tool_call":{"name":"take_order","arguments":{"item":"bread"}}}', Call("take_order", ({"item": "bread"},))),
+        (
+            '{"tool_call":{"name":"take_order","arguments":{"item":"bread"}}}',
+            Call("take_order", ({"item": "bread"},)),
+        ),
         ('{"tool_calls":[{"function":{"name":"check_menu","arguments":"{}"}}]}', Call("check_menu", ({},))),
-        ('{"action":{"name":"take_order","arguments":{"item":"ale"}}}', Call("take_order", ({"item": "ale"},))),
+        (
+            '{"action":{"name":"take_order","arguments":{"item":"ale"}}}',
+            Call("take_order", ({"item": "ale"},)),
+        ),
         ('{"action":{"tool":"check_menu"}}', Call("check_menu", ({},))),
         # Three wrapper levels are unwrapped.
         ('{"envelope":{"step":{"tool_call":{"action":"check_menu"}}}}', Call("check_menu", ({},))),
-        ('{"function_call":{"function_name":"take_order","tool_input":{"item":"ale"}}}', Call("take_order", ({"item": "ale"},))),
+        (
+            '{"function_call":{"function_name":"take_order","tool_input":{"item":"ale"}}}',
+            Call("take_order", ({"item": "ale"},)),
+        ),
     ],
 )
 def test_synonyms_and_wrappers(text: str, expected: Call) -> None:
@@ -95,14 +111,18 @@ def test_every_action_key(key: str) -> None:
     ],
 )  # fmt: skip
 def test_every_argument_key(key: str) -> None:
-    assert parse(f'{{"action": "take_order", "{key}": {{"item": "ale"}}}}') == Call("take_order", ({"item": "ale"},))
+    assert parse(f'{{"action": "take_order", "{key}": {{"item": "ale"}}}}') == Call(
+        "take_order", ({"item": "ale"},)
+    )
 
 
 def test_action_keys_are_tried_in_priority_order() -> None:
     # "name" is not a tool, "tool" is: the resolving field wins whatever the member order.
     assert parse('{"name": "Mira", "tool": "check_menu"}') == Call("check_menu", ({"name": "Mira"},))
     # Two resolving fields: "action" outranks "tool".
-    assert parse('{"tool": "take_order", "action": "check_menu"}') == Call("check_menu", ({"tool": "take_order"},))
+    assert parse('{"tool": "take_order", "action": "check_menu"}') == Call(
+        "check_menu", ({"tool": "take_order"},)
+    )
 
 
 def test_argument_keys_are_tried_in_priority_order() -> None:
@@ -134,7 +154,9 @@ def test_respond_with_text() -> None:
 
 def test_user_tool_named_like_a_respond_word_wins() -> None:
     assert parse_envelope('{"action":"reply"}', ["reply"], allow_respond=True) == Call("reply", ({},))
-    assert parse_envelope('{"reply": {"text": "hi"}}', ["reply"], allow_respond=True) == Call("reply", ({"text": "hi"},))
+    assert parse_envelope('{"reply": {"text": "hi"}}', ["reply"], allow_respond=True) == Call(
+        "reply", ({"text": "hi"},)
+    )
     assert resolve_action("reply", ["reply"], allow_respond=True) == "reply"
 
 
@@ -200,8 +222,14 @@ def test_bare_words(text: str, expected: object) -> None:
 @pytest.mark.parametrize(
     ("text", "candidates"),
     [
-        ('{"action":"take_order","item":"ale","quantity":2,"reasoning":"asked"}', ({"item": "ale", "quantity": 2},)),
-        ('{"action":"take_order","arguments":{},"item":"bread","quantity":3}', ({}, {"item": "bread", "quantity": 3})),
+        (
+            '{"action":"take_order","item":"ale","quantity":2,"reasoning":"asked"}',
+            ({"item": "ale", "quantity": 2},),
+        ),
+        (
+            '{"action":"take_order","arguments":{},"item":"bread","quantity":3}',
+            ({}, {"item": "bread", "quantity": 3}),
+        ),
         ('{"action":"take_order","arguments":["stew"]}', ({},)),
         ('{"action":"take_order","arguments":null}', ({},)),
         ('{"action":"take_order","arguments":"  "}', ({},)),
@@ -245,20 +273,40 @@ def test_argument_candidates_for_a_named_tool() -> None:
     ("text", "allow_respond", "problem"),
     [
         ('{"action":"order_food"}', True, f'"order_food" is not an available action; use one of: {OPTIONS}'),
-        ('{"action":"order_food"}', False, '"order_food" is not an available action; use one of: check_menu, take_order'),
+        (
+            '{"action":"order_food"}',
+            False,
+            '"order_food" is not an available action; use one of: check_menu, take_order',
+        ),
         (
             '{"action": "check_menu | take_order | respond"}',
             True,
             f'"check_menu | take_order | respond" is not an available action; use one of: {OPTIONS}',
         ),
-        ('{"tool": "fly", "action": "teleport"}', True, f'"teleport" is not an available action; use one of: {OPTIONS}'),
+        (
+            '{"tool": "fly", "action": "teleport"}',
+            True,
+            f'"teleport" is not an available action; use one of: {OPTIONS}',
+        ),
         ('{"item":"ale","quantity":2}', True, 'the JSON object has no "action"'),
         ('{"action": 5}', True, 'the JSON object has no "action"'),
         ("", True, "the answer was not a JSON object"),
         ("Welcome, traveller!", True, "the answer was not a JSON object"),
-        ('{"action":"respond"}', False, '"respond" is not allowed now; you must call one of the tools: check_menu, take_order'),
-        ('{"respond":"Hi"}', False, '"respond" is not allowed now; you must call one of the tools: check_menu, take_order'),
-        ("respond", False, '"respond" is not allowed now; you must call one of the tools: check_menu, take_order'),
+        (
+            '{"action":"respond"}',
+            False,
+            '"respond" is not allowed now; you must call one of the tools: check_menu, take_order',
+        ),
+        (
+            '{"respond":"Hi"}',
+            False,
+            '"respond" is not allowed now; you must call one of the tools: check_menu, take_order',
+        ),
+        (
+            "respond",
+            False,
+            '"respond" is not allowed now; you must call one of the tools: check_menu, take_order',
+        ),
     ],
 )
 def test_problems(text: str, allow_respond: bool, problem: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 
@@ -441,3 +442,19 @@ def test_error_for_exception_hides_bugs_behind_internal_error(caplog: pytest.Log
         "data": {"code": "internal_error"},
     }
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is not None
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "oam_actors.bridge.jsonrpc",
+        "oam_actors.bridge.params",
+        "oam_actors.bridge.outbox",
+        "oam_actors.transports.stdio",
+    ],
+)
+def test_exported_names_exist_and_are_documented(module: str) -> None:
+    imported = importlib.import_module(module)
+    assert imported.__doc__ and "Contract" in imported.__doc__
+    for name in imported.__all__:
+        assert hasattr(imported, name), name

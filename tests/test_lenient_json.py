@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -90,6 +91,7 @@ def test_escapes() -> None:
         r'"\uzzzz"',
         "[" * 500,
         '{"a": 1 | }',
+        '"a" |',
     ],
 )
 def test_not_exactly_one_value_raises_value_error(text: str) -> None:
@@ -119,12 +121,18 @@ def test_candidates_fenced_blocks_first_then_blanked_text() -> None:
         ('```\n{"action": "respond"}\n```', {"action": "respond"}),  # untagged
         ('Here:\n```json\n{"action": "x"}', {"action": "x"}),  # unterminated fence
         ('```text\nignore this\n```\n{"b": 2}', {"b": 2}),  # JSON outside the fence
-        ("I think {'action': 'check_menu', 'arguments': {},} because.", {"action": "check_menu", "arguments": {}}),
-        ('{"action":"respond","arguments":{}}{"action":"check_menu"}', {"action": "respond", "arguments": {}}),
+        (
+            "I think {'action': 'check_menu', 'arguments': {},} because.",
+            {"action": "check_menu", "arguments": {}},
+        ),
+        (
+            '{"action":"respond","arguments":{}}{"action":"check_menu"}',
+            {"action": "respond", "arguments": {}},
+        ),
         ('I will {not json} then: {"action": "check_menu"} and {"x": 1}', {"action": "check_menu"}),
         ('{"text": "use } and { freely"}', {"text": "use } and { freely"}),  # brackets in strings
         ('Here\'s what I\'d do: {"action": "respond"}', {"action": "respond"}),  # apostrophes in prose
-        ('{"a": "x", \'b\': \'it}s\'}', {"a": "x", "b": "it}s"}),  # a quote after ',' opens a string
+        ("{\"a\": \"x\", 'b': 'it}s'}", {"a": "x", "b": "it}s"}),  # a quote after ',' opens a string
     ],
 )
 def test_find_json_objects(text: str, expected: object) -> None:
@@ -158,6 +166,16 @@ def test_find_json_arrays_only_when_allowed() -> None:
     assert find_json('Here: ["Bree", "To', allow_array=True) == ["Bree", "To"]
 
 
+def test_find_json_skips_broken_and_failed_brackets() -> None:
+    assert find_json('{"a": [1} then {"b": 2}') == {"b": 2}  # wrong closer
+    assert find_json('{"a": {"b": 1 x}} then {"c": 2}') == {"c": 2}  # the inner object fails too
+    assert find_json("{a = 'x]'}") == {"a": "x]"}  # a quote after '=' opens a string
+    deep = '{"a":' * 300 + "1" + "}" * 300
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_value(deep)
+    assert isinstance(find_json(deep), dict)  # an inner object within the depth limit
+
+
 @pytest.mark.parametrize("text", ["", "no json here", "} ] ", "```\n```", "{:}"])
 def test_find_json_nothing(text: str) -> None:
     assert find_json(text, allow_array=True) is None
@@ -181,6 +199,8 @@ def test_find_json_nothing(text: str) -> None:
         ('{"n": -', {}),
         ('{"ok": tr', {}),
         ('{"ok": true', {"ok": True}),
+        ('I { think {{"a": 1', {"a": 1}),  # prose braces skipped
+        ("[" * 1000, None),  # only three unclosed openers are tried
     ],
 )
 def test_complete_prefix(text: str, expected: object) -> None:
@@ -206,11 +226,7 @@ def test_has_complete_value(text: str, allow_array: bool, expected: bool) -> Non
 # --- properties -------------------------------------------------------------------------------
 
 _json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
     max_leaves=20,
 )
@@ -230,10 +246,8 @@ def test_parse_value_round_trips_json(value: object) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(), _jsonish))
 def test_parse_value_raises_only_value_error(text: str) -> None:
-    try:
+    with contextlib.suppress(ValueError):
         parse_value(text)
-    except ValueError:
-        pass
 
 
 @settings(max_examples=300, deadline=None)

@@ -71,7 +71,9 @@ def test_streaming_never_shows_the_label() -> None:
     assert visible[-1] == 'Welcome, friend! [check_menu → {"ale":3}]'
 
 
-@pytest.mark.parametrize("text", ["**Mira:** Hi there", "**Mira**: Hi there", "Assistant: Hi there", "  mira: Hi there"])
+@pytest.mark.parametrize(
+    "text", ["**Mira:** Hi there", "**Mira**: Hi there", "Assistant: Hi there", "  mira: Hi there"]
+)
 def test_streaming_bold_and_default_labels(text: str) -> None:
     visible = stream(text)
     assert all(part in ("", "H") or part.startswith("Hi") for part in visible)
@@ -95,7 +97,7 @@ def test_push_accumulates_chunks() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet="Mira:*_ Asistn\n\"[]→{}x", max_size=30), st.text(), st.text(max_size=12))
+@given(st.text(alphabet='Mira:*_ Asistn\n"[]→{}x', max_size=30), st.text(), st.text(max_size=12))
 def test_cleaner_never_raises_and_only_cuts_a_prefix(prefix: str, text: str, label: str) -> None:
     cleaner = ReplyCleaner(label)
     pushed = ""

@@ -445,13 +445,17 @@ def test_any_of_coercion_keeps_accepted_values_and_tries_branches_in_order() -> 
     assert mixed.coerce("A") == "A"
 
 
-def test_coerce_returns_a_new_value() -> None:
-    value = {"tags": ["a"], "free": {"k": [1]}}
-    coerced = Schema.compile(
-        {"properties": {"tags": {"type": "array"}}, "additionalProperties": True}
-    ).coerce(value)
-    assert coerced == value
-    assert coerced is not value
+def test_coerce_never_mutates_its_input() -> None:
+    value = {"tags": "a", "n": "1", "free": {"k": ["2"]}}
+    original = copy.deepcopy(value)
+    schema = Schema.compile(
+        {
+            "properties": {"tags": {"type": "array"}, "n": {"type": "integer"}},
+            "additionalProperties": {"properties": {"k": {"type": "array", "items": {"type": "integer"}}}},
+        }
+    )
+    assert schema.coerce(value) == {"tags": ["a"], "n": 1, "free": {"k": [2]}}
+    assert value == original
 
 
 # --- validation messages (§5.5) ------------------------------------------------------------------

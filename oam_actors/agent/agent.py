@@ -104,6 +104,8 @@ class Agent:
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
         history unchanged.
         """
+        # A turn cancelled before it starts must not consume a model step.
+        await anyio.lowlevel.checkpoint()
         options = overrides.apply(self.options) if overrides is not None else self.options
         turn = Turn(self, prompt, schema, options, emit)
         try:
@@ -150,6 +152,7 @@ class Agent:
         """Summarise older turns into the context note; returns the summary or ``None`` when
         there is nothing to compact. One model call, no retries. Raises ``generation_failed`` for
         an empty summary."""
+        await anyio.lowlevel.checkpoint()
         turns = split_turns(self.history)
         if not turns or len(turns) <= keep_recent_turns:
             return None

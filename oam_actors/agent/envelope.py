@@ -53,9 +53,10 @@ _RESPOND_WORDS: Final = frozenset({
     "answer_directly",
 })  # fmt: skip
 # Meta keys are compared lower-cased, not normalised (as in K).
-_META_KEYS: Final = frozenset(
-    {"reason", "reasoning", "thought", "thoughts", "explanation", "why", "rationale", "comment", "note", "type"}
-)
+_META_KEYS: Final = frozenset({
+    "reason", "reasoning", "thought", "thoughts", "explanation", "why", "rationale", "comment", "note",
+    "type",
+})  # fmt: skip
 _MAX_UNWRAP: Final = 3
 _MAX_BARE_WORD: Final = 64
 _QUOTE_LIMIT: Final = 240
@@ -222,7 +223,9 @@ def _arguments(obj: dict[str, Any], action_key: str, action_value: Any) -> tuple
     return tuple(candidates) or ({},)
 
 
-def _single_key(obj: dict[str, Any], tools: Sequence[str], allow_respond: bool) -> Call | Respond | Invalid | None:
+def _single_key(
+    obj: dict[str, Any], tools: Sequence[str], allow_respond: bool
+) -> Call | Respond | Invalid | None:
     """``{"take_order": {…}}`` is a call, ``{"respond": "Welcome!"}`` a reply."""
     if len(obj) != 1:
         return None

@@ -52,7 +52,7 @@ _BROKEN: Final = -1  # an opener closed by the wrong kind of bracket
 _QUOTE_OPENS_AFTER: Final = "{[,:=|"
 # A stream prefix tries this many unclosed openers at most (each costs a parse of the rest).
 _MAX_TRUNCATED_TRIES: Final = 3
-_FENCE: Final = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)(?:```|\Z)", re.S)
+_FENCE: Final = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)(?:```|\Z)", re.DOTALL)
 
 
 class _Missing:
@@ -70,6 +70,10 @@ class _Parser:
         self.pos = 0
         self.partial = partial
         self.depth = 0
+        # Starts of the containers an error was raised inside: read from their own start, they
+        # fail the same way (the grammar is context-free; text nested too deeply for one reader
+        # is given up for all), so find_json need not try them.
+        self.failed: list[int] = []
 
     def error(self, message: str) -> ValueError:
         return ValueError(f"{message} (at offset {self.pos})")
@@ -130,11 +134,15 @@ class _Parser:
         return self.word()
 
     def container(self, opener: str) -> Any:
+        start = self.pos
         self.depth += 1
         try:
             if self.depth > _MAX_DEPTH:
                 raise self.error("JSON nested too deeply")
             return self.object() if opener == "{" else self.array()
+        except ValueError:
+            self.failed.append(start)
+            raise
         finally:
             self.depth -= 1
 
@@ -330,7 +338,11 @@ class _Parser:
 
 
 def _parse(text: str, *, partial: bool) -> Any:
-    parser = _Parser(text, partial=partial)
+    return _read_one(_Parser(text, partial=partial))
+
+
+def _read_one(parser: _Parser) -> Any:
+    text = parser.text
     value = parser.value()
     if value is _MISSING:
         raise parser.error("Expected a JSON value")
@@ -352,7 +364,7 @@ def parse_value(text: str) -> Any:
     """One JSON value with the lenient grammar of §6.3 step 2; key order kept.
 
     Raises ``ValueError`` (with the offset) if the text, stripped of whitespace and comments, is
-    not exactly one value, or holds a number too large for a float.
+    not exactly one value, holds a number too large for a float, or nests deeper than 200.
     """
     return _parse(text, partial=False)
 
@@ -374,18 +386,38 @@ def _previous_significant(text: str, index: int) -> str:
     return text[index] if index >= 0 else " "
 
 
-class _Brackets:
-    """Balanced ends of the openers of one text.
+class _Candidate:
+    """The openers of one candidate text: their balanced ends and parsed values.
 
     One string-aware scan from an opener also settles every opener it meets outside a string
     (the scan's state there equals a fresh start), so most texts are scanned once, not once per
     opener. A closer of the wrong kind (``{…]``) breaks every bracket still open: none of them
-    can parse, so none is worth parsing.
+    can parse. A failed parse likewise rules out the containers it failed inside. This keeps
+    degenerate output (``{"a": {"a": …``) from costing a parse per opener.
     """
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.ends: dict[int, int | None] = {}
+        self.failed: set[int] = set()
+
+    def value_at(self, start: int) -> Any:
+        """The parsed balanced slice at ``start``; _MISSING if unclosed, broken or not JSON."""
+        end = self.end_of(start)
+        if end is None or end == _BROKEN or start in self.failed:
+            return _MISSING
+        parser = _Parser(self.text[start : end + 1], partial=False)
+        try:
+            return _read_one(parser)
+        except ValueError:
+            inside = (start + offset for offset in parser.failed)
+            self.failed.update(opener for opener in inside if self.closes_by(opener, end))
+            return _MISSING
+
+    def closes_by(self, opener: int, end: int) -> bool:
+        """Whether the scan closed ``opener`` by ``end``: then its own slice fails alike."""
+        inner_end = self.ends.get(opener)
+        return inner_end is not None and 0 <= inner_end <= end
 
     def end_of(self, start: int) -> int | None:
         """Index of the bracket closing the one at ``start``, :data:`_BROKEN`, or None if the
@@ -441,16 +473,15 @@ def find_json(text: str, *, allow_array: bool = False) -> Any | None:
     """
     truncated: list[str] = []
     for candidate in candidate_texts(text):
-        brackets = _Brackets(candidate)
+        openers = _Candidate(candidate)
         first_open: int | None = None
         for start in _openers(candidate, allow_array):
-            end = brackets.end_of(start)
-            if end is None:
+            if openers.end_of(start) is None:
                 first_open = start if first_open is None else first_open
-            elif end != _BROKEN:
-                value = _try_parse(candidate[start : end + 1])
-                if value is not _MISSING:
-                    return value
+                continue
+            value = openers.value_at(start)
+            if value is not _MISSING:
+                return value
         if first_open is not None:
             truncated.append(candidate[first_open:].rstrip())
     for rest in truncated:
@@ -469,15 +500,14 @@ def complete_prefix(text: str) -> Any | None:
     per candidate text, which keeps a degenerate stream (``[[[[…``) cheap. Never raises.
     """
     for candidate in candidate_texts(text):
-        brackets = _Brackets(candidate)
+        openers = _Candidate(candidate)
         tries = 0
         for start in _openers(candidate, True):
-            end = brackets.end_of(start)
-            if end is None and tries < _MAX_TRUNCATED_TRIES:
+            if openers.end_of(start) is not None:
+                value = openers.value_at(start)
+            elif tries < _MAX_TRUNCATED_TRIES:
                 tries += 1
                 value = _try_parse(candidate[start:].rstrip(), partial=True)
-            elif end is not None and end != _BROKEN:
-                value = _try_parse(candidate[start : end + 1])
             else:
                 continue
             if value is not _MISSING:
@@ -491,11 +521,10 @@ def has_complete_value(text: str, *, allow_array: bool = False) -> bool:
     Scanning stops at the first unclosed opener: an inner object that closes inside an
     unfinished outer one (``{"action": "x", "arguments": {}``) does not count. Never raises.
     """
-    brackets = _Brackets(text)
+    openers = _Candidate(text)
     for start in _openers(text, allow_array):
-        end = brackets.end_of(start)
-        if end is None:
+        if openers.end_of(start) is None:
             return False
-        if end != _BROKEN and _try_parse(text[start : end + 1]) is not _MISSING:
+        if openers.value_at(start) is not _MISSING:
             return True
     return False

@@ -195,8 +195,8 @@ def too_many_tools_warning(count: int) -> str | None:
     if count <= 5:
         return None
     return (
-        f"{count} tools: small on-device models choose reliably among about five; "
-        "consider enabledTools to offer fewer per turn."
+        f"{count} tools: the on-device model chooses best among at most 3-5 tools per request; "
+        "narrow them per turn with 'enabledTools'."
     )
 
 
@@ -234,7 +234,7 @@ def _parse_one(element: Any, path: str) -> tuple[ToolDefinition, list[str]]:
     )
     warnings = [f"{name}: {w}" for w in schema.warnings]
     if not description:
-        warnings.append(f"{name}: no description; the model will only see its name and parameters.")
+        warnings.append(f"{name}: no description; the model may not know when to call it.")
     return ToolDefinition(name, description or "", schema, timeout), warnings
 
 

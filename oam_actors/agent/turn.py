@@ -29,7 +29,7 @@ import msgspec
 
 from ..errors import AgentError, ErrorCode, OamError
 from . import prompts
-from .envelope import Call, Invalid, Respond, parse_envelope, quote_answer
+from .envelope import Invalid, Respond, argument_candidates, parse_envelope, quote_answer
 from .events import (
     ModelStep,
     PartialValue,
@@ -116,6 +116,7 @@ class Turn:
         tools = self._enabled_tools()
         choice = self.options.tool_choice
         forced = self._forced_tool()
+        self.agent._in_progress = [PromptEntry(self.prompt)]
         respond_now = choice.kind is ToolChoiceKind.NONE or (not tools and forced is None)
         first = True
         while not respond_now and self.rounds < self.options.max_tool_rounds and self.calls < self.options.max_tool_calls:
@@ -191,16 +192,10 @@ class Turn:
         task = prompts.tool_arguments_task(tool)
 
         def interpret(text: str) -> Any:
-            candidates: list[Any] = []
             found = find_json(text)
-            if isinstance(found, dict):
-                candidates.append(found)
-            envelope = parse_envelope(text, [tool.name], allow_respond=False)
-            if isinstance(envelope, Call):
-                candidates.extend(c for c in envelope.candidates if c not in candidates)
-            if not candidates:
+            if not isinstance(found, dict):
                 return _Failed("the answer was not a JSON object", tool, None)
-            return self._conform(tool, candidates, dedupe=False)
+            return self._conform(tool, argument_candidates(found, tool.name), dedupe=False)
 
         return await self._with_repair(
             StepKind.TOOL_ARGUMENTS, ToolCallingMode.REQUIRED, (tool.name,), task, interpret, tools=[tool]
@@ -258,7 +253,6 @@ class Turn:
             output = await self._run_local(tool, arguments)
             abandoned = None
         else:
-            await self._emit(ToolCallStarted(call, "client"))
             output, abandoned = await self._wait_external(tool, call)
         self.rounds += 1
         self.calls += 1
@@ -288,8 +282,10 @@ class Turn:
 
     async def _wait_external(self, tool: ToolDefinition, call: ToolCall) -> tuple[ToolOutput, str | None]:
         timeout = tool.timeout if tool.timeout is not None else self.options.tool_timeout
+        # Open the slot before the host hears of the call, so an immediate answer is not lost.
         slot = self.agent._open_external(call.id)
         try:
+            await self._emit(ToolCallStarted(call, "client"))
             with anyio.move_on_after(timeout if timeout else math.inf):
                 await slot.event.wait()
             if slot.output is not None:

@@ -83,7 +83,10 @@ class Schema:
         return cls.compile(copy.deepcopy(_EMPTY_OBJECT))
 
     def coerce(self, value: Any) -> Any:
-        """``value`` with the safe fixes of §5.4 applied; may still be invalid. Never raises."""
+        """``value`` with the safe fixes of §5.4 applied; may still be invalid. Never raises.
+
+        ``value`` is not mutated; parts that needed no fix may be shared with the result.
+        """
         return coerce(self.generation_schema, self.generation_schema, value, 0)
 
     def validate(self, value: Any) -> list[Violation]:

@@ -39,7 +39,8 @@ _NO: Final[Any] = object()
 def coerce(root: Any, node: Any, value: Any, depth: int) -> Any:
     """``value`` coerced towards ``node`` (a schema inside the document ``root``).
 
-    Never raises and never mutates ``value``; containers it changes are rebuilt.
+    Never raises and never mutates ``value``: changed containers are rebuilt, unchanged
+    parts are shared.
     """
     if depth > MAX_DEPTH:
         return value
@@ -159,12 +160,10 @@ _CONVERTERS: Final = {
 
 
 def _parse_json(text: str) -> Any:
-    """One JSON value from model text, leniently when the lenient parser is available."""
-    try:
-        from oam_actors.agent.lenient_json import parse_value
-    except ImportError:
-        # Until the lenient parser lands, strict JSON keeps coercion working.
-        from json import loads as parse_value
+    """One JSON value from model text, read leniently (single quotes, trailing commas, …)."""
+    # Imported on first use, so loading the engine never depends on the agent package import order.
+    from oam_actors.agent.lenient_json import parse_value
+
     try:
         return parse_value(text)
     except (ValueError, RecursionError):

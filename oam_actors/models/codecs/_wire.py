@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ._canonical import Request
+from ._canonical import Request, StopReason
 from ._errors import CodecError, invalid_request, malformed
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "merge_options",
     "opt_str",
     "parse_object",
+    "tool_aware",
 ]
 
 _decode = msgspec.json.Decoder()
@@ -95,3 +96,8 @@ def merge_options(body: dict[str, Any], request: Request, reserved: frozenset[st
             if key in reserved:
                 raise invalid_request(f"Provider option cannot override core field: {key}")
             body[key] = value
+
+
+def tool_aware(stop: StopReason, has_calls: bool) -> StopReason:
+    """A plain ``stop`` whose output holds tool calls is a ``tool_use`` stop."""
+    return StopReason.TOOL_USE if has_calls and stop is StopReason.STOP else stop
