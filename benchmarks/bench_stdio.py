@@ -43,11 +43,12 @@ def bench_pings(count: int) -> float:
 
     def read() -> None:
         nonlocal seen
-        for _ in proc.stdout:  # type: ignore[union-attr]
-            seen += 1
-            if seen == count:
-                done.set()
-                return
+        while seen < count:
+            chunk = os.read(proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+            if not chunk:
+                break
+            seen += chunk.count(b"\n")
+        done.set()
 
     threading.Thread(target=read, daemon=True).start()
     start = time.perf_counter()
@@ -86,9 +87,18 @@ def bench_turns(sessions: int, turns: int) -> dict[str, float]:
         with write_lock:
             proc.stdin.write(data)  # type: ignore[union-attr]
 
+    def lines():
+        buffer = b""
+        while True:
+            chunk = os.read(proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+            if not chunk:
+                return
+            *complete, buffer = (buffer + chunk).split(b"\n")
+            yield from complete
+
     def read() -> None:
         nonlocal pending_creates
-        for line in proc.stdout:  # type: ignore[union-attr]
+        for line in lines():
             message = _decode(line)
             if message.get("method") == "tool/call":
                 write(b'{"jsonrpc":"2.0","id":"%s","result":{"output":{"opened":true}}}\n' % message["id"].encode())

@@ -7,6 +7,7 @@ import pytest
 
 from oam_actors.errors import ErrorCode
 from oam_actors.models.codecs import (
+    Affinity,
     CodecError,
     ErrorKind,
     Outcome,
@@ -24,7 +25,6 @@ from oam_actors.models.codecs import (
     assemble,
     codec_for,
 )
-from oam_actors.models.codecs import Affinity
 
 PROVIDERS = ["openai", "anthropic", "google"]
 
@@ -166,7 +166,11 @@ def test_stream_ending_before_completion(provider: str) -> None:  # §14.2
     assert decoder.feed(b"data") == []
     with pytest.raises(CodecError, match="Provider stream ended before completion") as err:
         decoder.finish()
-    assert (err.value.kind, err.value.stage, err.value.outcome) == (ErrorKind.UPSTREAM_ERROR, Stage.RESPONSE, Outcome.KNOWN)
+    assert (err.value.kind, err.value.stage, err.value.outcome) == (
+        ErrorKind.UPSTREAM_ERROR,
+        Stage.RESPONSE,
+        Outcome.KNOWN,
+    )
     assert err.value.error_code is ErrorCode.GENERATION_FAILED
     assert err.value.retryable
 
@@ -206,7 +210,9 @@ def test_google_mixed_delimiters_and_split_utf8() -> None:  # §14.5
 def test_anthropic_final_frame_without_blank_line() -> None:  # §14.10
     decoder = codec_for("anthropic").new_stream()
     wire = sse({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 4}})
-    assert decoder.feed(wire + b'data: {"type":"message_stop"}') == [UsageEvent(Usage(source="anthropic", output_tokens=4))]
+    assert decoder.feed(wire + b'data: {"type":"message_stop"}') == [
+        UsageEvent(Usage(source="anthropic", output_tokens=4))
+    ]
     assert decoder.finish() == [Terminal(StopReason.MAX_OUTPUT_TOKENS)]
 
 

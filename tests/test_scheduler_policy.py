@@ -165,7 +165,8 @@ def test_time_going_backwards_is_read_as_the_latest_time() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [{"window_seconds": 0.0}, {"requests_per_window": 0}, {"max_concurrency": 0},
-     {"min_interval_seconds": -1.0}, {"decrease_factor": 1.0}, {"backoff_seconds": 5.0, "max_backoff_seconds": 1.0}],
+     {"min_interval_seconds": -1.0}, {"decrease_factor": 1.0},
+     {"backoff_seconds": 5.0, "max_backoff_seconds": 1.0}],
 )
 def test_limits_reject_nonsense(kwargs: dict) -> None:
     with pytest.raises(ValueError):
@@ -230,6 +231,23 @@ def test_an_owner_arriving_late_gets_no_credit_for_idle_time() -> None:
     for now in range(5, 11):
         step(float(now))
     assert served == ["a"] * 5 + ["b", "a", "b", "a", "b", "a"]
+
+
+def test_many_owners_come_and_go_and_each_ticket_is_served_once() -> None:
+    # Enough idle owners pile up that the next new owner triggers a sweep of idle owners.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    for n in range(300):
+        policy.submit(ticket(f"npc{n}", id=n))
+    served = []
+    for step in range(300 + 20):
+        if step == 250:
+            for n in range(20):
+                policy.submit(ticket(f"late{n}", id=1000 + n))
+        (admitted,) = policy.poll(float(step)).admitted
+        served.append(admitted.id)
+        policy.release(admitted.id, float(step))
+    assert sorted(served) == list(range(300)) + [1000 + n for n in range(20)]
+    assert policy.statistics().queued == (0, 0, 0)
 
 
 def test_token_heavy_owner_pays_by_its_dominant_share() -> None:
@@ -586,7 +604,7 @@ def test_budgets_hold_and_every_ticket_ends_exactly_once(limits: QuotaLimits, op
         if limits.tokens_per_window is not None:
             assert sum(rec.charges[t.id] for _, t in inside) <= limits.tokens_per_window
     # Pacing and cool-downs.
-    assert all(b - a >= limits.min_interval_seconds - 1e-9 for a, b in zip(times, times[1:]))
+    assert all(b - a >= limits.min_interval_seconds - 1e-9 for a, b in itertools.pairwise(times))
     for first, end in rec.cooldowns:
         assert all(at >= end for at in times[first:])
 
@@ -603,19 +621,18 @@ def test_backlogged_owners_get_service_within_one_largest_cost_of_each_other(
     policy = QuotaPolicy(limits)
     unit = 100.0  # tokens per request equivalent
     owners = [f"o{n}" for n in range(len(queues))]
-    order = [(owner, tokens) for owner, q in zip(owners, queues) for tokens in q]
     # Interleave submissions randomly, keeping each owner's own order.
-    pending = {o: list(q) for o, q in zip(owners, queues)}
+    pending = {o: list(q) for o, q in zip(owners, queues, strict=True)}
     ids = itertools.count()
     while any(pending.values()):
         owner = rnd.choice([o for o in owners if pending[o]])
         policy.submit(Ticket(id=next(ids), owner=owner, priority=M, tokens=pending[owner].pop(0)))
     served: list[Ticket] = []
-    for step in range(len(order)):
+    for step in range(sum(len(q) for q in queues)):
         (t,) = policy.poll(float(step)).admitted
         served.append(t)
         policy.release(t.id, float(step))
-    cost = {o: [max(1.0, tok / unit) for tok in q] for o, q in zip(owners, queues)}
+    cost = {o: [max(1.0, tok / unit) for tok in q] for o, q in zip(owners, queues, strict=True)}
     max_cost = {o: max(c) for o, c in cost.items()}
     done = Counter()
     service = Counter()

@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterator
 from typing import Any, Final
 
+import msgspec
+
 __all__ = [
     "candidate_texts",
     "complete_prefix",
@@ -463,6 +465,20 @@ def _openers(text: str, allow_array: bool) -> Iterator[int]:
     return (index for index, char in enumerate(text) if char in opens)
 
 
+_STRICT_DECODE = msgspec.json.Decoder().decode
+
+
+def _strict(text: str, allow_array: bool) -> Any:
+    """Fast path: the whole text is one strict JSON object (or array); else ``_MISSING``."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in ("{[" if allow_array else "{"):
+        return _MISSING
+    try:
+        return _STRICT_DECODE(stripped)
+    except (msgspec.DecodeError, RecursionError):
+        return _MISSING
+
+
 def find_json(text: str, *, allow_array: bool = False) -> Any | None:
     """The first JSON object (or array, with ``allow_array``) in free model output, or None.
 
@@ -471,6 +487,9 @@ def find_json(text: str, *, allow_array: bool = False) -> Any | None:
     that, the first unbalanced opener of each candidate is read as truncated text (open strings
     and containers closed, an incomplete trailing key or value dropped). Never raises.
     """
+    value = _strict(text, allow_array)
+    if value is not _MISSING:
+        return value
     truncated: list[str] = []
     for candidate in candidate_texts(text):
         openers = _Candidate(candidate)
@@ -521,6 +540,8 @@ def has_complete_value(text: str, *, allow_array: bool = False) -> bool:
     Scanning stops at the first unclosed opener: an inner object that closes inside an
     unfinished outer one (``{"action": "x", "arguments": {}``) does not count. Never raises.
     """
+    if _strict(text, allow_array) is not _MISSING:
+        return True
     openers = _Candidate(text)
     for start in _openers(text, allow_array):
         if openers.end_of(start) is None:

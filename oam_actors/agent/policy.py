@@ -109,6 +109,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     repairs_invalid_output: bool = True
     decision_temperature: float = 0.0
     decision_max_tokens: int = 256
+    # Quota-scheduler hint copied onto every step request: "dialogue", "decision" or "background".
+    priority: str = "dialogue"
 
 
 class TurnOverrides(msgspec.Struct, frozen=True, kw_only=True):

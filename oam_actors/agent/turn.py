@@ -479,6 +479,7 @@ class Turn:
             tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
             owner=agent.owner,
+            priority=options.priority,
         )
         return request, trimmed
 

@@ -11,7 +11,11 @@ Contract
   written after every event its work produced (object actors hand events to the outbox
   synchronously, before their reply resolves).
 - ``shutdown`` cancels all work, waits (bounded) for the cancelled requests' answers, answers
-  ``{}``; afterwards every request gets ``-32023 shut_down``.
+  ``{}``; afterwards every request gets ``-32023 shut_down`` (in :meth:`Bridge.serve`: the lines
+  already read when ``shutdown`` is answered; then it returns).
+- At end of input with draining (:meth:`Bridge.serve`), the client can no longer answer
+  ``tool/call``: every outstanding and every later call gets an error output at once, so no turn
+  waits for an answer that cannot come.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from .registry import Call, Deferred, Extension, MethodRegistry
 __all__ = ["Bridge"]
 
 _log = logging.getLogger(__name__)
+
+NO_CLIENT_ANSWER = "The client closed its input before answering."
 
 
 class Bridge:
@@ -70,6 +76,7 @@ class Bridge:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._tool_counter = itertools.count(1)
         self._tool_routes: dict[str, tuple[Address, str]] = {}
+        self._input_closed = False
         self._inflight = 0
         self._session_number = 0
         self._idle = anyio.Event()
@@ -88,9 +95,11 @@ class Bridge:
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         assert self._task_group is not None
-        if not self.shut_down:
-            await self._cancel_everything()
-        await self.outbox.aclose()
+        # Cleanup is bounded (grace periods) and must run even when the caller is cancelled.
+        with anyio.CancelScope(shield=True):
+            if not self.shut_down:
+                await self._cancel_everything()
+            await self.outbox.aclose()
         self._task_group.cancel_scope.cancel()
         return await self._task_group.__aexit__(*exc_info)
 
@@ -105,10 +114,10 @@ class Bridge:
             async with anyio.create_task_group() as reader:
 
                 async def read() -> None:
+                    # After shutdown, lines already read are still answered (-32023) until the
+                    # next read yields and stop_when_closed ends the loop.
                     async for line in lines:
                         await self.receive(line)
-                        if self.closed.is_set():
-                            break
                     reader.cancel_scope.cancel()
 
                 async def stop_when_closed() -> None:
@@ -118,6 +127,7 @@ class Bridge:
                 reader.start_soon(read)
                 reader.start_soon(stop_when_closed)
             if drain_on_eof and not self.shut_down:
+                self._close_input()
                 await self._idle.wait()
 
     # --- inbound -----------------------------------------------------------------------------
@@ -225,6 +235,8 @@ class Bridge:
         self._tool_routes[tool_id] = (target, call.id)
         params = {**params_head, "requestId": request_id, "call": msgspec.to_builtins(call)}
         self.outbox.put_nowait(jsonrpc.encode_request(tool_id, "tool/call", params))
+        if self._input_closed:
+            self._answer_for_gone_client(tool_id)
         return tool_id
 
     def release_tool(self, tool_request_id: str) -> None:
@@ -243,6 +255,17 @@ class Bridge:
             await ref.ask_control(ToolResult(call_id, tool_output_from_reply(reply)))
         except Exception as exc:  # the object went away meanwhile: nobody waits for this answer
             _log.info("tool reply %r not delivered: %s", reply.id, exc)
+
+    def _close_input(self) -> None:
+        """End of input: nobody can answer ``tool/call`` any more (outstanding or later)."""
+        self._input_closed = True
+        for tool_id in list(self._tool_routes):
+            self._answer_for_gone_client(tool_id)
+
+    def _answer_for_gone_client(self, tool_id: str) -> None:
+        assert self._task_group is not None
+        reply = jsonrpc.Response(tool_id, error={"message": NO_CLIENT_ANSWER})
+        self._task_group.start_soon(self._route_tool_reply, reply)
 
     # --- shutdown ----------------------------------------------------------------------------
 

@@ -164,7 +164,7 @@ def _seconds_until(instant: dt.datetime | None, now: dt.datetime) -> float | Non
     if instant is None:
         return None
     if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=dt.timezone.utc)
+        instant = instant.replace(tzinfo=dt.UTC)
     return max(0.0, (instant - now).total_seconds())
 
 
@@ -173,7 +173,7 @@ def _clamp(seconds: float) -> float:
 
 
 def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _text(value: str | bytes) -> str:

@@ -72,7 +72,9 @@ class SseParser:
         self._buffer += chunk
         if self._at_start and not self._skip_bom():
             return []
-        frames, consumed = self._split(scan)
+        frames, consumed, oversized = _split(self._buffer, scan, self._max_frame)
+        if oversized:
+            self._fail(f"SSE frame exceeds {self._max_frame} bytes")
         del self._buffer[:consumed]
         if len(self._buffer) > self._max_buffer:
             self._fail(f"SSE buffer exceeds {self._max_buffer} bytes")
@@ -108,18 +110,24 @@ class SseParser:
         self._at_start = False
         return True
 
-    def _split(self, scan: int) -> tuple[list[SseFrame], int]:
-        frames: list[SseFrame] = []
-        start = 0
-        for match in _DELIMITER.finditer(self._buffer, scan):
-            end = match.start()
-            if end - start > self._max_frame:
-                self._fail(f"SSE frame exceeds {self._max_frame} bytes")
-            frame = _parse_frame(bytes(self._buffer[start:end]))
-            if frame is not None:
-                frames.append(frame)
-            start = match.end()
-        return frames, start
+
+def _split(buffer: bytearray, scan: int, max_frame: int) -> tuple[list[SseFrame], int, bool]:
+    """Complete frames from ``scan`` on, bytes consumed, and whether a frame was too large.
+
+    A function of its own: the regex holds an export of ``buffer`` until it returns, and a
+    bytearray cannot be resized while exported.
+    """
+    frames: list[SseFrame] = []
+    start = 0
+    for match in _DELIMITER.finditer(buffer, scan):
+        end = match.start()
+        if end - start > max_frame:
+            return frames, start, True
+        frame = _parse_frame(bytes(buffer[start:end]))
+        if frame is not None:
+            frames.append(frame)
+        start = match.end()
+    return frames, start, False
 
 
 def _parse_frame(raw: bytes) -> SseFrame | None:

@@ -8,7 +8,7 @@ encodable as UTF-8 and values must be JSON data.
 :func:`validate_request` applies those bounds to a whole :class:`~._canonical.Request` and checks
 the canonical rules: a concrete model, messages only, tool messages with a call id, non-empty text
 (an empty text directly before a provider state is allowed: it is a signed empty Gemini part),
-tool and call names ``[A-Za-z0-9_.-]`` (1–256 bytes), call ids 1–256 bytes, non-empty raw
+tool and call names ``[A-Za-z0-9_.-]`` (1-256 bytes), call ids 1-256 bytes, non-empty raw
 arguments, unique tool names and call ids, and namespaced extension keys (``vendor::key``).
 Namespaced tool names (``ns::name``) are valid canonically but no codec here can express them:
 they are rejected as unsupported (capability ``tool_namespaces``) before anything is sent.

@@ -131,7 +131,9 @@ class AnthropicCodec(ProviderCodec):
         headers = self._headers(stream) | {"anthropic-version": self.version}
         return EncodedRequest(self.path, headers, encode_json(body))
 
-    def _blocks(self, blocks: list[ContentBlock], model: str, wire_ids: dict[str, str], where: str) -> list[dict[str, Any]]:
+    def _blocks(
+        self, blocks: list[ContentBlock], model: str, wire_ids: dict[str, str], where: str
+    ) -> list[dict[str, Any]]:
         wire: list[dict[str, Any]] = []
         for index, block in enumerate(blocks):
             if isinstance(block, Text):
@@ -141,7 +143,10 @@ class AnthropicCodec(ProviderCodec):
                 wire.append({"type": "image", "source": source})
             elif isinstance(block, Reasoning):
                 if not _signed_next(blocks, index):
-                    raise unsupported("Anthropic cannot replay unsigned reasoning", {"field": f"{where}.reasoning", "reason": "unsigned"})
+                    raise unsupported(
+                        "Anthropic cannot replay unsigned reasoning",
+                        {"field": f"{where}.reasoning", "reason": "unsigned"},
+                    )
             elif isinstance(block, ToolCall):
                 wire.append(_tool_use(block, wire_ids))
             else:
@@ -151,7 +156,10 @@ class AnthropicCodec(ProviderCodec):
 
     def _tool_result(self, message: Message, model: str, wire_ids: dict[str, str]) -> dict[str, Any]:
         if any(not isinstance(b, Text | Image) for b in message.content):
-            raise unsupported("Anthropic tool results carry text and images only", {"field": "tool.content", "reason": "text_or_image_only"})
+            raise unsupported(
+                "Anthropic tool results carry text and images only",
+                {"field": "tool.content", "reason": "text_or_image_only"},
+            )
         call_id = message.tool_call_id or ""
         return {
             "type": "tool_result",
@@ -188,7 +196,9 @@ class AnthropicCodec(ProviderCodec):
 class _Block:
     """One streamed content block being assembled."""
 
-    def __init__(self, kind: str, *, call_id: str = "", name: str = "", initial_input: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, kind: str, *, call_id: str = "", name: str = "", initial_input: dict[str, Any] | None = None
+    ) -> None:
         self.kind = kind
         self.call_id = call_id
         self.name = name
@@ -367,13 +377,23 @@ def _tool_use(call: ToolCall, wire_ids: dict[str, str]) -> dict[str, Any]:
 
 def _thinking(state: ProviderState) -> dict[str, Any]:
     payload = state.payload
-    if not (isinstance(payload, dict) and isinstance(payload.get("thinking"), str) and isinstance(payload.get("signature"), str)):
-        raise unsupported("Signed thinking requires its thinking and signature", {"field": "provider_state", "reason": "payload"})
+    if not (
+        isinstance(payload, dict)
+        and isinstance(payload.get("thinking"), str)
+        and isinstance(payload.get("signature"), str)
+    ):
+        raise unsupported(
+            "Signed thinking requires its thinking and signature", {"field": "provider_state", "reason": "payload"}
+        )
     return {"type": "thinking", "thinking": payload["thinking"], "signature": payload["signature"]}
 
 
 def _tool(tool: ToolDefinition) -> dict[str, Any]:
-    return {"name": tool.name, "description": tool.description or "", "input_schema": tool.input_schema or {"type": "object"}}
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": tool.input_schema or {"type": "object"},
+    }
 
 
 def _decoded_block(block: dict[str, Any], origin: Affinity) -> ContentBlock | None:

@@ -105,7 +105,10 @@ _CONSTRAINTS = {
     "response_modalities": "responseModalities",
 }
 # Output constraints the canonical model can only carry with one value.
-_ONLY = {"candidate_count": (1, "canonical_subset_requires_one"), "response_modalities": (["TEXT"], "canonical_subset_requires_text")}
+_ONLY = {
+    "candidate_count": (1, "canonical_subset_requires_one"),
+    "response_modalities": (["TEXT"], "canonical_subset_requires_text"),
+}
 _CONTEXT_HINT = re.compile(r"token.*(exceed|limit|too long)", re.IGNORECASE)
 _RETRY_INFO = "google.rpc.RetryInfo"
 
@@ -176,7 +179,9 @@ class GoogleCodec(ProviderCodec):
         stop = tool_aware(_finish_reason(finish), walker.has_calls)
         usage = _usage(obj["usageMetadata"]) if obj.get("usageMetadata") is not None else None
         output = assemble(events).output
-        return Response(output=output, stop_reason=stop, usage=usage, model=opt_str(obj.get("modelVersion"), "modelVersion"))
+        return Response(
+            output=output, stop_reason=stop, usage=usage, model=opt_str(obj.get("modelVersion"), "modelVersion")
+        )
 
     def _error_details(self, obj: dict[str, Any]) -> ErrorDetails:
         error = obj.get("error")
@@ -320,7 +325,10 @@ def _part(block: ContentBlock, calls: dict[str, ToolCall]) -> dict[str, Any]:
         return {"inlineData": {"mimeType": block.media_type, "data": block.data}}
     assert isinstance(block, ToolCall)
     calls[block.id] = block
-    call: dict[str, Any] = {"name": block.name, "args": arguments_object(block.arguments, f"tool call {block.id}", invalid_request)}
+    call: dict[str, Any] = {
+        "name": block.name,
+        "args": arguments_object(block.arguments, f"tool call {block.id}", invalid_request),
+    }
     if block.native_id:
         call["id"] = block.native_id
     return {"functionCall": call}
@@ -340,7 +348,11 @@ def _apply_signature(parts: list[dict[str, Any]], payload: Any, after_part: bool
 def _signed_payload(payload: Any) -> tuple[dict[str, Any], Any, Any]:
     part = payload.get("part") if isinstance(payload, dict) else None
     position = payload.get("position") if isinstance(payload, dict) else None
-    if not isinstance(part, dict) or not isinstance(part.get("thoughtSignature"), str) or not isinstance(position, dict):
+    if (
+        not isinstance(part, dict)
+        or not isinstance(part.get("thoughtSignature"), str)
+        or not isinstance(position, dict)
+    ):
         raise unsupported(
             "Google thought signature state requires an exact signed part and position",
             {"field": "provider_state", "reason": "legacy_payload"},
@@ -391,7 +403,9 @@ def _generation_config(request: Request) -> dict[str, Any]:
                     {"field": f"{source}.{key}", "reason": "unsupported_google_mapping"},
                 )
             if key in _ONLY and value != _ONLY[key][0]:
-                raise unsupported(f"Google {key} must be {_ONLY[key][0]!r}", {"field": f"{source}.{key}", "reason": _ONLY[key][1]})
+                raise unsupported(
+                    f"Google {key} must be {_ONLY[key][0]!r}", {"field": f"{source}.{key}", "reason": _ONLY[key][1]}
+                )
             config[table[key]] = value
     return config
 

@@ -126,7 +126,9 @@ class OpenAICodec(ProviderCodec):
             if isinstance(block, Text):
                 parts.append({"type": "text", "text": block.text})
             elif isinstance(block, Image):
-                parts.append({"type": "image_url", "image_url": {"url": f"data:{block.media_type};base64,{block.data}"}})
+                parts.append(
+                    {"type": "image_url", "image_url": {"url": f"data:{block.media_type};base64,{block.data}"}}
+                )
             elif isinstance(block, Reasoning):
                 reasoning.append(block.text)
             elif isinstance(block, ToolCall):
@@ -368,4 +370,6 @@ def _several_choices() -> CodecError:
 
 
 def _refusal() -> CodecError:
-    return lossy("OpenAI refusal cannot be represented", {"field": "refusal", "reason": "refusal"}, error_code=ErrorCode.REFUSAL)
+    return lossy(
+        "OpenAI refusal cannot be represented", {"field": "refusal", "reason": "refusal"}, error_code=ErrorCode.REFUSAL
+    )

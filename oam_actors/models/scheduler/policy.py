@@ -74,7 +74,7 @@ class Priority(enum.IntEnum):
 class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
     """One backend's quota and how the policy adapts to it. ``None`` means no limit.
 
-    A Pixel running Gemini Nano fails with BUSY after about 36–41 generations in its rolling
+    A Pixel running Gemini Nano fails with BUSY after about 36-41 generations in its rolling
     window; pacing it at ``min_interval_seconds=1.0`` and honouring ML Kit's retry delay avoids
     that.
     """
@@ -204,6 +204,7 @@ class _FairQueue:
         self._serial = itertools.count()
         self._vtime = 0.0
         self._count = 0
+        self._sweep_at = 64
 
     def __len__(self) -> int:
         return self._count
@@ -212,8 +213,8 @@ class _FairQueue:
         name = entry.ticket.owner
         owner = self._owners.get(name)
         if owner is None:
-            owner = self._owners[name] = _Owner(self._vtime)
             self._forget_idle_owners()
+            owner = self._owners[name] = _Owner(self._vtime)
         if not owner.entries:
             self._schedule(name, owner, entry)
         owner.entries.append(entry)
@@ -261,14 +262,16 @@ class _FairQueue:
         heapq.heappush(self._heap, (start, next(self._serial), name, entry))
 
     def _forget_idle_owners(self) -> None:
-        # An idle owner whose finish tag virtual time has passed is the same as a new one; sweep
-        # them now and then so that memory follows the queued owners, not every owner ever seen.
-        if len(self._owners) <= 2 * self._count + 64:
+        # An idle owner whose finish tag virtual time has passed is the same as a new one. Sweep
+        # them whenever the table has doubled since the last sweep: memory follows the owners
+        # that matter, not every owner ever seen, at amortised constant cost.
+        if len(self._owners) < self._sweep_at:
             return
         vtime = self._vtime
         idle = [n for n, o in self._owners.items() if not o.entries and o.finish <= vtime]
         for name in idle:
             del self._owners[name]
+        self._sweep_at = 2 * len(self._owners) + 64
 
 
 class QuotaPolicy:

@@ -165,9 +165,12 @@ class QuotaScheduler:
         finally:
             self._release(waiter.ticket.id, admission.tokens_used)
 
-    def throttled(self, *, retry_after: float | None = None, observed_limit: int | None = None) -> None:
+    def throttled(
+        self, *, retry_after: float | None = None, observed_limit: int | None = None
+    ) -> None:
         """The backend refused a request for quota (BUSY, 429): cool down and adapt."""
-        self._policy.on_throttled(self._clock.now(), retry_after=retry_after, observed_limit=observed_limit)
+        now = self._clock.now()
+        self._policy.on_throttled(now, retry_after=retry_after, observed_limit=observed_limit)
         self._pump()
 
     def rate_limit_headers(
@@ -192,12 +195,13 @@ class QuotaScheduler:
 
     # -- waiting ---------------------------------------------------------------------------
 
-    def _enqueue(self, owner: str, priority: Priority, tokens: int, deadline_seconds: float | None) -> _Waiter:
+    def _enqueue(
+        self, owner: str, priority: Priority, tokens: int, deadline_seconds: float | None
+    ) -> _Waiter:
         now = self._clock.now()
         deadline = None if deadline_seconds is None else now + deadline_seconds
-        ticket = Ticket(
-            id=next(self._ids), owner=owner, priority=priority, tokens=tokens, enqueued_at=now, deadline=deadline
-        )
+        ticket = Ticket(id=next(self._ids), owner=owner, priority=priority, tokens=tokens,
+                        enqueued_at=now, deadline=deadline)
         try:
             self._policy.submit(ticket)
         except TicketTooLarge as exc:

@@ -1,0 +1,176 @@
+"""What an NPC's model requests say: instructions, the per-turn context note, the reply schema.
+
+Pure functions of persona, options, memory and tool names (protocol-game §6.1, §6.4, §6.5, §6.9,
+§6.10). The instructions are byte-stable for a given persona, options, tool set and secret
+visibility, so backends can cache the prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..agent.schema import Schema
+from ..agent.tools import ToolCallRecord, compact_json
+from ..agent.transcript import ResponseEntry
+from ..errors import ErrorCode
+from ._dialogue import PLAYER_LABEL
+from ._text import trimmed_or_none
+from .memory import NPCMemory, secret_visibility
+from .options import MemoryTool, NPCOptions
+from .persona import Persona
+
+__all__ = [
+    "SILENT_LINE",
+    "UNUSABLE",
+    "bark_prompt",
+    "context_note",
+    "facts_note",
+    "instructions",
+    "memory_note",
+    "reply_schema",
+    "spoken_response",
+    "summary_instructions",
+    "turn_prompt",
+]
+
+SILENT_LINE = "(The player says nothing.)"
+UNUSABLE = frozenset({ErrorCode.GUARDRAIL_VIOLATION, ErrorCode.REFUSAL, ErrorCode.GENERATION_FAILED})
+"""Codes meaning "the model answered, but the answer cannot be used" (Android's superset)."""
+
+_MAX_RETRY_FACTS = 6
+_MAX_FACT_CHARS = 400
+_MEMORY_TOOL_NAMES = frozenset(tool.tool_name for tool in MemoryTool)
+
+
+def instructions(
+    persona: Persona, options: NPCOptions, tool_names: Sequence[str], memory: NPCMemory, *, text_reply: bool
+) -> str:
+    """The persona's instructions plus memory-tool hints and, for text replies, the tag rule."""
+    extra = []
+    if (more := trimmed_or_none(options.extra_instructions)) is not None:
+        extra.append(more)
+    if MemoryTool.REMEMBER_FACT.tool_name in tool_names:
+        extra.append("- When the player tells you something worth remembering, call remember_fact.")
+    if MemoryTool.CHANGE_RELATIONSHIP.tool_name in tool_names:
+        extra.append("- When the player clearly pleases or offends you, call change_relationship.")
+    if text_reply:
+        extra.append("- Begin every spoken reply with your current emotion in square brackets, such as [happy] or [angry].")
+    return persona.instructions(
+        "\n".join(extra) or None,
+        uses_tools=any(name not in _MEMORY_TOOL_NAMES for name in tool_names),
+        secret_visibility=secret_visibility(options.secrets_unlock_at_relationship, memory.relationship),
+    )
+
+
+def memory_note(memory: NPCMemory, options: NPCOptions) -> str | None:
+    return memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)
+
+
+def context_note(
+    memory: NPCMemory,
+    options: NPCOptions,
+    world_summary: str | None,
+    situation: str | None,
+    facts: Sequence[ToolCallRecord] = (),
+) -> str | None:
+    """Memory, ``Game state:``, ``Situation:`` (this turn only) and, for a text retry, the facts
+    tools already returned. The player's words stay the prompt on their own."""
+    parts = []
+    if (note := memory_note(memory, options)) is not None:
+        parts.append(note)
+    if (summary := trimmed_or_none(world_summary)) is not None:
+        parts.append(f"Game state:\n{summary}")
+    if (now := trimmed_or_none(situation)) is not None:
+        parts.append(f"Situation: {now}")
+    if (looked_up := facts_note(facts)) is not None:
+        parts.append(looked_up)
+    return "\n".join(parts) or None
+
+
+def facts_note(records: Sequence[ToolCallRecord]) -> str | None:
+    """Successful tool results of the failed attempt, so a text retry stays grounded without
+    running the tools again."""
+    results = [r for r in records if not r.output.is_error][:_MAX_RETRY_FACTS]
+    if not results:
+        return None
+    lines = ["Facts you just looked up:"]
+    for record in results:
+        arguments = f" {compact_json(record.call.arguments)}" if record.call.arguments else ""
+        output = record.output.model_text().strip()[:_MAX_FACT_CHARS]
+        lines.append(f"- {record.call.name}{arguments} gave: {output}")
+    return "\n".join(lines)
+
+
+def summary_instructions(persona: Persona) -> str:
+    name = persona.name
+    return (
+        f"You keep {name}'s memory of talking with the player in a video game. "
+        f"Merge the new conversation into the summary so far. When {name}'s turns list fields, "
+        'only the "line" was spoken aloud. '
+        f"Keep names, promises, deals, items, prices, facts learned and how {name} feels about the player. "
+        "Write at most 100 words of plain prose in the third person."
+    )
+
+
+def turn_prompt(player_line: str) -> str:
+    """The player's words, or the silent-turn marker."""
+    return trimmed_or_none(player_line) or SILENT_LINE
+
+
+def bark_prompt(situation: str | None, world_summary: str | None) -> str:
+    """A silent dialogue moment (framed like a turn: commands trip safety filters more often)."""
+    lines = []
+    if (summary := trimmed_or_none(world_summary)) is not None:
+        lines.append(f"Game state:\n{summary}")
+    lines.append(f"Situation: {trimmed_or_none(situation) or 'An ordinary moment.'}")
+    lines.append(f"{PLAYER_LABEL}: {SILENT_LINE}")
+    return "\n".join(lines)
+
+
+def reply_schema(persona: Persona, options: NPCOptions) -> Schema:
+    """Emotion first (it sets the tone), then the line, then the suggestions. Counts are
+    described, not enforced: two suggestions instead of three is not worth a repair step."""
+    name = persona.name.strip()
+    sentences = persona.sentence_limit
+    properties: dict[str, Any] = {
+        "emotion": {
+            "type": "string",
+            "description": (
+                f"How {name} feels right now, given their personality and what the player just said. "
+                "Use neutral only when no feeling fits."
+            ),
+            "enum": [e.value for e in options.allowed_emotions],
+        },
+        "line": {
+            "type": "string",
+            "description": (
+                f"What {name} says out loud, in character. At most {sentences} short "
+                f"{'sentence' if sentences == 1 else 'sentences'}. If {name} looked something up for this "
+                "message, name the specific facts found (items, prices, numbers)."
+            ),
+        },
+    }
+    count = options.effective_player_option_count
+    if count > 0:
+        properties["player_options"] = {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": f"{count} short, different {'reply' if count == 1 else 'replies'} the player could say next.",
+        }
+    if options.can_end_conversation:
+        properties["ends_conversation"] = {
+            "type": "boolean",
+            "description": f"true only if {name} says goodbye or refuses to talk any more; otherwise false.",
+        }
+    return Schema.compile(
+        {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    )
+
+
+def spoken_response(entry: ResponseEntry) -> str:
+    """How an earlier reply appears in the conversation: only the line that was spoken."""
+    structured = entry.structured
+    if isinstance(structured, dict) and isinstance(structured.get("line"), str):
+        return structured["line"]
+    return entry.text

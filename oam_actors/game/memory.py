@@ -1,0 +1,232 @@
+"""What an NPC remembers: :class:`NPCMemory`, turn-staged changes, the memory tools, secrets.
+
+Contract (protocol-game §6.4, §6.7, §6.8):
+
+- :class:`NPCMemory` is an immutable value: facts (oldest first), a relationship clamped to
+  -100…100 and an optional summary of compacted conversation. Facts compare ignoring case and
+  everything but letters and digits; blank facts are ignored.
+- :class:`MemoryStore` holds the committed memory plus the changes memory tools stage during a
+  turn; :meth:`MemoryStore.commit` applies them when the turn succeeds, :meth:`MemoryStore.discard`
+  drops them on fallback, failure or cancellation.
+- :func:`memory_tools` builds the local ``remember_fact`` / ``change_relationship`` tools.
+- :func:`secret_visibility` decides per turn whether secrets are guarded, shareable or hidden.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..agent.schema import Schema
+from ..agent.tools import ErrorOutput, TextOutput, ToolDefinition, ToolOutput
+from ..errors import invalid_params
+from ._decode import WireObject
+from ._text import joined_list, trimmed_or_none
+from .options import MemoryTool, NPCOptions
+from .persona import SecretVisibility
+
+__all__ = [
+    "RELATIONSHIP_MAX",
+    "RELATIONSHIP_MIN",
+    "MemoryStore",
+    "NPCMemory",
+    "attitude",
+    "memory_tools",
+    "secret_visibility",
+]
+
+RELATIONSHIP_MIN = -100
+RELATIONSHIP_MAX = 100
+
+
+def attitude(value: int) -> str:
+    """The one-word attitude for a relationship value."""
+    if value < -60:
+        return "hostile"
+    if value < -20:
+        return "unfriendly"
+    if value <= 20:
+        return "neutral"
+    if value <= 60:
+        return "friendly"
+    return "trusting"
+
+
+def _clamp(value: int) -> int:
+    return min(max(value, RELATIONSHIP_MIN), RELATIONSHIP_MAX)
+
+
+def _fact_key(fact: str) -> str:
+    return "".join(c for c in fact.lower() if c.isalnum())
+
+
+@dataclasses.dataclass(frozen=True)
+class NPCMemory:
+    """Facts (oldest first), the relationship (clamped on construction) and a summary."""
+
+    facts: tuple[str, ...] = ()
+    relationship: int = 0
+    summary: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "facts", tuple(self.facts))
+        object.__setattr__(self, "relationship", _clamp(self.relationship))
+
+    @property
+    def attitude(self) -> str:
+        return attitude(self.relationship)
+
+    def knows(self, fact: str) -> bool:
+        key = _fact_key(fact)
+        return any(_fact_key(known) == key for known in self.facts)
+
+    def remembering(self, fact: str, limit: int | None = None) -> NPCMemory:
+        """With ``fact`` added unless blank or known; beyond ``limit`` the oldest facts go."""
+        cleaned = trimmed_or_none(fact)
+        if cleaned is None or self.knows(cleaned):
+            return self
+        facts = (*self.facts, cleaned)
+        if limit is not None and limit >= 0 and len(facts) > limit:
+            facts = facts[len(facts) - limit :]
+        return dataclasses.replace(self, facts=facts)
+
+    def adjusting_relationship(self, delta: int) -> NPCMemory:
+        return dataclasses.replace(self, relationship=self.relationship + delta)
+
+    def note(self, *, include_relationship: bool) -> str | None:
+        """The ``Memory:`` block of the system text, or ``None`` when there is nothing to say."""
+        lines = []
+        if include_relationship or self.relationship != 0:
+            lines.append(
+                f"- You feel {self.attitude} toward the player ({self.relationship} on a scale from -100 to 100)."
+            )
+        if (facts := joined_list(self.facts)) is not None:
+            lines.append(f"- You remember: {facts}")
+        if (summary := trimmed_or_none(self.summary)) is not None:
+            lines.append(f"- Earlier conversation: {summary}")
+        return "Memory:\n" + "\n".join(lines) if lines else None
+
+    def to_wire(self) -> dict[str, Any]:
+        """``{"facts", "relationship", "summary"?}``."""
+        wire: dict[str, Any] = {"facts": list(self.facts), "relationship": self.relationship}
+        if self.summary is not None:
+            wire["summary"] = self.summary
+        return wire
+
+    @classmethod
+    def from_wire(cls, value: Any, path: str = "memory") -> NPCMemory:
+        """Decode ``{"facts"?, "relationship"?, "summary"?}``; ``None`` is empty memory."""
+        if value is None:
+            return cls()
+        if not isinstance(value, dict):
+            raise invalid_params(f"'{path}' must be an object.")
+        wire = WireObject(value, path)
+        return cls(
+            facts=wire.string_list("facts", ()),
+            relationship=wire.integer("relationship", 0),
+            summary=wire.optional_string("summary"),
+        )
+
+
+class MemoryStore:
+    """The committed memory and the changes staged by the running turn's memory tools."""
+
+    __slots__ = ("_delta", "_facts", "memory")
+
+    def __init__(self, memory: NPCMemory) -> None:
+        self.memory = memory
+        self._facts: list[str] = []
+        self._delta = 0
+
+    def stage_fact(self, fact: str) -> bool:
+        """Stage ``fact``; ``False`` when it is already known or staged."""
+        probe = self.memory
+        for staged in self._facts:
+            probe = probe.remembering(staged)
+        if probe.remembering(fact) is probe:
+            return False
+        self._facts.append(fact.strip())
+        return True
+
+    def stage_relationship(self, delta: int) -> int:
+        """Stage a change; returns the value committing now would give."""
+        self._delta += delta
+        return self.memory.adjusting_relationship(self._delta).relationship
+
+    def commit(self, max_facts: int) -> NPCMemory:
+        """Apply the staged changes (oldest facts beyond ``max_facts`` dropped); returns the memory."""
+        memory = self.memory
+        for fact in self._facts:
+            memory = memory.remembering(fact, limit=max_facts)
+        self.memory = memory.adjusting_relationship(self._delta)
+        self.discard()
+        return self.memory
+
+    def discard(self) -> None:
+        self._facts = []
+        self._delta = 0
+
+
+def secret_visibility(threshold: int | None, relationship: int) -> SecretVisibility:
+    """No threshold: guarded; at or above it: shareable; below: hidden."""
+    if threshold is None:
+        return SecretVisibility.GUARDED
+    return SecretVisibility.SHAREABLE if relationship >= threshold else SecretVisibility.HIDDEN
+
+
+def memory_tools(options: NPCOptions, store: MemoryStore) -> list[ToolDefinition]:
+    """The enabled memory tools, in protocol order, bound to ``store``."""
+    tools = []
+    if MemoryTool.REMEMBER_FACT in options.memory_tools:
+        tools.append(_remember_fact(store))
+    if MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools:
+        tools.append(_change_relationship(store, max(1, options.max_relationship_change)))
+    return tools
+
+
+def _object_schema(properties: dict[str, Any]) -> Schema:
+    return Schema.compile({"type": "object", "properties": properties, "required": list(properties)})
+
+
+def _remember_fact(store: MemoryStore) -> ToolDefinition:
+    async def handler(arguments: dict[str, Any]) -> ToolOutput:
+        fact = arguments.get("fact")
+        if not isinstance(fact, str) or not fact.strip():
+            return ErrorOutput("The fact is empty.")
+        return TextOutput("Remembered." if store.stage_fact(fact) else "You already know that.")
+
+    schema = _object_schema(
+        {"fact": {"type": "string", "description": "One short fact, for example 'The player's name is Aria.'"}}
+    )
+    return ToolDefinition(
+        MemoryTool.REMEMBER_FACT.tool_name,
+        "Remember an important fact about the player or the world for later conversations.",
+        schema,
+        handler=handler,
+    )
+
+
+def _change_relationship(store: MemoryStore, limit: int) -> ToolDefinition:
+    async def handler(arguments: dict[str, Any]) -> ToolOutput:
+        delta = min(max(int(arguments.get("delta", 0)), -limit), limit)
+        value = store.stage_relationship(delta)
+        return TextOutput(f"You now feel {attitude(value)} toward the player ({value}).")
+
+    # The range is described, not enforced: a small model overshoots ("-50"), and the intent is
+    # clear, so the handler clamps instead of spending a repair step.
+    schema = _object_schema(
+        {
+            "reason": {"type": "string", "description": "Why your feelings changed, in a few words."},
+            "delta": {
+                "type": "integer",
+                "description": f"From -{limit} (the player upset you) to {limit} (the player pleased you).",
+            },
+        }
+    )
+    return ToolDefinition(
+        MemoryTool.CHANGE_RELATIONSHIP.tool_name,
+        "Change how much you like the player when they clearly please or offend you.",
+        schema,
+        handler=handler,
+    )
+

@@ -1,0 +1,334 @@
+"""Prompt layout, task texts, history trimming and system text: protocol-core §6.7, §9 items 81, 83."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from oam_actors.agent import Agent, AgentOptions, Schema, parse_tool_definitions
+from oam_actors.agent import prompts
+from oam_actors.agent.envelope import Call, parse_envelope
+from oam_actors.agent.prompts import Labels
+from oam_actors.agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCall
+from oam_actors.agent.transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry, Transcript
+from oam_actors.models.scripted import ScriptedModel, ScriptStep, ScriptStyle
+
+MENU = {"ale": 3, "stew": 5, "bread": 1}
+TOOLS_WIRE = [
+    {"name": "check_menu", "description": "See the menu."},
+    {
+        "name": "take_order",
+        "description": "Order food.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "item": {"type": "string", "enum": ["ale", "stew", "bread"], "description": "menu item"},
+                "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+            },
+            "required": ["item"],
+        },
+    },
+]
+TOOLS, _ = parse_tool_definitions(TOOLS_WIRE)
+
+
+def use(name: str, arguments: dict[str, Any], output: Any) -> ToolUseEntry:
+    return ToolUseEntry(ToolCall("call_x", name, arguments), output)
+
+
+PRICE_TURN: list[Entry] = [
+    PromptEntry("Price?"),
+    use("check_menu", {}, JsonOutput(MENU)),
+    ResponseEntry("Ale is 3."),
+]
+
+
+# --- system text -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("instructions", "note", "expected"),
+    [
+        ("You are Mira.", "The guest is a dwarf.", "You are Mira.\n\nThe guest is a dwarf."),
+        ("  You are Mira.\n", None, "You are Mira."),
+        (None, " The guest is a dwarf. ", "The guest is a dwarf."),
+        ("   ", "", ""),
+        (None, None, ""),
+    ],
+)
+def test_system_text(instructions: str | None, note: str | None, expected: str) -> None:
+    assert prompts.system_text(instructions, note) == expected
+
+
+async def test_system_text_is_byte_stable_across_steps_and_turns() -> None:
+    model = ScriptedModel(
+        [ScriptStep.call("check_menu"), ScriptStep.respond(), ScriptStep.say("Ale is 3."),
+         ScriptStep.respond(), ScriptStep.say("Bye.")],
+        style=ScriptStyle.ENVELOPE,
+    )
+    agent = Agent(model, instructions="You are Mira.", context_note="The guest is a dwarf.", tools=TOOLS)
+    await agent.respond("Price?")
+    await agent.respond("Bye")
+    assert {r.system for r in model.requests} == {"You are Mira.\n\nThe guest is a dwarf."}
+
+
+# --- layout ----------------------------------------------------------------------------------
+
+
+def build(history: list[Entry], prompt: str, *, plain_task: str | None = None,
+          uses: list[ToolUseEntry] = (), labels: Labels = Labels(), **kwargs: Any) -> str:  # type: ignore[assignment]
+    return prompts.build_prompt(
+        history=history, prompt=prompt, turn_tool_uses=list(uses), task="TASK", labels=labels,
+        plain_task=plain_task, **kwargs,
+    )
+
+
+def test_a_plain_first_request_is_the_users_text() -> None:
+    assert build([], "Hello there", plain_task="") == "Hello there"
+    assert build([], "Hello there", plain_task="FORM") == "Hello there\n\nFORM"
+
+
+def test_a_decide_step_is_never_plain() -> None:
+    assert build([], "Hello there") == "Conversation:\nUser: Hello there\n\nTASK"
+
+
+def test_a_blank_prompt_is_not_a_plain_request_and_gets_no_user_line() -> None:
+    assert build([], "  ", plain_task="") == "Conversation:\n\nTASK"
+
+
+def test_this_turns_tool_uses_follow_the_prompt() -> None:
+    uses = [use("take_order", {"item": "ale", "quantity": 2}, ErrorOutput("Out of ale."))]
+    assert build([], "Two ales", plain_task="", uses=uses) == (
+        'Conversation:\nUser: Two ales\n[take_order {"item":"ale","quantity":2} → Error: Out of ale.]\n\nTASK'
+    )
+
+
+def test_history_is_rendered_as_labelled_lines() -> None:
+    assert build(PRICE_TURN, "Hello again", labels=Labels("Player", "Mira")) == (
+        "Conversation:\n"
+        "Player: Price?\n"
+        '[check_menu → {"ale":3,"stew":5,"bread":1}]\n'
+        "Mira: Ale is 3.\n"
+        "Player: Hello again\n"
+        "\n"
+        "TASK"
+    )
+
+
+def test_structured_replies_in_history_are_key_value_text() -> None:
+    history: list[Entry] = [
+        PromptEntry("Hi"),
+        ResponseEntry('{"emotion":"happy","line":"Welcome!","tags":["a"]}',
+                      {"emotion": "happy", "line": "Welcome!", "tags": ["a"]}),
+    ]
+    assert build(history, "Bye") == (
+        'Conversation:\nUser: Hi\nAssistant: emotion: happy; line: Welcome!; tags: ["a"]\nUser: Bye\n\nTASK'
+    )
+    npc = build(history, "Bye", render_response=lambda entry: entry.structured["line"])
+    assert "Assistant: Welcome!\n" in npc
+
+
+def test_long_tool_outputs_are_cut() -> None:
+    entry = use("read_book", {}, TextOutput("z" * 5000))
+    [line] = prompts.render_entries([entry], Labels())
+    assert line == "[read_book → " + "z" * prompts.TOOL_OUTPUT_LIMIT + "… (truncated)]"
+    assert prompts.TOOL_OUTPUT_LIMIT == 1500
+    short = use("read_book", {}, TextOutput("z" * 1500))
+    assert prompts.render_entries([short], Labels()) == ["[read_book → " + "z" * 1500 + "]"]
+
+
+def test_render_structured() -> None:
+    assert prompts.render_structured({"a": 1, "b": "two", "c": None}) == "a: 1; b: two; c: null"
+    assert prompts.render_structured(["x", 2]) == '["x",2]'
+    assert prompts.render_structured("plain") == "plain"
+
+
+async def test_a_resumed_agent_sees_the_saved_conversation() -> None:
+    """§9 item 81."""
+
+    async def check_menu(arguments: dict[str, Any]) -> Any:
+        return MENU
+
+    tools = [dataclasses.replace(TOOLS[0], handler=check_menu)]
+    first = Agent(
+        ScriptedModel([ScriptStep.call("check_menu"), ScriptStep.respond(), ScriptStep.say("Ale is 3.")],
+                      style=ScriptStyle.ENVELOPE),
+        instructions="You are Mira.",
+        tools=tools,
+    )
+    await first.respond("Price?")
+    text = first.transcript().encode().decode()
+    assert text.startswith(
+        '{"type":"open-android-models.Transcript","version":"1.0","transcript":{"instructions":"You are Mira."'
+    )
+
+    saved = Transcript.decode(text)
+    definitions, _ = parse_tool_definitions(saved.tools)
+    model = ScriptedModel([ScriptStep.respond(), ScriptStep.say("Welcome back.")], style=ScriptStyle.ENVELOPE)
+    resumed = Agent(model, instructions=saved.instructions, context_note="The guest is a dwarf.",
+                    tools=definitions, history=saved.entries)
+    assert (await resumed.respond("Hello again")).text == "Welcome back."
+    for request in model.requests:
+        assert request.prompt.startswith(
+            'Conversation:\nUser: Price?\n[check_menu → {"ale":3,"stew":5,"bread":1}]\n'
+            "Assistant: Ale is 3.\nUser: Hello again"
+        )
+        assert request.system == "You are Mira.\n\nThe guest is a dwarf."
+
+
+# --- task texts ------------------------------------------------------------------------------
+
+
+def test_decide_task_with_respond() -> None:
+    assert prompts.decide_task(TOOLS, allow_respond=True, last_message="Two ales, please") == (
+        "Available tools:\n"
+        "- check_menu: See the menu. Arguments: {}\n"
+        '- take_order: Order food. Arguments: {"item": one of "ale", "stew", "bread" (menu item), '
+        '"quantity"?: integer 1-10}\n'
+        "- respond: answer the user directly, without a tool. Arguments: {}\n"
+        "\n"
+        'The user\'s last message: "Two ales, please"\n'
+        "\n"
+        "Decide the next step. Use a tool only when it is needed to answer; "
+        "if the conversation already has what you need, choose respond.\n"
+        'Answer with one JSON object only, no other text, in this form: {"action": "check_menu", "arguments": {}}\n'
+        'To answer directly: {"action": "respond", "arguments": {}}'
+    )
+
+
+def test_decide_task_when_a_tool_is_required() -> None:
+    task = prompts.decide_task(TOOLS[:1], allow_respond=False, last_message="")
+    assert task == (
+        "Available tools:\n"
+        "- check_menu: See the menu. Arguments: {}\n"
+        "\n"
+        "You must use one of the tools now.\n"
+        'Answer with one JSON object only, no other text, in this form: {"action": "check_menu", "arguments": {}}'
+    )
+
+
+def test_decide_task_quotes_at_most_300_characters_of_the_last_message() -> None:
+    task = prompts.decide_task(TOOLS, allow_respond=True, last_message="word   " * 100)
+    quoted = task.split('The user\'s last message: "')[1].split('"\n')[0]
+    assert len(quoted) == 300
+    assert quoted.endswith("…") and "  " not in quoted
+
+
+@pytest.mark.xfail(strict=True, reason="§6.7 asks for a concrete example envelope; the task shows {…} as a placeholder")
+def test_decide_task_example_envelope_is_a_valid_call() -> None:
+    task = prompts.decide_task(TOOLS[1:], allow_respond=False, last_message="")
+    example = task.split("in this form: ")[1]
+    parsed = parse_envelope(example, ["take_order"], allow_respond=False)
+    assert isinstance(parsed, Call)
+    assert not TOOLS[1].schema.validate(parsed.candidates[0])
+
+
+def test_tool_arguments_task() -> None:
+    assert prompts.tool_arguments_task(TOOLS[1]) == (
+        "You are calling the tool take_order: Order food.\n"
+        "Its arguments are a JSON object with these keys:\n"
+        '- "item": one of "ale", "stew", "bread", menu item\n'
+        '- "quantity" (optional): integer 1-10\n'
+        "Answer with the JSON object of arguments only, no other text."
+    )
+
+
+def test_respond_task() -> None:
+    assert prompts.respond_task(used_tools=False, assistant_label="Mira") == (
+        "Write Mira's reply to the user's last message. Reply in plain text, without a speaker label."
+    )
+    assert "Use the tool results above" in prompts.respond_task(used_tools=True, assistant_label="Mira")
+
+
+def test_structured_task() -> None:
+    schema = Schema.compile({
+        "type": "object",
+        "properties": {"line": {"type": "string"}, "mood": {"type": "string", "enum": ["calm", "angry"]}},
+        "required": ["line"],
+    })
+    first = prompts.structured_task(schema, last_message="Hi", later_turn=False)
+    assert first == (
+        "Answer with one JSON object only, no other text, with these keys:\n"
+        '- "line": string\n'
+        '- "mood" (optional): one of "calm", "angry"'
+    )
+    later = prompts.structured_task(schema, last_message="Hi", later_turn=True)
+    assert later == 'Write a new reply to the user\'s last message: "Hi"\n' + first
+    array = Schema.compile({"type": "array", "items": {"type": "string"}})
+    assert prompts.structured_task(array, last_message="", later_turn=False) == (
+        "Answer with a JSON array only, no other text. Its form:\n[string, …]"
+    )
+
+
+def test_repair_task() -> None:
+    assert prompts.repair_task("TASK", problem="the answer was not a JSON object", previous_answer="hm") == (
+        "TASK\n\nYour previous answer could not be used: the answer was not a JSON object.\n"
+        "Previous answer: hm\nAnswer again, correctly."
+    )
+
+
+def test_summary_input() -> None:
+    assert prompts.summary_input(" Old. ", PRICE_TURN, Labels()) == (
+        "Summary so far:\nOld.\n\n"
+        'Conversation:\nUser: Price?\n[check_menu → {"ale":3,"stew":5,"bread":1}]\nAssistant: Ale is 3.'
+    )
+    assert prompts.summary_input(None, PRICE_TURN[:1], Labels()) == "Conversation:\nUser: Price?"
+
+
+# --- trimming (§6.7, §9 item 83) -------------------------------------------------------------
+
+
+def long_history(turns: int = 10) -> list[Entry]:
+    history: list[Entry] = []
+    for n in range(turns):
+        history += [PromptEntry(f"question {n} " + "q" * 390), ResponseEntry(f"answer {n} " + "a" * 390)]
+    return history
+
+
+async def trimmed_turn(**options: Any) -> tuple[Agent, ScriptedModel, Any]:
+    model = ScriptedModel([ScriptStep.say("Newest answer.")])
+    agent = Agent(model, history=long_history(),
+                  options=AgentOptions(max_input_tokens=1000, reserved_response_tokens=100, **options))
+    result = await agent.respond("newest question")
+    return agent, model, result
+
+
+async def test_trimming_hides_the_oldest_whole_turns() -> None:
+    agent, model, result = await trimmed_turn()
+    trimmed = result.steps[0].trimmed_entries
+    assert trimmed % 2 == 0 and 12 <= trimmed <= 20
+    prompt = model.requests[0].prompt
+    assert "question 0 " not in prompt
+    assert "question 9 " in prompt and "answer 9 " in prompt
+    assert prompt.startswith(f"Conversation:\nUser: question {trimmed // 2} ")
+    assert len(agent.history) == 22  # the transcript keeps everything
+
+
+async def test_trimming_can_be_switched_off() -> None:
+    _, model, result = await trimmed_turn(trim_history=False)
+    assert result.steps[0].trimmed_entries == 0
+    assert "question 0 " in model.requests[0].prompt
+
+
+async def test_trimming_keeps_the_minimum_recent_turns() -> None:
+    _, _, result = await trimmed_turn(minimum_recent_turns=9)
+    assert result.steps[0].trimmed_entries == 2
+
+
+def test_small_conversations_are_never_trimmed() -> None:
+    # 60 % of the budget or less: nothing is measured or hidden, even with a tight budget.
+    history = [PromptEntry("hi"), ResponseEntry("hello")]  # one turn: 4 tokens
+    assert prompts.trim_history(history, fixed_tokens=2, budget=10) == 0
+    assert prompts.trim_history([], fixed_tokens=10_000, budget=10) == 0
+
+
+def test_trimming_drops_turns_only_while_over_budget() -> None:
+    turn = [PromptEntry("x" * 36), ResponseEntry("y" * 26)]  # "User: …\nAssistant: …" = 80 chars → 20 + 1
+    history = turn * 3
+    assert prompts.trim_history(history, fixed_tokens=0, budget=63) == 0
+    assert prompts.trim_history(history, fixed_tokens=0, budget=62) == 2
+    assert prompts.trim_history(history, fixed_tokens=0, budget=21) == 4
+    assert prompts.trim_history(history, fixed_tokens=0, budget=1) == 4  # one turn always stays
+    assert prompts.trim_history(history, fixed_tokens=0, budget=1, minimum_recent_turns=0) == 6
