@@ -24,7 +24,9 @@ from oam_actors.agent import (
     GenerationRequest,
     JsonOutput,
     ModelCapabilities,
+    PartialValue,
     RetryPolicy,
+    Schema,
     StepKind,
     TextDelta,
     TextOutput,
@@ -192,8 +194,6 @@ async def test_cancel_during_the_reply() -> None:
 
 
 async def test_cancel_during_a_structured_step() -> None:
-    from oam_actors.agent import PartialValue, Schema
-
     schema = Schema.compile({"type": "object", "properties": {"a": {"type": "string"}}})
     model = envelope(ScriptStep.say('{"a": "some text here"}', chunks=4))
     agent = Agent(model)

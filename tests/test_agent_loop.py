@@ -39,7 +39,7 @@ from oam_actors.agent import (
     parse_tool_definitions,
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.errors import AgentError, ErrorCode, ProtocolError
 from oam_actors.models.scripted import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}
@@ -414,6 +414,31 @@ async def test_without_repairs_a_failure_ends_the_loop_at_once() -> None:
     assert kinds(result) == ["decide", "respond"]
 
 
+async def test_the_last_attempt_decides_between_reject_and_no_record() -> None:
+    kitchen = Kitchen()
+    bad_arguments = ScriptStep.call("take_order", {"item": "wine", "quantity": 1})
+    unknown = ScriptStep.call("fly")
+    rejected = await agent_with(envelope(unknown, bad_arguments, ScriptStep.say("No.")), kitchen).respond("Go")
+    dropped = await agent_with(envelope(bad_arguments, unknown, ScriptStep.say("No.")), kitchen).respond("Go")
+    assert [r.call.name for r in rejected.tool_calls] == ["take_order"]
+    assert rejected.tool_calls[0].output.is_error
+    assert dropped.tool_calls == []
+    assert kitchen.ran == []
+
+
+async def test_a_forced_tool_whose_arguments_stay_invalid_is_rejected() -> None:
+    kitchen = Kitchen()
+    model = envelope(say_raw("I would like ale"), say_raw('{"item": "ale"}'), ScriptStep.say("Sorry."))
+    result = await agent_with(model, kitchen).respond("Ale", overrides=choice({"tool": "take_order"}))
+    assert kinds(result) == ["toolArguments", "toolArguments", "respond"]
+    assert [s.is_repair for s in result.steps] == [False, True, False]
+    assert "the answer was not a JSON object" in model.requests[1].prompt
+    assert result.tool_calls[0].output == ErrorOutput(
+        'The call was not made: the arguments for take_order are invalid: $: missing required property "quantity".'
+    )
+    assert kitchen.ran == []
+
+
 # --- dedupe (§6.6, §9 item 76) ---------------------------------------------------------------
 
 
@@ -573,6 +598,45 @@ async def test_a_tool_that_is_not_enabled_is_never_executed() -> None:
     assert result.tool_calls == []
     assert result.steps[0].enabled_tools == ("check_menu",)
     assert '"take_order" is not an available action; use one of: check_menu, respond' in model.requests[1].prompt
+
+
+async def test_a_reply_after_deciding_to_respond_is_a_plain_request() -> None:
+    model = envelope(ScriptStep.respond(), ScriptStep.say("Hi."))
+    await agent_with(model).respond("Hello there")
+    assert model.requests[1].prompt == "Hello there"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", ToolChoice(ToolChoiceKind.AUTO)),
+        ("none", ToolChoice(ToolChoiceKind.NONE)),
+        ("required", ToolChoice(ToolChoiceKind.REQUIRED)),
+        ("explicit", ToolChoice(ToolChoiceKind.EXPLICIT)),
+        ({"tool": "wave"}, ToolChoice(ToolChoiceKind.TOOL, "wave")),
+        ({"type": "function", "function": {"name": "wave"}}, ToolChoice(ToolChoiceKind.TOOL, "wave")),
+    ],
+)
+def test_tool_choice_forms(value: Any, expected: ToolChoice) -> None:
+    assert ToolChoice.parse(value) == expected
+    assert ToolChoice.parse(expected.to_wire()) == expected
+
+
+@pytest.mark.parametrize("value", ["wave", "tool", "", None, 3, {"tool": ""}, {"tool": 5}, {"function": "wave"}, ["auto"]])
+def test_bad_tool_choices_are_invalid_params(value: Any) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        ToolChoice.parse(value, path="options.toolChoice")
+    assert caught.value.code is ErrorCode.INVALID_PARAMS
+    assert "'options.toolChoice'" in caught.value.message
+
+
+def test_turn_overrides_replace_only_what_they_name() -> None:
+    options = AgentOptions(max_tool_rounds=4, max_tool_calls=12, temperature=0.5)
+    assert TurnOverrides().apply(options) is options
+    changed = TurnOverrides(max_tool_calls=1, enabled_tools=frozenset()).apply(options)
+    assert (changed.max_tool_rounds, changed.max_tool_calls, changed.enabled_tools, changed.temperature) == (
+        4, 1, frozenset(), 0.5
+    )
 
 
 # --- structured output (§6.9, §9 items 46, 79) -----------------------------------------------

@@ -32,6 +32,7 @@ from oam_actors.models.codecs import (
     Text,
     ToolCall,
     ToolDefinition,
+    ToolStatus,
     check_bounds,
     codec_for,
     error_code_for,
@@ -292,11 +293,26 @@ def test_canonical_rules() -> None:  # §14.56 and friends
         (request(Message(role=Role.TOOL, content=[Text("x")])), "tool_call_id is required"),
         (request(Message(role=Role.USER, content=[Text("")])), "text must not be empty"),
         (request(extensions={"plain": 1}), "not a namespaced key"),
+        (request(Message(role="narrator", content=[Text("x")])), "role must be one of"),  # type: ignore[arg-type]
     ]
     for bad, message in cases:
         with pytest.raises(CodecError, match=message) as err:
             OpenAICodec().encode_request(bad)
         assert err.value.kind is ErrorKind.INVALID_REQUEST and err.value.outcome is Outcome.NOT_SUBMITTED
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_plain_string_roles_and_status_work(provider: str) -> None:
+    typed = request(
+        Message(role=Role.ASSISTANT, content=[ToolCall("c", "f", {})]),
+        Message(role=Role.TOOL, tool_call_id="c", status=ToolStatus.ERROR, content=[Text("no")]),
+    )
+    plain = request(
+        Message(role="assistant", content=[ToolCall("c", "f", {})]),  # type: ignore[arg-type]
+        Message(role="tool", tool_call_id="c", status="error", content=[Text("no")]),  # type: ignore[arg-type]
+    )
+    codec = codec_for(provider)
+    assert codec.encode_request(plain).body == codec.encode_request(typed).body
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

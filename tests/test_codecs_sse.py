@@ -216,10 +216,12 @@ def test_anthropic_final_frame_without_blank_line() -> None:  # §14.10
     assert decoder.finish() == [Terminal(StopReason.MAX_OUTPUT_TOKENS)]
 
 
-def test_error_in_a_feed_discards_that_feeds_events() -> None:
+def test_error_in_a_feed_closes_the_decoder() -> None:
     decoder = codec_for("openai").new_stream()
-    with pytest.raises(CodecError):
+    with pytest.raises(CodecError, match="not a JSON object"):
         decoder.feed(sse({"choices": [{"delta": {"content": "lost"}}]}) + b"data: nope\n\n")
+    with pytest.raises(CodecError, match="closed"):
+        decoder.finish()
 
 
 # --- assembly ---------------------------------------------------------------------------------

@@ -38,6 +38,10 @@ def use(name: str, arguments: dict[str, Any], output: Any) -> ToolUseEntry:
     return ToolUseEntry(ToolCall("call_x", name, arguments), output)
 
 
+async def check_menu(arguments: dict[str, Any]) -> Any:
+    return MENU
+
+
 PRICE_TURN: list[Entry] = [
     PromptEntry("Price?"),
     use("check_menu", {}, JsonOutput(MENU)),
@@ -68,7 +72,8 @@ async def test_system_text_is_byte_stable_across_steps_and_turns() -> None:
          ScriptStep.respond(), ScriptStep.say("Bye.")],
         style=ScriptStyle.ENVELOPE,
     )
-    agent = Agent(model, instructions="You are Mira.", context_note="The guest is a dwarf.", tools=TOOLS)
+    tools = [dataclasses.replace(TOOLS[0], handler=check_menu)]
+    agent = Agent(model, instructions="You are Mira.", context_note="The guest is a dwarf.", tools=tools)
     await agent.respond("Price?")
     await agent.respond("Bye")
     assert {r.system for r in model.requests} == {"You are Mira.\n\nThe guest is a dwarf."}
@@ -147,10 +152,6 @@ def test_render_structured() -> None:
 
 async def test_a_resumed_agent_sees_the_saved_conversation() -> None:
     """§9 item 81."""
-
-    async def check_menu(arguments: dict[str, Any]) -> Any:
-        return MENU
-
     tools = [dataclasses.replace(TOOLS[0], handler=check_menu)]
     first = Agent(
         ScriptedModel([ScriptStep.call("check_menu"), ScriptStep.respond(), ScriptStep.say("Ale is 3.")],

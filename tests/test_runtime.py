@@ -96,7 +96,7 @@ async def outcome(reply: rt.Reply) -> Any:
     """The reply's value, or the type of the error it resolved with."""
     try:
         return await reply.wait()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the error type is the outcome under test
         return type(exc)
 
 
@@ -395,7 +395,7 @@ async def test_stop_resolves_every_pending_reply_then_frees_the_address() -> Non
         with pytest.raises(ActorStopped):
             await ref.ask_control(("peek", None))
         assert await system.stop(NPC) is False
-        fresh, new_ref = spawn_probe(system)
+        _, new_ref = spawn_probe(system)
         assert await new_ref.ask(("echo", "again")) == "again"
 
 
@@ -514,3 +514,17 @@ async def test_statistics_count_each_outcome() -> None:
         assert ref.statistics() == ActorStatistics(
             queued=0, running=0, processed=2, failed=1, cancelled=1, max_queue=8
         )
+
+
+class Quitter(Actor):
+    async def handle(self, message: Any) -> Any:
+        await self.system.stop(self.address)
+
+
+async def test_an_actor_can_stop_itself_from_handle() -> None:
+    async with LocalSystem() as system:
+        ref = system.spawn(NPC, Quitter)
+        first, second = ref.ask_nowait("quit"), ref.ask_nowait("never")
+        assert [await outcome(first), await outcome(second)] == [ActorStopped, ActorStopped]
+        assert system.lookup(NPC) is None
+        assert isinstance(system, rt.ActorSystem)

@@ -80,7 +80,7 @@ class ActorCell:
         self.mailbox.close()
         if self.mailbox.running is not None:
             self.mailbox.running.abort(ActorStopped)
-        for scope in self._controls:
+        for scope in tuple(self._controls):
             scope.cancel()
 
     async def stop(self) -> None:
@@ -138,7 +138,7 @@ class ActorCell:
             self.mailbox.start(envelope, scope)
             try:
                 value = await self.actor.handle(envelope.message)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - supervision: fails this message only
                 error = exc
         # A message whose cancel returned True resolves as cancelled, whatever the handler did.
         if envelope.aborted is not None:
@@ -170,7 +170,7 @@ class ActorCell:
     async def _stop_actor(self) -> None:
         try:
             await self.actor.on_stop()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - raised by stop() once the address is free
             self._stop_error = exc
 
     def _teardown(self) -> None:

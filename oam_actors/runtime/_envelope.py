@@ -27,7 +27,7 @@ class _Stage(enum.Enum):
 class Envelope(Reply):
     """A message, where it stands, and its outcome once done."""
 
-    __slots__ = ("message", "tell", "_stage", "_value", "_error", "_event", "_scope", "_abort", "_committed")
+    __slots__ = ("_abort", "_committed", "_error", "_event", "_scope", "_stage", "_value", "message", "tell")
 
     def __init__(self, message: Any, *, tell: bool = False) -> None:
         self.message = message

@@ -141,7 +141,7 @@ class LocalSystem(ActorSystem):
         for cell in cells:
             try:
                 await cell.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - gathered, raised below
                 errors.append(exc)
         self._state = _SystemState.CLOSED
         if errors:

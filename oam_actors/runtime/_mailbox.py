@@ -24,7 +24,7 @@ __all__ = ["Mailbox"]
 class Mailbox:
     """A deque of envelopes bounded by ``max_queue``, plus the one running envelope."""
 
-    __slots__ = ("address", "max_queue", "running", "_queue", "_wakeup", "_closed", "_processed", "_failed", "_cancelled")
+    __slots__ = ("_cancelled", "_closed", "_failed", "_processed", "_queue", "_wakeup", "address", "max_queue", "running")
 
     def __init__(self, address: Address, max_queue: int) -> None:
         if max_queue < 1:

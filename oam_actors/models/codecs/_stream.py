@@ -62,20 +62,24 @@ class StreamDecoder:
         """Decode the next body chunk."""
         self._check_open()
         events: list[StreamEvent] = []
-        with self._closing_on_error():
+        try:
             for frame in self._sse.feed(chunk):
                 self._on_frame(frame, events)
+        except CodecError:
+            self._close()
+            raise
         return events
 
     def finish(self, *, cancelled: bool = False) -> list[StreamEvent]:
         """Flush the last frame and check the stream completed; closes the decoder."""
         self._check_open()
         events: list[StreamEvent] = []
-        with self._closing_on_error():
+        try:
             for frame in self._sse.finish():
                 self._on_frame(frame, events)
             self._on_finish(cancelled, events)
-        self._closed = True
+        finally:
+            self._close()
         return events
 
     # Provider hooks.
@@ -101,24 +105,9 @@ class StreamDecoder:
         if self._closed:
             raise malformed("stream decoder is closed")
 
-    def _closing_on_error(self) -> _CloseOnError:
-        return _CloseOnError(self)
-
     def _close(self) -> None:
         self._closed = True
         self._sse.close()
-
-
-class _CloseOnError:
-    def __init__(self, decoder: StreamDecoder) -> None:
-        self._decoder = decoder
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and issubclass(kind, CodecError):
-            self._decoder._close()
 
 
 def assemble(events: Iterable[StreamEvent], *, model: str | None = None) -> Response:

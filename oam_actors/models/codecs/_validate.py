@@ -24,7 +24,18 @@ from typing import Any
 
 import msgspec
 
-from ._canonical import Image, Message, ProviderState, Reasoning, Request, Role, Text, ToolCall, ToolDefinition
+from ._canonical import (
+    Image,
+    Message,
+    ProviderState,
+    Reasoning,
+    Request,
+    Role,
+    Text,
+    ToolCall,
+    ToolDefinition,
+    ToolStatus,
+)
 from ._errors import invalid_request, unsupported
 
 __all__ = ["DEFAULT_LIMITS", "Limits", "check_bounds", "validate_request"]
@@ -45,6 +56,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _NAMESPACED_NAME = re.compile(r"[A-Za-z0-9_.-]+(::[A-Za-z0-9_.-]+)+")
 _EXTENSION_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}(::[a-z][a-z0-9_-]{0,63})+")
 _MAX_ID_BYTES = 256
+_ROLES = tuple(Role)
+_STATUSES = tuple(ToolStatus)
 
 
 class _Budget:
@@ -135,7 +148,11 @@ def _check_message(message: Any, where: str, call_ids: set[str]) -> None:
         raise unsupported(f"{where}: root-level provider state requires host resolution")
     if not isinstance(message, Message):
         raise invalid_request(f"{where} is not a message")
-    if message.role is Role.TOOL and not message.tool_call_id:
+    if message.role not in _ROLES:
+        raise invalid_request(f"{where}.role must be one of {', '.join(_ROLES)}")
+    if message.status is not None and message.status not in _STATUSES:
+        raise invalid_request(f"{where}.status must be success or error")
+    if message.role == Role.TOOL and not message.tool_call_id:
         raise invalid_request(f"{where}.tool_call_id is required for a tool message")
     _check_extensions(message.extensions, f"{where}.extensions")
     blocks = message.content

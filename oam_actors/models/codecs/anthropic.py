@@ -115,10 +115,10 @@ class AnthropicCodec(ProviderCodec):
         for message in request.messages:
             if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 system.extend(self._blocks(message.content, request.model, wire_ids, "system"))
-            elif message.role is Role.TOOL:
+            elif message.role == Role.TOOL:
                 _add_tool_result(messages, self._tool_result(message, request.model, wire_ids))
             else:
-                role = "assistant" if message.role is Role.ASSISTANT else "user"
+                role = "assistant" if message.role == Role.ASSISTANT else "user"
                 messages.append({"role": role, "content": self._blocks(message.content, request.model, wire_ids, role)})
         body: dict[str, Any] = {"model": request.model, "messages": messages, "stream": stream}
         if system:
@@ -164,7 +164,7 @@ class AnthropicCodec(ProviderCodec):
         return {
             "type": "tool_result",
             "tool_use_id": wire_ids.get(call_id, call_id),
-            "is_error": message.status is ToolStatus.ERROR,
+            "is_error": message.status == ToolStatus.ERROR,
             "content": self._blocks(message.content, model, wire_ids, "tool"),
         }
 

@@ -128,10 +128,10 @@ class GoogleCodec(ProviderCodec):
         for message in request.messages:
             if message.role in (Role.SYSTEM, Role.DEVELOPER):
                 system.extend(self._parts(message.content, request.model, calls))
-            elif message.role is Role.TOOL:
+            elif message.role == Role.TOOL:
                 _add_function_response(contents, _function_response(message, calls))
             else:
-                role = "model" if message.role is Role.ASSISTANT else "user"
+                role = "model" if message.role == Role.ASSISTANT else "user"
                 contents.append({"role": role, "parts": self._parts(message.content, request.model, calls)})
         body: dict[str, Any] = {"contents": contents}
         if system:
@@ -375,7 +375,7 @@ def _function_response(message: Message, calls: dict[str, ToolCall]) -> dict[str
         raise unsupported("Google function responses carry text only", {"field": "tool.content", "reason": "text_only"})
     response = message.extensions.get("google::function_response")
     if response is None:
-        key = "error" if message.status is ToolStatus.ERROR else "result"
+        key = "error" if message.status == ToolStatus.ERROR else "result"
         response = {key: "\n".join(b.text for b in message.content if isinstance(b, Text))}
     elif not isinstance(response, dict):
         raise invalid_request("google::function_response must be an object")

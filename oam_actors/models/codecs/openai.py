@@ -116,7 +116,7 @@ class OpenAICodec(ProviderCodec):
         return EncodedRequest(self.path, self._headers(stream), encode_json(body))
 
     def _message(self, message: Message, model: str, wire_ids: dict[str, str]) -> dict[str, Any]:
-        if message.role is Role.TOOL:
+        if message.role == Role.TOOL:
             return _tool_result(message, wire_ids)
         parts: list[dict[str, Any]] = []
         reasoning: list[str] = []
@@ -136,7 +136,7 @@ class OpenAICodec(ProviderCodec):
             else:
                 check_replay(block, protocol=self.name, kind=_MINIMAX, destination=self.affinity, model=model)
                 details.extend(block.payload if isinstance(block.payload, list) else [block.payload])
-        wire: dict[str, Any] = {"role": message.role.value, "content": _content(parts)}
+        wire: dict[str, Any] = {"role": str(message.role), "content": _content(parts)}
         if reasoning:
             wire["reasoning_content"] = "".join(reasoning)
         if details:
@@ -271,7 +271,8 @@ def _append(held: str, fragment: str | None) -> str:
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]] | None:
     if len(parts) == 1 and parts[0]["type"] == "text":
-        return parts[0]["text"]
+        text: str = parts[0]["text"]
+        return text
     return parts or None
 
 
@@ -282,7 +283,7 @@ def _tool_result(message: Message, wire_ids: dict[str, str]) -> dict[str, Any]:
             raise unsupported("OpenAI tool results carry text only", {"field": "tool.content", "reason": "text_only"})
         texts.append(block.text)
     text = "\n".join(texts)
-    if message.status is ToolStatus.ERROR:
+    if message.status == ToolStatus.ERROR:
         text = _TOOL_ERROR_PREFIX + text
     call_id = message.tool_call_id or ""
     return {"role": "tool", "tool_call_id": wire_ids.get(call_id, call_id), "content": text}

@@ -1,0 +1,560 @@
+"""The NPC: a persona-driven conversation on the agent engine (protocol-game §6.5–§6.11).
+
+Contract:
+
+- One NPC owns an :class:`~oam_actors.agent.Agent` (its history), a memory store and its
+  settings. The caller serialises :meth:`NPC.talk`, :meth:`NPC.reconfigure`, :meth:`NPC.reset`,
+  :meth:`NPC.compact` and :meth:`NPC.settled_state` (an NPC actor's ordered lane does);
+  :meth:`NPC.bark` and the read-only properties may run at any time.
+- A talk is cancellable by cancelling the task awaiting it until its commit point; a cancelled or
+  failed talk leaves history and memory unchanged. ``on_commit`` runs synchronously at the commit
+  point; the final emotion/line events are sent after it, shielded from cancellation.
+- Client tools are :class:`~oam_actors.agent.ToolDefinition` values without a handler: their
+  calls are announced as ``ToolCallStarted(execution="client")`` and answered through
+  :meth:`NPC.submit_tool_result`. Local tools (world, memory, host handlers) run in place.
+- After a successful turn that reaches ``compactAfterTurns``, compaction becomes *pending*: the
+  host runs :meth:`NPC.run_pending_compaction` as the next job (background: failures swallowed);
+  otherwise the next talk or settled save runs it first, so it always precedes later work.
+- Configuration errors (blank name, duplicate tool names, unknown grounding tool, bad budgets)
+  raise ``-32602 invalid_params``; a per-turn ``toolChoice`` naming a missing tool raises
+  ``-32011 invalid_request`` before any model call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..agent.agent import Agent
+from ..agent.events import PartialValue, TextDelta, ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnEvent, TurnResult
+from ..agent.model import LanguageModel
+from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
+from ..agent.schema import Schema
+from ..agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCallRecord, ToolDefinition, ToolOutput
+from ..agent.transcript import Entry, PromptEntry, ResponseEntry, Transcript
+from ..errors import AgentError, ErrorCode, invalid_params
+from . import _prompting as prompting
+from ._dialogue import (
+    PLAYER_LABEL,
+    DialogueTurn,
+    LineTracker,
+    NPCEvent,
+    NPCEventSink,
+    parse_reply,
+    parse_text_reply,
+    partial_text_reply,
+)
+from ._decode import WireObject
+from ._text import single_line, situation_text
+from .memory import MemoryStore, NPCMemory, memory_tools
+from .options import NPCOptions, ReplyFormat, check_configuration
+from .persona import Persona, SecretVisibility
+from .world import WorldState
+from .world_tools import (
+    OutputKind,
+    WorldToolOutput,
+    read_tool_definition,
+    read_world_state,
+    update_tool_definition,
+    update_world_state,
+)
+
+__all__ = ["NPC", "NPCSaveState", "SAVE_STATE_VERSION"]
+
+SAVE_STATE_VERSION = 1
+_NONE = ToolChoice(ToolChoiceKind.NONE)
+
+
+class NPCSaveState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the library saves: persona, memory and the transcript of complete turns. Tools, the
+    world and options are not part of it (the bridge adds them to ``npc/state``)."""
+
+    persona: Persona
+    memory: NPCMemory = msgspec.field(default_factory=NPCMemory)
+    transcript: Transcript = msgspec.field(default_factory=Transcript)
+    version: int = SAVE_STATE_VERSION
+
+    def to_wire(self) -> dict[str, Any]:
+        """``{"version", "persona", "memory", "transcript"}``."""
+        return {
+            "version": self.version,
+            "persona": self.persona.to_wire(),
+            "memory": self.memory.to_wire(),
+            "transcript": self.transcript.to_wire(),
+        }
+
+    @classmethod
+    def from_wire(cls, value: Any, path: str = "state") -> NPCSaveState:
+        """Decode a save state, or a whole ``npc/state`` result (detected by a missing
+        ``persona`` beside an object ``state``). Only the persona is required."""
+        if not isinstance(value, dict):
+            raise invalid_params(f"'{path}' must be a save state object from npc/state.")
+        if "persona" not in value and isinstance(value.get("state"), dict):
+            return cls.from_wire(value["state"], f"{path}.state")
+        wire = WireObject(value, path)
+        persona = wire.raw("persona")
+        if persona is None:
+            raise invalid_params(f"Missing required parameter '{wire.location('persona')}'.")
+        transcript = wire.raw("transcript")
+        return cls(
+            version=wire.integer("version", SAVE_STATE_VERSION),
+            persona=Persona.from_wire(persona, wire.location("persona")).value,
+            memory=NPCMemory.from_wire(wire.raw("memory"), wire.location("memory")),
+            transcript=_complete_turns(
+                Transcript() if transcript is None else Transcript.from_wire(transcript, path=wire.location("transcript"))
+            ),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attempt:
+    """One model run of a turn (the first, or its text retry)."""
+
+    prompt: str
+    schema: Schema | None
+    agent_options: AgentOptions
+    instructions: str
+    note: str | None
+    persona: Persona
+    options: NPCOptions
+    world_summary: str | None
+    situation: str | None
+
+    @property
+    def may_retry_as_text(self) -> bool:
+        return self.schema is not None and self.options.reply_format is ReplyFormat.AUTOMATIC
+
+
+class NPC:
+    """A conversational character. See the module docstring for the contract."""
+
+    def __init__(
+        self,
+        persona: Persona,
+        model: LanguageModel,
+        *,
+        tools: Sequence[ToolDefinition] = (),
+        world: WorldState | None = None,
+        options: NPCOptions | None = None,
+        memory: NPCMemory | None = None,
+        history: Sequence[Entry] = (),
+        owner: str | None = None,
+    ) -> None:
+        _require_name(persona)
+        self.model = model
+        self.world = world
+        self.owner = owner
+        self._persona = persona
+        self._options = options or NPCOptions()
+        self._client_tools = list(tools)
+        self._store = MemoryStore(memory or NPCMemory())
+        composed = self._compose(self._client_tools, self._options)
+        self._agent = Agent(
+            model,
+            instructions=prompting.instructions(
+                persona, self._options, [t.name for t in composed], self._store.memory,
+                text_reply=self._options.reply_format is ReplyFormat.TEXT,
+            ),
+            context_note=prompting.memory_note(self._store.memory, self._options),
+            tools=composed,
+            history=history,
+            render_response=prompting.spoken_response,
+            owner=owner,
+        )
+        self._fallbacks = 0
+        self._compaction_due = False
+
+    @classmethod
+    def restore(
+        cls,
+        saved: NPCSaveState,
+        model: LanguageModel,
+        *,
+        tools: Sequence[ToolDefinition] = (),
+        world: WorldState | None = None,
+        options: NPCOptions | None = None,
+        owner: str | None = None,
+    ) -> NPC:
+        """An NPC from a save; tools, world and options are passed again (they are code)."""
+        return cls(
+            saved.persona, model, tools=tools, world=world, options=options,
+            memory=saved.memory, history=saved.transcript.entries, owner=owner,
+        )
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def persona(self) -> Persona:
+        return self._persona
+
+    @property
+    def options(self) -> NPCOptions:
+        return self._options
+
+    @property
+    def memory(self) -> NPCMemory:
+        """The committed memory (changes staged by a running turn are not included)."""
+        return self._store.memory
+
+    @property
+    def client_tools(self) -> list[ToolDefinition]:
+        """The tools given at creation or by :meth:`reconfigure` (without built-ins)."""
+        return list(self._client_tools)
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The tools the model sees: client tools, then world tools, then memory tools."""
+        return [t.name for t in self._agent.tools]
+
+    @property
+    def turn_count(self) -> int:
+        """Turns kept verbatim in the history (compacted turns are not counted)."""
+        return sum(isinstance(entry, PromptEntry) for entry in self._agent.history)
+
+    @property
+    def compaction_pending(self) -> bool:
+        return self._compaction_due
+
+    @property
+    def pending_tool_calls(self) -> list[str]:
+        """Ids of client tool calls the running turn waits for."""
+        return self._agent.pending_tool_calls
+
+    def submit_tool_result(self, call_id: str, output: ToolOutput) -> bool:
+        """Deliver a client tool's output; ``False`` if no call with that id is waiting."""
+        return self._agent.submit_tool_result(call_id, output)
+
+    def reconfigure(
+        self,
+        *,
+        persona: Persona | None = None,
+        options: NPCOptions | None = None,
+        tools: Sequence[ToolDefinition] | None = None,
+        memory: NPCMemory | None = None,
+    ) -> None:
+        """Replace any of persona, options, client tools and memory, all or nothing: every part
+        is checked (options against the new tool set) before anything changes. Applies from
+        the next turn."""
+        if persona is not None:
+            _require_name(persona)
+        new_options = options if options is not None else self._options
+        new_tools = list(tools) if tools is not None else self._client_tools
+        composed = self._compose(new_tools, new_options)
+        self._persona = persona if persona is not None else self._persona
+        self._options = new_options
+        self._client_tools = new_tools
+        self._agent.tools = composed
+        if memory is not None:
+            self._store.memory = memory
+
+    def reset(self, *, clear_memory: bool = False) -> None:
+        """Forget the conversation (and, with ``clear_memory``, facts, relationship and summary)."""
+        self._agent.reset()
+        self._store.discard()
+        self._compaction_due = False
+        if clear_memory:
+            self._store.memory = NPCMemory()
+
+    def save_state(self) -> NPCSaveState:
+        """A snapshot of complete turns; a turn in progress and pending compaction are left out."""
+        transcript = self._agent.transcript(include_in_progress=False)
+        return NPCSaveState(persona=self._persona, memory=self._store.memory, transcript=_complete_turns(transcript))
+
+    async def settled_state(self) -> NPCSaveState:
+        """:meth:`save_state` after any pending compaction has run."""
+        await self.run_pending_compaction()
+        return self.save_state()
+
+    # --- talking -------------------------------------------------------------------------------
+
+    async def talk(
+        self,
+        line: str,
+        *,
+        context: Any = None,
+        tool_choice: ToolChoice | None = None,
+        emit: NPCEventSink | None = None,
+        on_commit: Callable[[], None] | None = None,
+    ) -> DialogueTurn:
+        """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
+        overrides the NPC's policy for the first step. Raises :class:`AgentError` for errors no
+        fallback covers; see the module docstring for events and commit."""
+        await self.run_pending_compaction()
+        attempt = self._prepare(line, situation_text(context), tool_choice)
+        self._store.discard()
+        tracker = LineTracker(attempt.persona.name.strip())
+        records: list[ToolCallRecord] = []
+        retried = False
+        while True:
+            try:
+                result = await self._run(attempt, tracker, records, emit)
+            except AgentError as error:
+                unusable = error.code in prompting.UNUSABLE
+                if unusable and attempt.may_retry_as_text and not retried:
+                    # Tools already ran: keep their staged memory and pass their results as facts.
+                    retried = True
+                    attempt = self._text_retry(attempt, records)
+                    continue
+                self._store.discard()
+                if not (unusable and attempt.options.fallback_on_guardrail):
+                    raise
+                turn = self._fallback_turn(attempt, records)
+            except BaseException:
+                self._store.discard()
+                raise
+            else:
+                turn = self._completed_turn(result, attempt, records)
+            break
+        if on_commit is not None:
+            on_commit()
+        with anyio.CancelScope(shield=True):
+            await _send(emit, tracker.finish(turn.line, turn.emotion))
+        return turn
+
+    def _prepare(self, line: str, situation: str | None, tool_choice: ToolChoice | None) -> _Attempt:
+        persona, options = self._persona, self._options
+        names = self.tool_names
+        choice = tool_choice or (
+            ToolChoice(ToolChoiceKind.TOOL, options.grounding_tool) if options.grounding_tool else options.tool_choice
+        )
+        if not names:
+            choice = _NONE
+        if choice.kind is ToolChoiceKind.TOOL and choice.tool not in names:
+            raise AgentError(ErrorCode.INVALID_REQUEST, f"Tool '{choice.tool}' is not available to {persona.name}.")
+        text_reply = options.reply_format is ReplyFormat.TEXT
+        world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
+        memory = self._store.memory
+        return _Attempt(
+            prompt=prompting.turn_prompt(line),
+            schema=None if text_reply else prompting.reply_schema(persona, options),
+            agent_options=_agent_options(options, persona, choice),
+            instructions=prompting.instructions(persona, options, names, memory, text_reply=text_reply),
+            note=prompting.context_note(memory, options, world_summary, situation),
+            persona=persona,
+            options=options,
+            world_summary=world_summary,
+            situation=situation,
+        )
+
+    def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
+        memory = self._store.memory
+        options = attempt.options
+        return dataclasses.replace(
+            attempt,
+            schema=None,
+            agent_options=msgspec.structs.replace(attempt.agent_options, tool_choice=_NONE),
+            instructions=prompting.instructions(attempt.persona, options, self.tool_names, memory, text_reply=True),
+            note=prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records),
+        )
+
+    async def _run(
+        self, attempt: _Attempt, tracker: LineTracker, records: list[ToolCallRecord], emit: NPCEventSink | None
+    ) -> TurnResult:
+        agent = self._agent
+        agent.instructions = attempt.instructions
+        agent.context_note = attempt.note
+        agent.options = attempt.agent_options
+
+        async def forward(event: TurnEvent) -> None:
+            if isinstance(event, PartialValue):
+                await _send(emit, tracker.consume(event.value))
+            elif isinstance(event, TextDelta):
+                await _send(emit, tracker.consume(partial_text_reply(event.text)))
+            elif isinstance(event, ToolCallStarted | ToolCallCompleted | ToolCallAbandoned):
+                if isinstance(event, ToolCallCompleted):
+                    records.append(event.record)
+                await _send(emit, [event])
+
+        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward)
+
+    def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
+        # Synchronous from the agent's commit to here, so the turn cannot be half-committed.
+        memory = self._store.commit(attempt.options.max_facts)
+        if attempt.schema is None:
+            reply = parse_text_reply(result.text, attempt.persona)
+        else:
+            reply = parse_reply(result.structured, attempt.persona, attempt.options)
+        turn = DialogueTurn(
+            line=reply.line,
+            emotion=reply.emotion,
+            player_options=reply.player_options,
+            ends_conversation=reply.ends_conversation,
+            tool_calls=tuple(records),
+            relationship=memory.relationship,
+            usage=result.usage,
+        )
+        if not turn.line:
+            turn = msgspec.structs.replace(turn, line=self._next_fallback_line(attempt.options), is_fallback=True)
+        self._schedule_compaction(attempt.options)
+        return turn
+
+    def _fallback_turn(self, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
+        return DialogueTurn(
+            line=self._next_fallback_line(attempt.options),
+            emotion=attempt.persona.default_emotion,
+            tool_calls=tuple(records),
+            relationship=self._store.memory.relationship,
+            is_fallback=True,
+        )
+
+    def _next_fallback_line(self, options: NPCOptions) -> str:
+        pool = options.fallback_pool
+        line = pool[self._fallbacks % len(pool)]
+        self._fallbacks += 1
+        return line
+
+    # --- compaction ----------------------------------------------------------------------------
+
+    def _schedule_compaction(self, options: NPCOptions) -> None:
+        keep = max(options.keep_recent_turns, 0)
+        if options.compact_after_turns > 0 and self.turn_count >= max(options.compact_after_turns, keep + 1):
+            self._compaction_due = True
+
+    async def run_pending_compaction(self) -> bool:
+        """Run compaction if it is pending; returns whether it ran. Background work: a failure
+        changes nothing and is swallowed. Cancelled, it stays pending."""
+        if not self._compaction_due:
+            return False
+        try:
+            await self._compact()
+        except Exception:  # a background summary that fails leaves the history as it was
+            pass
+        self._compaction_due = False
+        return True
+
+    async def compact(self) -> str | None:
+        """Summarise all but ``keepRecentTurns`` turns into ``memory.summary`` now; ``None`` with
+        too little history. Raises :class:`AgentError` on model errors, changing nothing."""
+        return await self._compact()
+
+    async def _compact(self) -> str | None:
+        persona, options = self._persona, self._options
+        agent = self._agent
+        agent.options = _agent_options(options, persona, _NONE)
+        # The summarizer is seeded with the previous summary only, not the whole memory block.
+        agent.context_note = self._store.memory.summary
+        try:
+            summary = await agent.compact(
+                keep_recent_turns=max(options.keep_recent_turns, 0),
+                summary_instructions=prompting.summary_instructions(persona),
+            )
+            if summary is not None and summary.strip():
+                self._store.memory = dataclasses.replace(self._store.memory, summary=summary.strip())
+            return summary
+        finally:
+            agent.context_note = prompting.memory_note(self._store.memory, options)
+
+    # --- barks ---------------------------------------------------------------------------------
+
+    async def bark(self, situation: Any = None) -> str:
+        """A one-line ambient remark: a one-off request with no history, memory, secrets or tools.
+        Raises :class:`AgentError` as is (no fallback); an empty line is ``generation_failed``."""
+        persona, options = self._persona, self._options
+        speaker = persona.name.strip()
+        instructions = msgspec.structs.replace(persona, max_sentences=1).instructions(
+            options.extra_instructions, uses_tools=False, secret_visibility=SecretVisibility.HIDDEN
+        )
+        world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
+        agent_options = AgentOptions(
+            tool_choice=_NONE,
+            temperature=options.temperature,
+            max_response_tokens=options.bark_maximum_tokens,
+            user_label=PLAYER_LABEL,
+            assistant_label=speaker,
+            priority="background",
+        )
+        one_off = Agent(self.model, instructions=instructions, options=agent_options, owner=self.owner)
+        result = await one_off.respond(prompting.bark_prompt(situation_text(situation), world_summary))
+        line = single_line(result.text, speaker)
+        if not line:
+            raise AgentError(ErrorCode.GENERATION_FAILED, "The model produced an empty bark.")
+        return line
+
+    # --- tools ---------------------------------------------------------------------------------
+
+    def _compose(self, client_tools: list[ToolDefinition], options: NPCOptions) -> list[ToolDefinition]:
+        """Client tools, world tools, memory tools, checked against ``options``."""
+        tools = [*client_tools, *self._world_tools(options), *memory_tools(options, self._store)]
+        check_configuration(options, [t.name for t in tools])
+        return tools
+
+    def _world_tools(self, options: NPCOptions) -> list[ToolDefinition]:
+        world = self.world
+        if world is None:
+            return []
+        readable, writable = options.world_readable, options.world_writable
+
+        async def read(arguments: dict[str, Any]) -> ToolOutput:
+            return _tool_output(read_world_state(world, _path_argument(arguments), readable))
+
+        async def update(arguments: dict[str, Any]) -> ToolOutput:
+            output, _changes = update_world_state(world, _path_argument(arguments), arguments.get("value"), writable)
+            return _tool_output(output)
+
+        tools = []
+        for definition, handler in (
+            (read_tool_definition(world, readable), read),
+            (update_tool_definition(writable), update),
+        ):
+            if definition is not None:
+                schema = Schema.compile(definition["parameters"], path=f"{definition['name']}.parameters")
+                tools.append(ToolDefinition(definition["name"], definition["description"], schema, handler=handler))
+        return tools
+
+    def __repr__(self) -> str:
+        return f"NPC({self._persona.name!r}, tools={self.tool_names}, turns={self.turn_count})"
+
+
+def _require_name(persona: Persona) -> None:
+    if not persona.name.strip():
+        raise invalid_params("A persona needs a name.")
+
+
+def _agent_options(options: NPCOptions, persona: Persona, choice: ToolChoice) -> AgentOptions:
+    extra: dict[str, Any] = {}
+    if options.tool_timeout_seconds is not None:
+        extra["tool_timeout"] = float(options.tool_timeout_seconds)
+    return AgentOptions(
+        tool_choice=choice,
+        max_tool_rounds=options.max_tool_rounds,
+        max_tool_calls=options.max_tool_calls,
+        temperature=options.temperature,
+        max_response_tokens=options.maximum_response_tokens,
+        user_label=PLAYER_LABEL,
+        assistant_label=persona.name.strip(),
+        priority="dialogue",
+        **extra,
+    )
+
+
+def _complete_turns(transcript: Transcript) -> Transcript:
+    """Without a trailing prompt that has no response yet."""
+    entries = transcript.entries
+    last_prompt = max((i for i, e in enumerate(entries) if isinstance(e, PromptEntry)), default=-1)
+    if last_prompt < 0 or any(isinstance(e, ResponseEntry) for e in entries[last_prompt:]):
+        return transcript
+    return msgspec.structs.replace(transcript, entries=list(entries[:last_prompt]))
+
+
+def _path_argument(arguments: dict[str, Any]) -> str:
+    path = arguments.get("path")
+    return path if isinstance(path, str) else ""
+
+
+def _tool_output(output: WorldToolOutput) -> ToolOutput:
+    if output.kind is OutputKind.TEXT:
+        return TextOutput(output.value)
+    if output.kind is OutputKind.JSON:
+        return JsonOutput(output.value)
+    return ErrorOutput(output.value)
+
+
+async def _send(emit: NPCEventSink | None, events: Sequence[NPCEvent]) -> None:
+    if emit is None:
+        return
+    for event in events:
+        await emit(event)
