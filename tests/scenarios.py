@@ -107,7 +107,13 @@ def match(pattern: Any, value: Any, captures: dict[str, Any], path: str = "$") -
 
 def _same_number(a: Any, b: Any) -> bool:
     numbers = (int, float)
-    return isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool) and a == b
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )
 
 
 def _match_placeholder(pattern: str, value: Any, captures: dict[str, Any], path: str) -> list[str]:
@@ -130,7 +136,11 @@ def _match_placeholder(pattern: str, value: Any, captures: dict[str, Any], path:
 
 
 def _equal(expected: Any, value: Any, path: str) -> list[str]:
-    return [] if expected == value and isinstance(expected, bool) == isinstance(value, bool) else [f"{path}: expected {_show(expected)}, got {_show(value)}"]
+    return (
+        []
+        if expected == value and isinstance(expected, bool) == isinstance(value, bool)
+        else [f"{path}: expected {_show(expected)}, got {_show(value)}"]
+    )
 
 
 def _match_object(pattern: dict[str, Any], value: Any, captures: dict[str, Any], path: str) -> list[str]:
@@ -173,7 +183,7 @@ def _match_array(pattern: list[Any], value: Any, captures: dict[str, Any], path:
     if len(pattern) != len(value):
         return [f"{path}: expected {len(pattern)} elements, got {len(value)}: {_show(value)}"]
     problems: list[str] = []
-    for index, (expected, item) in enumerate(zip(pattern, value)):
+    for index, (expected, item) in enumerate(zip(pattern, value, strict=True)):
         problems += match(expected, item, captures, f"{path}[{index}]")
     return problems
 

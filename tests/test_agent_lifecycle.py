@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from oam_actors.agent import (
@@ -222,7 +223,7 @@ async def test_after_the_commit_point_the_turn_is_immune() -> None:
 
 async def test_a_failed_turn_leaves_no_trace_and_does_not_commit() -> None:
     model = envelope(open_north(), ScriptStep.fail(ErrorCode.REFUSAL, "No."))
-    agent = Agent(model, tools=[local_tool(lambda _: anyio.sleep(0))])
+    agent = Agent(model, tools=[local_tool(lambda _: anyio.lowlevel.checkpoint())])
     with pytest.raises(AgentError) as caught:
         await agent.respond("Go", on_commit=pytest.fail)
     assert (caught.value.code, caught.value.message) == (ErrorCode.REFUSAL, "No.")
@@ -258,6 +259,17 @@ async def test_transient_failures_retry_the_step_not_the_turn() -> None:
     assert len(model.requests) == 5
     assert [s.kind.value for s in result.steps] == ["decide", "decide", "respond"]
     assert ran == [{"gate": "north"}]
+
+
+async def test_cancel_during_a_retry_backoff_makes_no_further_request() -> None:
+    scope = anyio.CancelScope()
+    model = envelope(cancelling(scope, ScriptStep.fail(ErrorCode.BUSY)), ScriptStep.say("Never."))
+    agent = Agent(model, options=AgentOptions(retry=RetryPolicy(initial_backoff=60.0)))
+    with scope:
+        await agent.respond("Go", on_commit=pytest.fail)
+    assert scope.cancelled_caught
+    assert len(model.requests) == 1
+    assert_no_trace(agent, [])
 
 
 async def test_a_guardrail_violation_is_not_retried() -> None:
@@ -466,7 +478,7 @@ async def test_an_external_tool_times_out_and_the_turn_continues() -> None:
     assert result.text == "Saw: Error: Tool 'open_gate' timed out after 50ms."
     kinds = [type(e).__name__ for e in seen if isinstance(e, ToolCallStarted | ToolCallCompleted | ToolCallAbandoned)]
     assert kinds == ["ToolCallStarted", "ToolCallCompleted", "ToolCallAbandoned"]
-    abandoned = seen[[type(e) for e in seen].index(ToolCallAbandoned)]
+    [abandoned] = [e for e in seen if isinstance(e, ToolCallAbandoned)]
     assert abandoned.call == record.call
     assert abandoned.reason == "Error: Tool 'open_gate' timed out after 50ms."
     assert agent.submit_tool_result(record.call.id, TextOutput("late")) is False
@@ -533,6 +545,10 @@ async def _raises_bare(arguments: dict[str, Any]) -> Any:
     raise KeyError
 
 
+async def _raises_its_own_timeout(arguments: dict[str, Any]) -> Any:
+    raise TimeoutError("The gate controller did not answer.")
+
+
 async def _raises_agent_error(arguments: dict[str, Any]) -> Any:
     raise AgentError(ErrorCode.BUSY, "Gate busy.")
 
@@ -545,6 +561,7 @@ async def _raises_agent_error(arguments: dict[str, Any]) -> Any:
         (_error_output, ErrorOutput("Chain jammed.")),
         (_raises, ErrorOutput("Gate subsystem offline")),
         (_raises_bare, ErrorOutput("KeyError")),
+        (_raises_its_own_timeout, ErrorOutput("The gate controller did not answer.")),
         (_raises_agent_error, ErrorOutput("Gate busy.")),
     ],
 )
@@ -661,6 +678,16 @@ async def test_compaction_is_not_retried() -> None:
     assert caught.value.code is ErrorCode.BUSY
     assert len(model.requests) == 4
     assert len(agent.history) == 6
+
+
+async def test_compaction_cancelled_before_it_starts_uses_no_model_step() -> None:
+    model = answers("A.", "B.", "C.", "Summary.")
+    agent = await three_turns(model)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await agent.compact(keep_recent_turns=1, on_commit=pytest.fail)
+    assert scope.cancelled_caught
+    assert (len(model.requests), len(agent.history), agent.context_note) == (3, 6, None)
 
 
 async def test_cancelling_compaction_before_commit_changes_nothing() -> None:

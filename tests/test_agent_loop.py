@@ -40,7 +40,12 @@ from oam_actors.agent import (
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.models.scripted import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
+from oam_actors.models.scripted import (
+    ScriptCall,
+    ScriptedModel,
+    ScriptStep,
+    ScriptStyle,
+)
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}
 TOOLS_WIRE = [
@@ -156,7 +161,7 @@ async def test_a_tool_round_runs_the_tool_and_commits_the_turn() -> None:
     assert record.output == JsonOutput(MENU)
     assert record.call.id.startswith("call_") and len(record.call.id) == 29
     assert [type(e) for e in agent.history] == [PromptEntry, ToolUseEntry, ResponseEntry]
-    assert agent.history[1].output == JsonOutput(MENU)
+    assert agent.history[1] == ToolUseEntry(record.call, JsonOutput(MENU))
 
 
 async def test_events_of_a_tool_round_come_in_order() -> None:
@@ -666,6 +671,24 @@ async def test_structured_output_is_extracted_coerced_and_ordered() -> None:
     assert events.events[-1] == PartialValue(result.structured)  # the final value comes last
     assert agent.history[-1] == ResponseEntry(result.text, result.structured)
     assert model.requests[0].schema == LINE_SCHEMA.generation_schema
+
+
+async def test_partial_values_grow_and_end_with_the_final_value() -> None:
+    schema = Schema.compile({
+        "type": "object",
+        "properties": {"mood": {"type": "string", "enum": ["calm", "angry"]}, "line": {"type": "string"}},
+        "required": ["mood", "line"],
+    })
+    model = envelope(ScriptStep.say('{"line": "Hello there", "mood": "Calm"}', chunks=5))
+    events = Events()
+    await Agent(model).respond("Hi", schema=schema, emit=events)
+    assert [e.value for e in events.of(PartialValue)] == [
+        {},
+        {"line": "Hello"},
+        {"line": "Hello there"},
+        {"line": "Hello there", "mood": "Calm"},
+        {"mood": "calm", "line": "Hello there"},
+    ]
 
 
 async def test_structured_output_gets_one_repair() -> None:

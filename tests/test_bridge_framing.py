@@ -79,13 +79,20 @@ def test_a_batch_is_refused_by_name(bridge: BridgeProcess) -> None:
 def test_ids_are_echoed_exactly_as_plain_digits(bridge: BridgeProcess) -> None:
     ids = ["7", "1000000000000000", "9007199254740991", "-9007199254740991", "4503599627370497", '"abc"', "1.5"]
     start = bridge.count()
-    bridge.exchange(*[f'{{"jsonrpc":"2.0","id":{i},"method":"ping"}}' for i in ids], '{"jsonrpc":"2.0","id":8.0,"method":"ping"}')
+    bridge.exchange(
+        *[f'{{"jsonrpc":"2.0","id":{i},"method":"ping"}}' for i in ids], '{"jsonrpc":"2.0","id":8.0,"method":"ping"}'
+    )
     raw = [line.rstrip(b"\n").decode() for line in bridge.raw_lines[start : start + len(ids) + 1]]
-    assert raw == [f'{{"jsonrpc":"2.0","id":{i},"result":{{}}}}' for i in ids] + ['{"jsonrpc":"2.0","id":8,"result":{}}']
+    assert raw == [f'{{"jsonrpc":"2.0","id":{i},"result":{{}}}}' for i in ids] + [
+        '{"jsonrpc":"2.0","id":8,"result":{}}'
+    ]
 
 
 def test_ids_beyond_2_to_the_53_are_refused_with_advice(bridge: BridgeProcess) -> None:
-    lines = [f'{{"jsonrpc":"2.0","id":{i},"method":"ping"}}' for i in ("9007199254740993", "9007199254740992", "1e999", "-1e300")]
+    lines = [
+        f'{{"jsonrpc":"2.0","id":{i},"method":"ping"}}'
+        for i in ("9007199254740993", "9007199254740992", "1e999", "-1e300")
+    ]
     replies = bridge.exchange(*lines)
     assert [error_of(r) for r in replies] == [(None, -32600, "invalid_message")] * 4
     assert all("string id" in r["error"]["message"] for r in replies)
@@ -137,20 +144,34 @@ def test_replies_to_requests_that_never_existed_are_ignored(bridge: BridgeProces
 
 
 def test_streamed_text_with_newlines_stays_one_message_per_line(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "lines", "model": scripted([{"text": "Line one\nLine two", "chunks": 2}])})
+    bridge.call(
+        "session/create", {"session": "lines", "model": scripted([{"text": "Line one\nLine two", "chunks": 2}])}
+    )
     start = bridge.count()
     result = bridge.call("session/respond", {"session": "lines", "prompt": "two lines", "stream": True})
     assert result["text"] == "Line one\nLine two"
     messages = bridge.since(start)
     assert all(UNPARSED not in m and m["jsonrpc"] == "2.0" for m in messages)
-    deltas = [m["params"]["event"]["delta"] for m in messages if m.get("method") == "session/event" and m["params"]["event"]["type"] == "text"]
+    deltas = [
+        m["params"]["event"]["delta"]
+        for m in messages
+        if m.get("method") == "session/event" and m["params"]["event"]["type"] == "text"
+    ]
     assert "".join(deltas) == "Line one\nLine two"
 
 
 def test_large_numeric_request_id_is_written_in_full_everywhere(bridge: BridgeProcess) -> None:
     big = 1234567890123456
-    bridge.call("session/create", {"session": "bigid", "tools": [OPEN_GATE], "model": scripted([
-        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "Done."}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "bigid",
+            "tools": [OPEN_GATE],
+            "model": scripted(
+                [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "Done."}]
+            ),
+        },
+    )
     start = len(bridge.raw_lines)
     bridge.request("session/respond", {"session": "bigid", "prompt": "open", "stream": True}, id=big)
     call = bridge.tool_call(big)
@@ -166,8 +187,19 @@ def test_large_numeric_request_id_is_written_in_full_everywhere(bridge: BridgePr
 
 
 def test_a_tool_call_answered_twice_uses_the_first_answer(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "twice", "tools": [OPEN_GATE], "model": scripted([
-        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "east"}}]}, {"template": "got {toolOutput}"}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "twice",
+            "tools": [OPEN_GATE],
+            "model": scripted(
+                [
+                    {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "east"}}]},
+                    {"template": "got {toolOutput}"},
+                ]
+            ),
+        },
+    )
     request = bridge.request("session/respond", {"session": "twice", "prompt": "open"})
     call = bridge.tool_call(request)
     bridge.reply(call["id"], {"output": "first"})

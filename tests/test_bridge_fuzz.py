@@ -22,10 +22,22 @@ from hypothesis import strategies as st
 from bridge_process import BridgeProcess, is_response
 
 MAX_SAFE_INTEGER = 2**53 - 1
-WIRE_CODES = {-32700: "parse_error", -32600: "invalid_message", -32601: "method_not_found", -32602: "invalid_params",
-              -32603: "internal_error", -32001: "model_unavailable", -32007: "invalid_schema", -32009: "cancelled",
-              -32010: "busy", -32011: "invalid_request", -32012: "generation_failed", -32020: "session_not_found",
-              -32021: "session_exists", -32022: "session_limit"}
+WIRE_CODES = {
+    -32700: "parse_error",
+    -32600: "invalid_message",
+    -32601: "method_not_found",
+    -32602: "invalid_params",
+    -32603: "internal_error",
+    -32001: "model_unavailable",
+    -32007: "invalid_schema",
+    -32009: "cancelled",
+    -32010: "busy",
+    -32011: "invalid_request",
+    -32012: "generation_failed",
+    -32020: "session_not_found",
+    -32021: "session_exists",
+    -32022: "session_limit",
+}
 SESSIONS = ["fz1", "fz2", "fz3"]
 # Everything but shutdown (it would end the process) and anything slow.
 SEEDS = [
@@ -33,10 +45,23 @@ SEEDS = [
     {"method": "initialize", "params": {"client": {"name": "fuzz"}, "protocolVersion": "1.0"}},
     {"method": "model/availability"},
     {"method": "session/list"},
-    {"method": "session/create", "params": {"session": "made", "instructions": "Hi.", "model": {"type": "scripted", "steps": [{"text": "ok"}]}}},
-    {"method": "session/create", "params": {"model": "scripted", "options": {"toolChoice": "auto", "maxToolRounds": 2}}},
+    {
+        "method": "session/create",
+        "params": {"session": "made", "instructions": "Hi.", "model": {"type": "scripted", "steps": [{"text": "ok"}]}},
+    },
+    {
+        "method": "session/create",
+        "params": {"model": "scripted", "options": {"toolChoice": "auto", "maxToolRounds": 2}},
+    },
     {"method": "session/respond", "params": {"session": "fz1", "prompt": "hello", "stream": True}},
-    {"method": "session/respond", "params": {"session": "fz2", "prompt": "x", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+    {
+        "method": "session/respond",
+        "params": {
+            "session": "fz2",
+            "prompt": "x",
+            "schema": {"type": "object", "properties": {"a": {"type": "string"}}},
+        },
+    },
     {"method": "session/cancel", "params": {"session": "fz1"}},
     {"method": "session/transcript", "params": {"session": "fz3"}},
     {"method": "session/setInstructions", "params": {"session": "fz3", "instructions": "Be brief."}},
@@ -49,8 +74,13 @@ SEEDS = [
     {"method": "session/delete", "params": {"session": "made"}},
 ]
 ANSWERED: set[str] = set()  # tool/call ids the fuzz driver answered (one process for the module)
-FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 
 # --- the oracle: an independent restatement of §1.3 ---------------------------------------------
@@ -185,28 +215,55 @@ def _key(request_id: Any) -> tuple[str, Any]:
 
 # --- strategies ------------------------------------------------------------------------------------
 
-scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
 ids = st.one_of(
-    st.integers(-(2**60), 2**60), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6),
+    st.integers(-(2**60), 2**60),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
     st.sampled_from([None, True, [], {}, MAX_SAFE_INTEGER, MAX_SAFE_INTEGER + 1, -MAX_SAFE_INTEGER, 8.0, 1.5, "t-1"]),
 )
 methods = st.one_of(
     st.sampled_from([seed["method"] for seed in SEEDS] + ["npc/dance", "", "tool/call", "session/event"]),
     st.text(max_size=10).filter(lambda m: m != "shutdown"),
-    st.integers(), st.none(),
+    st.integers(),
+    st.none(),
 )
 seed_params = st.sampled_from([seed.get("params", {}) for seed in SEEDS])
-params = st.one_of(seed_params, values, st.fixed_dictionaries({"session": st.sampled_from(SESSIONS), "prompt": st.text(max_size=5)}))
-valid_ids = st.one_of(st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), st.text(max_size=6), st.sampled_from([8.0, 1.5, -0.0]))
+params = st.one_of(
+    seed_params, values, st.fixed_dictionaries({"session": st.sampled_from(SESSIONS), "prompt": st.text(max_size=5)})
+)
+valid_ids = st.one_of(
+    st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), st.text(max_size=6), st.sampled_from([8.0, 1.5, -0.0])
+)
 requests = st.fixed_dictionaries(
-    {"jsonrpc": st.just("2.0"), "id": valid_ids, "method": st.sampled_from([seed["method"] for seed in SEEDS] + ["npc/dance"]),
-     "params": params},
+    {
+        "jsonrpc": st.just("2.0"),
+        "id": valid_ids,
+        "method": st.sampled_from([seed["method"] for seed in SEEDS] + ["npc/dance"]),
+        "params": params,
+    },
 )
 messages = st.fixed_dictionaries(
     {},
-    optional={"jsonrpc": st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2.0, None]), "id": ids, "method": methods,
-              "params": params, "result": values, "error": values},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2.0, None]),
+        "id": ids,
+        "method": methods,
+        "params": params,
+        "result": values,
+        "error": values,
+    },
 )
 
 
@@ -220,10 +277,10 @@ def mutated_seed(draw: st.DrawFn) -> bytes:
     if edit == "truncate":
         return line[:at]
     if edit == "delete":
-        return line[:at] + line[at + len(junk):]
+        return line[:at] + line[at + len(junk) :]
     if edit == "insert":
         return line[:at] + junk + line[at:]
-    return line[:at] + junk + line[at + len(junk):]
+    return line[:at] + junk + line[at + len(junk) :]
 
 
 def encoded(message: dict[str, Any]) -> bytes:
@@ -238,7 +295,18 @@ lines = st.one_of(
     mutated_seed(),
     st.binary(max_size=30),
     st.text(max_size=30).map(str.encode),
-    st.sampled_from([b"", b"   ", b"\r", b"[]", b"{}", b"null", b'{"jsonrpc":"2.0"}', b'{"jsonrpc":"2.0","id":1e999,"method":"ping"}']),
+    st.sampled_from(
+        [
+            b"",
+            b"   ",
+            b"\r",
+            b"[]",
+            b"{}",
+            b"null",
+            b'{"jsonrpc":"2.0"}',
+            b'{"jsonrpc":"2.0","id":1e999,"method":"ping"}',
+        ]
+    ),
 )
 
 
@@ -256,7 +324,7 @@ def test_every_truncation_and_deletion_of_valid_requests(bridge: BridgeProcess) 
     for number, seed in enumerate(SEEDS[:6]):
         line = json.dumps({"jsonrpc": "2.0", "id": f"cut-{number}", **seed}).encode()
         batch += [line[:cut] for cut in range(len(line))]
-        batch += [line[:at] + line[at + 1:] for at in range(len(line))]
+        batch += [line[:at] + line[at + 1 :] for at in range(len(line))]
     assert len(batch) > 1000
     run_batch(bridge, batch)
 

@@ -13,9 +13,22 @@ import pytest
 from bridge_process import OPEN_GATE, BridgeProcess, scripted
 
 CORE_METHODS = [
-    "initialize", "ping", "model/availability", "session/create", "session/respond", "session/cancel",
-    "session/reset", "session/delete", "session/list", "session/transcript", "session/setInstructions",
-    "session/setContextNote", "session/setTools", "session/compact", "schema/validate", "tools/validate",
+    "initialize",
+    "ping",
+    "model/availability",
+    "session/create",
+    "session/respond",
+    "session/cancel",
+    "session/reset",
+    "session/delete",
+    "session/list",
+    "session/transcript",
+    "session/setInstructions",
+    "session/setContextNote",
+    "session/setTools",
+    "session/compact",
+    "schema/validate",
+    "tools/validate",
     "shutdown",
 ]
 WAVE = {"name": "wave", "description": "Wave."}
@@ -66,7 +79,12 @@ def test_initialize_describes_the_server(bridge: BridgeProcess) -> None:
     assert caps["clientRequests"] == ["tool/call"]
     assert caps["models"] == ["system", "scripted"]
     assert (caps["batch"], caps["maxSessions"], caps["streaming"], caps["clientTools"]) == (False, 64, True, True)
-    assert result["model"] == {"available": True, "contextSize": 4096, "variant": "Scripted", "supportedLanguages": ["en"]}
+    assert result["model"] == {
+        "available": True,
+        "contextSize": 4096,
+        "variant": "Scripted",
+        "supportedLanguages": ["en"],
+    }
 
 
 def test_initialize_accepts_any_1_x_version_only(bridge: BridgeProcess) -> None:
@@ -82,13 +100,21 @@ def test_ping_answers_an_empty_object_whatever_the_params(bridge: BridgeProcess)
 
 def test_model_availability_of_the_scripted_system_model(bridge: BridgeProcess) -> None:
     assert bridge.call("model/availability") == {
-        "available": True, "contextSize": 4096, "variant": "Scripted", "supportedLanguages": ["en"]}
+        "available": True,
+        "contextSize": 4096,
+        "variant": "Scripted",
+        "supportedLanguages": ["en"],
+    }
 
 
 def test_without_a_system_model_only_explicit_models_work() -> None:
     with BridgeProcess() as bridge:
         availability = bridge.call("model/availability")
-        assert (availability["available"], availability["reason"], availability["status"]) == (False, "unknown", "unavailable")
+        assert (availability["available"], availability["reason"], availability["status"]) == (
+            False,
+            "unknown",
+            "unavailable",
+        )
         assert error_code(bridge, "session/create", {}) == (-32001, "model_unavailable")
         assert error_code(bridge, "session/create", {"model": "system"}) == (-32001, "model_unavailable")
         assert bridge.call("session/create", {"model": "scripted"})["session"].startswith("s")
@@ -98,7 +124,10 @@ def test_without_a_system_model_only_explicit_models_work() -> None:
 def test_scripted_models_can_be_disabled() -> None:
     with BridgeProcess(["--no-scripted", "--model", "scripted"]) as bridge:
         assert bridge.call("initialize")["capabilities"]["models"] == ["system"]
-        assert error_code(bridge, "session/create", {"model": {"type": "scripted", "steps": []}}) == (-32602, "invalid_params")
+        assert error_code(bridge, "session/create", {"model": {"type": "scripted", "steps": []}}) == (
+            -32602,
+            "invalid_params",
+        )
         assert error_code(bridge, "session/create", {"model": "scripted"}) == (-32602, "invalid_params")
         # A failed create without "session" still used up a generated id (as K does).
         assert bridge.call("session/create", {})["session"] == "s3"
@@ -110,11 +139,17 @@ def test_scripted_models_can_be_disabled() -> None:
 
 def test_create_answers_the_id_and_generated_ids_count_up() -> None:
     with BridgeProcess() as bridge:
-        result = bridge.call("session/create", {"session": "gorm", "instructions": "You are Gorm.", "model": scripted([{"text": "Hmph."}])})
+        result = bridge.call(
+            "session/create",
+            {"session": "gorm", "instructions": "You are Gorm.", "model": scripted([{"text": "Hmph."}])},
+        )
         assert result == {"session": "gorm", "warnings": []}
         assert bridge.call("session/create", {"model": "scripted"}) == {"session": "s1", "warnings": []}
         assert bridge.call("session/create", {"model": "scripted"})["session"] == "s2"
-        assert error_code(bridge, "session/create", {"session": "gorm", "model": "scripted"}) == (-32021, "session_exists")
+        assert error_code(bridge, "session/create", {"session": "gorm", "model": "scripted"}) == (
+            -32021,
+            "session_exists",
+        )
         error = bridge.error(bridge.request("session/create", {"session": "s1", "model": "scripted"}))
         assert error["data"] == {"code": "session_exists", "session": "s1"}
         assert bridge.close() == 0
@@ -125,7 +160,10 @@ def test_the_session_limit_is_checked_last() -> None:
         bridge.call("session/create", {"session": "one", "model": "scripted"})
         error = bridge.error(bridge.request("session/create", {"session": "two", "model": "scripted"}))
         assert (error["code"], error["data"]) == (-32022, {"code": "session_limit", "limit": 1})
-        assert error_code(bridge, "session/create", {"session": "one", "model": "scripted"}) == (-32021, "session_exists")
+        assert error_code(bridge, "session/create", {"session": "one", "model": "scripted"}) == (
+            -32021,
+            "session_exists",
+        )
         assert error_code(bridge, "session/create", {"session": "two", "model": 5}) == (-32602, "invalid_params")
         assert bridge.call("initialize")["capabilities"]["maxSessions"] == 1
         bridge.call("session/delete", {"session": "one"})
@@ -134,9 +172,14 @@ def test_the_session_limit_is_checked_last() -> None:
 
 
 def test_unknown_parameters_are_warned_about(bridge: BridgeProcess) -> None:
-    result = bridge.call("session/create", {"session": "typo", "model": "scripted", "instructionz": "typo", "options": {"temprature": 0.5}})
+    result = bridge.call(
+        "session/create",
+        {"session": "typo", "model": "scripted", "instructionz": "typo", "options": {"temprature": 0.5}},
+    )
     assert result["warnings"] == [
-        "Unknown parameter 'instructionz' was ignored.", "Unknown parameter 'options.temprature' was ignored."]
+        "Unknown parameter 'instructionz' was ignored.",
+        "Unknown parameter 'options.temprature' was ignored.",
+    ]
 
 
 def test_more_than_five_tools_get_one_warning(bridge: BridgeProcess) -> None:
@@ -189,27 +232,50 @@ def test_create_refuses_bad_params(bridge: BridgeProcess, params: dict[str, Any]
 
 
 def test_an_infinite_timeout_is_refused(bridge: BridgeProcess) -> None:
-    line = '{"jsonrpc":"2.0","id":"inf","method":"session/create","params":{"model":"scripted","options":{"toolTimeoutSeconds":1e999}}}'
+    params = '{"model":"scripted","options":{"toolTimeoutSeconds":1e999}}'  # 1e999: JSON text, not a float
+    line = f'{{"jsonrpc":"2.0","id":"inf","method":"session/create","params":{params}}}'
     [reply] = bridge.exchange(line)
     assert (reply["id"], reply["error"]["code"]) == ("inf", -32602)
 
 
 def test_a_bad_tool_schema_is_invalid_schema(bridge: BridgeProcess) -> None:
-    error = bridge.error(bridge.request("session/create", {"model": "scripted", "tools": [{"name": "x", "parameters": {"type": "wat"}}]}))
-    assert (error["code"], error["data"]["code"], error["data"]["path"]) == (-32007, "invalid_schema", "tools[0].parameters")
+    error = bridge.error(
+        bridge.request("session/create", {"model": "scripted", "tools": [{"name": "x", "parameters": {"type": "wat"}}]})
+    )
+    assert (error["code"], error["data"]["code"], error["data"]["path"]) == (
+        -32007,
+        "invalid_schema",
+        "tools[0].parameters",
+    )
 
 
 @pytest.mark.parametrize("timeout", [86400, 0, 0.2])
 def test_timeouts_in_range_are_accepted(bridge: BridgeProcess, timeout: float) -> None:
-    result = bridge.call("session/create", {"model": "scripted", "options": {"toolTimeoutSeconds": timeout},
-                                            "tools": [{"name": "t", "description": "T.", "timeoutSeconds": timeout}]})
+    result = bridge.call(
+        "session/create",
+        {
+            "model": "scripted",
+            "options": {"toolTimeoutSeconds": timeout},
+            "tools": [{"name": "t", "description": "T.", "timeoutSeconds": timeout}],
+        },
+    )
     assert result["warnings"] == []
 
 
 def test_sampling_options(bridge: BridgeProcess) -> None:
-    options = {"sampling": {"topP": 0.9, "seed": 7}, "temperature": 0.3, "maxResponseTokens": 64,
-               "userLabel": "Player", "assistantLabel": "Gorm", "trimHistory": False, "reservedResponseTokens": 10,
-               "maxAttempts": 1, "maxToolRounds": 2, "maxToolCalls": 3, "enabledTools": []}
+    options = {
+        "sampling": {"topP": 0.9, "seed": 7},
+        "temperature": 0.3,
+        "maxResponseTokens": 64,
+        "userLabel": "Player",
+        "assistantLabel": "Gorm",
+        "trimHistory": False,
+        "reservedResponseTokens": 10,
+        "maxAttempts": 1,
+        "maxToolRounds": 2,
+        "maxToolCalls": 3,
+        "enabledTools": [],
+    }
     warnings = bridge.call("session/create", {"model": "scripted", "options": options})["warnings"]
     assert len(warnings) == 1 and "topP" in warnings[0]
     assert bridge.call("session/create", {"model": "scripted", "options": {"sampling": "greedy"}})["warnings"] == []
@@ -218,7 +284,9 @@ def test_sampling_options(bridge: BridgeProcess) -> None:
 
 def test_tool_limit_setting_with_set_tools_errors(bridge: BridgeProcess) -> None:
     create(bridge, "badtools")
-    assert error_code(bridge, "session/setTools", {"session": "badtools", "tools": [{"name": "slow", "timeoutSeconds": 1e19}]}) == (-32602, "invalid_params")
+    assert error_code(
+        bridge, "session/setTools", {"session": "badtools", "tools": [{"name": "slow", "timeoutSeconds": 1e19}]}
+    ) == (-32602, "invalid_params")
     assert error_code(bridge, "session/setTools", {"session": "badtools"}) == (-32602, "invalid_params")
     assert error_code(bridge, "session/setTools", {"session": "nobody", "tools": []}) == (-32020, "session_not_found")
 
@@ -236,7 +304,12 @@ def test_a_plain_turn_without_streaming(bridge: BridgeProcess) -> None:
     assert list(result["usage"]) == ["inputTokens", "cachedInputTokens", "outputTokens", "totalTokens"]
     assert result["usage"]["totalTokens"] == result["usage"]["inputTokens"] + result["usage"]["outputTokens"]
     [step] = result["steps"]
-    assert (step["index"], step["toolCallingMode"], step["kind"], step["isRepair"]) == (0, "disallowed", "respond", False)
+    assert (step["index"], step["toolCallingMode"], step["kind"], step["isRepair"]) == (
+        0,
+        "disallowed",
+        "respond",
+        False,
+    )
     assert related == []
 
 
@@ -258,7 +331,10 @@ def test_respond_checks_its_params(bridge: BridgeProcess) -> None:
     error = bridge.error(bridge.request("session/respond", {"session": "strict"}))
     assert error["code"] == -32602 and "'prompt'" in error["message"]
     assert error_code(bridge, "session/respond", {"session": "strict", "prompt": 5}) == (-32602, "invalid_params")
-    assert error_code(bridge, "session/respond", {"session": "strict", "prompt": "x", "stream": "yes"}) == (-32602, "invalid_params")
+    assert error_code(bridge, "session/respond", {"session": "strict", "prompt": "x", "stream": "yes"}) == (
+        -32602,
+        "invalid_params",
+    )
     error = bridge.error(bridge.request("session/respond", {"session": "ghost", "prompt": "x"}))
     assert (error["code"], error["data"]) == (-32020, {"code": "session_not_found", "session": "ghost"})
     assert error_code(bridge, "session/respond", {"prompt": "x"}) == (-32602, "invalid_params")
@@ -278,7 +354,9 @@ def test_unknown_respond_params_are_warned_about(bridge: BridgeProcess) -> None:
 
 def test_structured_output(bridge: BridgeProcess) -> None:
     create(bridge, "deal", [{"json": {"choice": "haggle", "reasoning": "Too cheap."}}])
-    request = bridge.request("session/respond", {"session": "deal", "prompt": "Offer: 3 gold", "schema": DEAL_SCHEMA, "stream": True})
+    request = bridge.request(
+        "session/respond", {"session": "deal", "prompt": "Offer: 3 gold", "schema": DEAL_SCHEMA, "stream": True}
+    )
     response, related = bridge.response(request)
     result = response["result"]
     assert result["structured"] == {"reasoning": "Too cheap.", "choice": "haggle"}
@@ -287,21 +365,32 @@ def test_structured_output(bridge: BridgeProcess) -> None:
     assert json.loads(result["text"]) == result["structured"]
     partials = [e for e in events(related) if e["type"] == "partial"]
     assert partials and partials[-1]["value"] == result["structured"]
-    error = bridge.error(bridge.request("session/respond", {"session": "deal", "prompt": "x", "schema": {"type": "nope"}}))
+    error = bridge.error(
+        bridge.request("session/respond", {"session": "deal", "prompt": "x", "schema": {"type": "nope"}})
+    )
     assert (error["code"], error["data"]["code"], error["data"]["path"]) == (-32007, "invalid_schema", "schema")
 
 
 def test_structured_output_drops_undeclared_keys(bridge: BridgeProcess) -> None:
     create(bridge, "calm", [{"json": {"choice": "sell", "reasoning": "Fair price.", "mood": "calm"}}])
-    result = bridge.call("session/respond", {"session": "calm", "prompt": "x", "schema": DEAL_SCHEMA, "toolChoice": "none"})
+    result = bridge.call(
+        "session/respond", {"session": "calm", "prompt": "x", "schema": DEAL_SCHEMA, "toolChoice": "none"}
+    )
     assert result["structured"] == {"reasoning": "Fair price.", "choice": "sell"}
     assert result["text"] == '{"reasoning":"Fair price.","choice":"sell"}'
 
 
 def test_client_tool_round_trip(bridge: BridgeProcess) -> None:
-    create(bridge, "gate", [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north", "force": True}}]},
-                            {"template": "Gate result: {toolOutput}"}],
-           tools=[OPEN_GATE], options={"toolChoice": "required"})
+    create(
+        bridge,
+        "gate",
+        [
+            {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north", "force": True}}]},
+            {"template": "Gate result: {toolOutput}"},
+        ],
+        tools=[OPEN_GATE],
+        options={"toolChoice": "required"},
+    )
     request = bridge.request("session/respond", {"session": "gate", "prompt": "Open it", "stream": True})
     call = bridge.tool_call(request)
     assert call["id"].startswith("t-")
@@ -320,7 +409,11 @@ def test_client_tool_round_trip(bridge: BridgeProcess) -> None:
     assert (record["output"], record["isError"], record["call"]) == ({"opened": True}, False, call["params"]["call"])
     assert result["steps"][0]["toolCallingMode"] == "required"
     kinds = [m["params"]["event"]["type"] if m["method"] == "session/event" else m["method"] for m in related]
-    started = next(i for i, m in enumerate(related) if m.get("method") == "session/event" and m["params"]["event"]["type"] == "toolCallStarted")
+    started = next(
+        i
+        for i, m in enumerate(related)
+        if m.get("method") == "session/event" and m["params"]["event"]["type"] == "toolCallStarted"
+    )
     assert related[started]["params"]["event"]["execution"] == "client"
     assert started < kinds.index("tool/call")
     assert "toolCallCompleted" in kinds
@@ -329,8 +422,16 @@ def test_client_tool_round_trip(bridge: BridgeProcess) -> None:
 @pytest.mark.parametrize(
     ("reply", "output", "text"),
     [
-        ({"error": {"code": -32000, "message": "Gate subsystem offline"}}, "Gate subsystem offline", "1:Error: Gate subsystem offline"),
-        ({"result": {"output": "The chain is jammed.", "isError": True}}, "The chain is jammed.", "1:Error: The chain is jammed."),
+        (
+            {"error": {"code": -32000, "message": "Gate subsystem offline"}},
+            "Gate subsystem offline",
+            "1:Error: Gate subsystem offline",
+        ),
+        (
+            {"result": {"output": "The chain is jammed.", "isError": True}},
+            "The chain is jammed.",
+            "1:Error: The chain is jammed.",
+        ),
         ({"result": {"output": {"jam": 1}, "isError": True}}, '{"jam":1}', '1:Error: {"jam":1}'),
         ({"result": {"opened": True}}, {"opened": True}, '1:{"opened":true}'),
         ({"result": "ok"}, "ok", "1:ok"),
@@ -338,7 +439,12 @@ def test_client_tool_round_trip(bridge: BridgeProcess) -> None:
 )
 def test_tool_reply_forms(bridge: BridgeProcess, reply: dict[str, Any], output: Any, text: str) -> None:
     session = f"forms-{abs(hash(json.dumps(reply))) % 10**8}"
-    create(bridge, session, [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "n"}}]}, {"template": "1:{toolOutput}"}], tools=[OPEN_GATE])
+    create(
+        bridge,
+        session,
+        [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "n"}}]}, {"template": "1:{toolOutput}"}],
+        tools=[OPEN_GATE],
+    )
     request = bridge.request("session/respond", {"session": session, "prompt": "go"})
     call = bridge.tool_call(request)
     bridge.send({"jsonrpc": "2.0", "id": call["id"], **reply})
@@ -365,7 +471,12 @@ def test_two_calls_in_one_round_run_one_after_another(bridge: BridgeProcess) -> 
 
 def test_an_unanswered_tool_times_out_and_is_cancelled(bridge: BridgeProcess) -> None:
     slow = {**OPEN_GATE, "timeoutSeconds": 0.2}
-    create(bridge, "late", [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "s"}}]}, {"template": "T:{toolOutput}"}], tools=[slow])
+    create(
+        bridge,
+        "late",
+        [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "s"}}]}, {"template": "T:{toolOutput}"}],
+        tools=[slow],
+    )
     request = bridge.request("session/respond", {"session": "late", "prompt": "go", "stream": True})
     call = bridge.tool_call(request)
     response, related = bridge.response(request)
@@ -377,17 +488,28 @@ def test_an_unanswered_tool_times_out_and_is_cancelled(bridge: BridgeProcess) ->
     assert cancel["params"]["id"] == call["id"] and cancel["params"]["callId"] == call["params"]["call"]["id"]
     assert (cancel["params"]["session"], cancel["params"]["requestId"]) == ("late", request)
     assert "timed out" in cancel["params"]["reason"]
-    completed = next(i for i, m in enumerate(related) if m.get("method") == "session/event" and m["params"]["event"]["type"] == "toolCallCompleted")
+    completed = next(
+        i
+        for i, m in enumerate(related)
+        if m.get("method") == "session/event" and m["params"]["event"]["type"] == "toolCallCompleted"
+    )
     assert completed < related.index(cancel)
     assert bridge.exchange(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": {"output": "late"}})) == []
-    assert bridge.call("session/transcript", {"session": "late"})["transcript"]["transcript"]["entries"][1]["output"]["type"] == "error"
+    assert (
+        bridge.call("session/transcript", {"session": "late"})["transcript"]["transcript"]["entries"][1]["output"][
+            "type"
+        ]
+        == "error"
+    )
 
 
 def test_per_turn_tool_choice_overrides_the_session(bridge: BridgeProcess) -> None:
     create(bridge, "choosy", [{"text": "No tools today."}], tools=[OPEN_GATE], options={"toolChoice": "required"})
     result = bridge.call("session/respond", {"session": "choosy", "prompt": "hi", "toolChoice": "none"})
     assert (result["steps"][0]["toolCallingMode"], result["toolCalls"]) == ("disallowed", [])
-    error = bridge.error(bridge.request("session/respond", {"session": "choosy", "prompt": "hi", "toolChoice": {"tool": "ghost"}}))
+    error = bridge.error(
+        bridge.request("session/respond", {"session": "choosy", "prompt": "hi", "toolChoice": {"tool": "ghost"}})
+    )
     assert error["code"] == -32602 and "ghost" in error["message"]
 
 
@@ -406,23 +528,40 @@ def test_a_forced_tool_may_come_from_a_pipelined_set_tools(bridge: BridgeProcess
 
 
 def test_model_errors_fail_only_their_turn(bridge: BridgeProcess) -> None:
-    create(bridge, "moody", [{"error": "guardrail_violation", "message": "Unsafe content."}, {"error": "context_size_exceeded"}, {"text": "Recovered."}])
+    create(
+        bridge,
+        "moody",
+        [
+            {"error": "guardrail_violation", "message": "Unsafe content."},
+            {"error": "context_size_exceeded"},
+            {"text": "Recovered."},
+        ],
+    )
     first = bridge.error(bridge.request("session/respond", {"session": "moody", "prompt": "a"}))
-    assert (first["code"], first["data"]["code"]) == (-32002, "guardrail_violation") and "Unsafe content." in first["message"]
-    assert error_code(bridge, "session/respond", {"session": "moody", "prompt": "b"}) == (-32004, "context_size_exceeded")
+    assert (first["code"], first["data"]["code"]) == (-32002, "guardrail_violation") and "Unsafe content." in first[
+        "message"
+    ]
+    assert error_code(bridge, "session/respond", {"session": "moody", "prompt": "b"}) == (
+        -32004,
+        "context_size_exceeded",
+    )
     assert bridge.call("session/respond", {"session": "moody", "prompt": "c"})["text"] == "Recovered."
     assert entry(bridge, "moody")["entries"] == 2
 
 
 def test_transient_errors_are_retried_per_step(bridge: BridgeProcess) -> None:
-    create(bridge, "retry", [{"error": "busy"}, {"error": "generation_failed"}, {"text": "Third time."}, {"text": "Next."}])
+    create(
+        bridge, "retry", [{"error": "busy"}, {"error": "generation_failed"}, {"text": "Third time."}, {"text": "Next."}]
+    )
     assert bridge.call("session/respond", {"session": "retry", "prompt": "a"})["text"] == "Third time."
     assert bridge.call("session/respond", {"session": "retry", "prompt": "b"})["text"] == "Next."
 
 
 def test_a_plain_turn_takes_one_model_step(bridge: BridgeProcess) -> None:
     create(bridge, "one", [{"text": "first"}, {"text": "second"}])
-    assert [s["kind"] for s in bridge.call("session/respond", {"session": "one", "prompt": "a"})["steps"]] == ["respond"]
+    assert [s["kind"] for s in bridge.call("session/respond", {"session": "one", "prompt": "a"})["steps"]] == [
+        "respond"
+    ]
     assert bridge.call("session/respond", {"session": "one", "prompt": "b"})["text"] == "second"
     assert bridge.call("session/respond", {"session": "one", "prompt": "c"})["text"] == "(script exhausted)"
 
@@ -438,15 +577,34 @@ def test_the_system_model_is_used_by_default(bridge: BridgeProcess) -> None:
 
 def test_list_entries_in_creation_order() -> None:
     with BridgeProcess() as bridge:
-        bridge.call("session/create", {"session": "gorm", "instructions": "You are Gorm.", "tools": [OPEN_GATE], "model": "scripted"})
+        bridge.call(
+            "session/create",
+            {"session": "gorm", "instructions": "You are Gorm.", "tools": [OPEN_GATE], "model": "scripted"},
+        )
         bridge.call("session/create", {"model": "scripted"})
         sessions = bridge.call("session/list")["sessions"]
         assert [s["session"] for s in sessions] == ["gorm", "s1"]
-        assert list(sessions[0]) == ["session", "model", "instructions", "tools", "busy", "pendingOperations", "entries", "createdAt"]
+        assert list(sessions[0]) == [
+            "session",
+            "model",
+            "instructions",
+            "tools",
+            "busy",
+            "pendingOperations",
+            "entries",
+            "createdAt",
+        ]
         assert list(sessions[1]) == ["session", "model", "tools", "busy", "pendingOperations", "entries", "createdAt"]
         assert sessions[0] | {"createdAt": None} == {
-            "session": "gorm", "model": "scripted", "instructions": "You are Gorm.", "tools": ["open_gate"],
-            "busy": False, "pendingOperations": 0, "entries": 0, "createdAt": None}
+            "session": "gorm",
+            "model": "scripted",
+            "instructions": "You are Gorm.",
+            "tools": ["open_gate"],
+            "busy": False,
+            "pendingOperations": 0,
+            "entries": 0,
+            "createdAt": None,
+        }
         assert len(sessions[0]["createdAt"]) == 20 and sessions[0]["createdAt"].endswith("Z")
         assert bridge.close() == 0
 
@@ -459,7 +617,10 @@ def test_transcript_round_trip_as_history(bridge: BridgeProcess) -> None:
     transcript = saved["transcript"]
     assert (transcript["type"], transcript["version"]) == ("open-android-models.Transcript", "1.0")
     assert transcript["transcript"]["instructions"] == "You are Mira."
-    assert transcript["transcript"]["entries"] == [{"type": "prompt", "text": "Hi"}, {"type": "response", "text": "Hello, traveller."}]
+    assert transcript["transcript"]["entries"] == [
+        {"type": "prompt", "text": "Hi"},
+        {"type": "response", "text": "Hello, traveller."},
+    ]
     restored = json.loads(json.dumps(transcript))
     again = [{"template": "Again: {prompt}"}]
     assert create(bridge, "mira2", again, history=restored)["warnings"] == []
@@ -474,10 +635,20 @@ def test_history_restores_instructions_and_tools_unless_sent(bridge: BridgeProce
     create(bridge, "keeper", [{"text": "Saved."}], instructions="Keep the gate.", tools=[OPEN_GATE])
     bridge.call("session/respond", {"session": "keeper", "prompt": "Hi"})
     history = bridge.call("session/transcript", {"session": "keeper"})["transcript"]
-    assert create(bridge, "keeper2", [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "n"}}]}, {"text": "ok"}], history=history)["warnings"] == []
+    assert (
+        create(
+            bridge,
+            "keeper2",
+            [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "n"}}]}, {"text": "ok"}],
+            history=history,
+        )["warnings"]
+        == []
+    )
     restored = entry(bridge, "keeper2")
     assert (restored["instructions"], restored["tools"], restored["entries"]) == ("Keep the gate.", ["open_gate"], 2)
-    request = bridge.request("session/respond", {"session": "keeper2", "prompt": "open", "toolChoice": {"tool": "open_gate"}})
+    request = bridge.request(
+        "session/respond", {"session": "keeper2", "prompt": "open", "toolChoice": {"tool": "open_gate"}}
+    )
     bridge.reply(bridge.tool_call(request)["id"], {"output": "done"})
     assert bridge.result(request)["steps"][0]["enabledTools"] == ["open_gate"]
     create(bridge, "keeper3", history=history, instructions=None, tools=[])
@@ -495,10 +666,16 @@ def test_transcript_of_an_unknown_session(bridge: BridgeProcess) -> None:
 
 def test_settings_apply_to_later_turns(bridge: BridgeProcess) -> None:
     wave = {**WAVE, "parameters": {"type": "object", "properties": {"at": {"type": "string"}}}}
-    create(bridge, "host", [{"toolCalls": [{"name": "wave", "arguments": {"at": "player"}}]}, {"text": "waved at player"}])
+    create(
+        bridge, "host", [{"toolCalls": [{"name": "wave", "arguments": {"at": "player"}}]}, {"text": "waved at player"}]
+    )
     assert bridge.call("session/setTools", {"session": "host", "tools": [wave]}) == {"session": "host", "warnings": []}
-    assert bridge.call("session/setInstructions", {"session": "host", "instructions": "You are friendly."}) == {"session": "host"}
-    assert bridge.call("session/setContextNote", {"session": "host", "note": "The player saved the village."}) == {"session": "host"}
+    assert bridge.call("session/setInstructions", {"session": "host", "instructions": "You are friendly."}) == {
+        "session": "host"
+    }
+    assert bridge.call("session/setContextNote", {"session": "host", "note": "The player saved the village."}) == {
+        "session": "host"
+    }
     listed = entry(bridge, "host")
     assert (listed["tools"], listed["instructions"]) == (["wave"], "You are friendly.")
     request = bridge.request("session/respond", {"session": "host", "prompt": "hello", "toolChoice": {"tool": "wave"}})
@@ -518,7 +695,11 @@ def test_settings_apply_to_later_turns(bridge: BridgeProcess) -> None:
 
 
 def test_compaction_summarises_older_turns(bridge: BridgeProcess) -> None:
-    create(bridge, "sage", [{"text": "One."}, {"text": "Two."}, {"text": "Three."}, {"text": "The player asked three things."}])
+    create(
+        bridge,
+        "sage",
+        [{"text": "One."}, {"text": "Two."}, {"text": "Three."}, {"text": "The player asked three things."}],
+    )
     for prompt in ("a", "b", "c"):
         bridge.call("session/respond", {"session": "sage", "prompt": prompt})
     result = bridge.call("session/compact", {"session": "sage", "keepRecentTurns": 1})
@@ -527,14 +708,23 @@ def test_compaction_summarises_older_turns(bridge: BridgeProcess) -> None:
     saved = bridge.call("session/transcript", {"session": "sage"})["transcript"]["transcript"]
     assert saved["contextNote"] == "The player asked three things."
     assert [e["text"] for e in saved["entries"]] == ["c", "Three."]
-    assert bridge.call("session/compact", {"session": "sage", "keepRecentTurns": 5}) == {"session": "sage", "summary": None}
-    assert error_code(bridge, "session/compact", {"session": "sage", "keepRecentTurns": -1}) == (-32602, "invalid_params")
+    assert bridge.call("session/compact", {"session": "sage", "keepRecentTurns": 5}) == {
+        "session": "sage",
+        "summary": None,
+    }
+    assert error_code(bridge, "session/compact", {"session": "sage", "keepRecentTurns": -1}) == (
+        -32602,
+        "invalid_params",
+    )
 
 
 def test_an_empty_summary_is_a_generation_failure(bridge: BridgeProcess) -> None:
     create(bridge, "mute", [{"text": "One."}, {"text": "  "}])
     bridge.call("session/respond", {"session": "mute", "prompt": "a"})
-    assert error_code(bridge, "session/compact", {"session": "mute", "keepRecentTurns": 0}) == (-32012, "generation_failed")
+    assert error_code(bridge, "session/compact", {"session": "mute", "keepRecentTurns": 0}) == (
+        -32012,
+        "generation_failed",
+    )
     assert entry(bridge, "mute")["entries"] == 2
 
 
@@ -564,8 +754,13 @@ def test_deleting_a_session_during_compaction_cancels_it(bridge: BridgeProcess) 
 
 
 def test_schema_validate(bridge: BridgeProcess) -> None:
-    schema = {"type": "object", "properties": {"code": {"type": "string", "format": "uuid"},
-                                               "mood": {"type": "string", "enum": ["calm", "angry"]}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "format": "uuid"},
+            "mood": {"type": "string", "enum": ["calm", "angry"]},
+        },
+    }
     result = bridge.call("schema/validate", {"schema": schema, "name": "Mood"})
     assert list(result) == ["warnings", "generationSchema", "rendered"]
     assert any("format" in w for w in result["warnings"])
@@ -579,7 +774,11 @@ def test_schema_validate(bridge: BridgeProcess) -> None:
 
 
 def test_schema_validate_closes_objects_unless_told_otherwise(bridge: BridgeProcess) -> None:
-    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}, "additionalProperties": True}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}},
+        "additionalProperties": True,
+    }
     generated = bridge.call("schema/validate", {"schema": schema})["generationSchema"]
     assert generated["additionalProperties"] is True
     assert generated["properties"]["a"]["additionalProperties"] is False
@@ -598,5 +797,8 @@ def test_tools_validate(bridge: BridgeProcess) -> None:
     assert error_code(bridge, "tools/validate", {"tools": [{"name": "a"}, {"name": "a"}]}) == (-32602, "invalid_params")
     error = bridge.error(bridge.request("tools/validate", {"tools": [{"name": "a", "parameters": {"type": "wat"}}]}))
     assert (error["code"], error["data"]["path"]) == (-32007, "tools[0].parameters")
-    assert error_code(bridge, "tools/validate", {"tools": [{"name": "a", "timeoutSeconds": 1e300}]}) == (-32602, "invalid_params")
+    assert error_code(bridge, "tools/validate", {"tools": [{"name": "a", "timeoutSeconds": 1e300}]}) == (
+        -32602,
+        "invalid_params",
+    )
     assert error_code(bridge, "tools/validate", {}) == (-32602, "invalid_params")

@@ -44,8 +44,13 @@ def index_of_response(bridge: BridgeProcess, request_id: Any) -> int:
 
 def wait_running(bridge: BridgeProcess, request_id: Any) -> None:
     """Wait until a streamed turn has started a model step (it is running, not queued)."""
-    bridge.index_of(lambda m: m.get("method") == "session/event" and m["params"]["requestId"] == request_id
-                    and m["params"]["event"]["type"] == "modelStep")
+    bridge.index_of(
+        lambda m: (
+            m.get("method") == "session/event"
+            and m["params"]["requestId"] == request_id
+            and m["params"]["event"]["type"] == "modelStep"
+        )
+    )
 
 
 def cancelled(bridge: BridgeProcess, request_id: Any) -> bool:
@@ -74,8 +79,16 @@ def test_immediate_requests_overtake_delayed_turns(bridge: BridgeProcess) -> Non
 
 
 def test_a_session_finishes_while_another_waits_on_its_tool(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "waiting", "tools": [OPEN_GATE], "model": scripted([
-        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "Opened."}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "waiting",
+            "tools": [OPEN_GATE],
+            "model": scripted(
+                [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "Opened."}]
+            ),
+        },
+    )
     bridge.call("session/create", {"session": "other", "model": scripted([{"text": "Meanwhile.", "delayMs": 50}])})
     blocked = respond(bridge, "waiting", "open")
     call = bridge.tool_call(blocked)
@@ -89,17 +102,31 @@ def test_a_session_finishes_while_another_waits_on_its_tool(bridge: BridgeProces
 
 def test_pipelined_requests_keep_arrival_order(bridge: BridgeProcess) -> None:
     lines = [
-        {"jsonrpc": "2.0", "id": 1, "method": "session/create", "params": {"session": "pipe", "model": scripted(
-            [{"template": "A:{prompt}", "delayMs": 50}, {"template": "B:{prompt}"}])}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "session/create",
+            "params": {
+                "session": "pipe",
+                "model": scripted([{"template": "A:{prompt}", "delayMs": 50}, {"template": "B:{prompt}"}]),
+            },
+        },
         {"jsonrpc": "2.0", "id": 2, "method": "session/respond", "params": {"session": "pipe", "prompt": "first"}},
         {"jsonrpc": "2.0", "id": 3, "method": "session/respond", "params": {"session": "pipe", "prompt": "second"}},
-        {"jsonrpc": "2.0", "id": 4, "method": "session/setInstructions", "params": {"session": "pipe", "instructions": "Later."}},
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "session/setInstructions",
+            "params": {"session": "pipe", "instructions": "Later."},
+        },
     ]
     bridge.send_raw("".join(json.dumps(line) + "\n" for line in lines))
     assert bridge.result(2)["text"] == "A:first"
     assert bridge.result(3)["text"] == "B:second"
     assert bridge.result(4) == {"session": "pipe"}
-    assert [index_of_response(bridge, i) for i in (1, 2, 3, 4)] == sorted(index_of_response(bridge, i) for i in (1, 2, 3, 4))
+    assert [index_of_response(bridge, i) for i in (1, 2, 3, 4)] == sorted(
+        index_of_response(bridge, i) for i in (1, 2, 3, 4)
+    )
     [entry] = bridge.call("session/list")["sessions"]
     assert (entry["instructions"], entry["entries"]) == ("Later.", 4)
 
@@ -133,10 +160,15 @@ def test_cancel_ends_the_running_turn_and_the_queued_ones(bridge: BridgeProcess)
 
 
 def test_a_cancelled_queue_does_not_let_later_work_overtake(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "q", "model": scripted([{"text": "slow", "delayMs": FOREVER}, {"text": "next"}])})
+    bridge.call(
+        "session/create", {"session": "q", "model": scripted([{"text": "slow", "delayMs": FOREVER}, {"text": "next"}])}
+    )
     running = respond(bridge, "q", "one", stream=True)
     wait_running(bridge, running)
-    queued = [respond(bridge, "q", "two"), bridge.request("session/setInstructions", {"session": "q", "instructions": "x"})]
+    queued = [
+        respond(bridge, "q", "two"),
+        bridge.request("session/setInstructions", {"session": "q", "instructions": "x"}),
+    ]
     bridge.notify("session/cancel", {"session": "q"})
     later = respond(bridge, "q", "three")
     assert cancelled(bridge, running) and all(cancelled(bridge, r) for r in queued)
@@ -148,16 +180,29 @@ def test_a_cancelled_queue_does_not_let_later_work_overtake(bridge: BridgeProces
 
 
 def test_cancel_while_a_tool_call_is_outstanding(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "tool", "tools": [OPEN_GATE], "model": scripted([
-        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "never"}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "tool",
+            "tools": [OPEN_GATE],
+            "model": scripted(
+                [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "never"}]
+            ),
+        },
+    )
     request = respond(bridge, "tool", "open")
     call = bridge.tool_call(request)
     bridge.notify("session/cancel", {"session": "tool"})
     assert cancelled(bridge, request)
     _, related = bridge.response(request)
     [cancel] = [m for m in related if m.get("method") == "tool/cancel"]
-    assert cancel["params"] == {"session": "tool", "requestId": request, "id": call["id"],
-                                "callId": call["params"]["call"]["id"], "reason": TURN_ENDED}
+    assert cancel["params"] == {
+        "session": "tool",
+        "requestId": request,
+        "id": call["id"],
+        "callId": call["params"]["call"]["id"],
+        "reason": TURN_ENDED,
+    }
     assert bridge.exchange(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": {"output": "late"}})) == []
     assert bridge.call("session/transcript", {"session": "tool"})["transcript"]["transcript"]["entries"] == []
 
@@ -177,8 +222,14 @@ def test_delete_cancels_work_and_frees_the_id(bridge: BridgeProcess) -> None:
 
 
 def test_a_turn_waiting_on_a_tool_is_cancelled_by_delete(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "door", "tools": [OPEN_GATE], "model": scripted([
-        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "west"}}]}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "door",
+            "tools": [OPEN_GATE],
+            "model": scripted([{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "west"}}]}]),
+        },
+    )
     request = respond(bridge, "door", "open")
     call = bridge.tool_call(request)
     bridge.call("session/delete", {"session": "door"})
@@ -193,16 +244,25 @@ def test_a_turn_waiting_on_a_tool_is_cancelled_by_delete(bridge: BridgeProcess) 
 def test_shutdown_answers_everything_before_its_own_answer() -> None:
     with BridgeProcess() as bridge:
         bridge.call("session/create", {"session": "long", "model": scripted([{"text": "slow", "delayMs": FOREVER}])})
-        bridge.call("session/create", {"session": "tool", "tools": [OPEN_GATE], "model": scripted([
-            {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "south"}}]}])})
+        bridge.call(
+            "session/create",
+            {
+                "session": "tool",
+                "tools": [OPEN_GATE],
+                "model": scripted([{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "south"}}]}]),
+            },
+        )
         running = respond(bridge, "long", "one", stream=True)
         wait_running(bridge, running)
         queued = respond(bridge, "long", "two")
         waiting = respond(bridge, "tool", "open")
         call = bridge.tool_call(waiting)
         shutdown_line = {"jsonrpc": "2.0", "id": "bye", "method": "shutdown"}
-        after = [{"jsonrpc": "2.0", "method": "ping"}, {"jsonrpc": "2.0", "id": "late", "method": "ping"},
-                 {"jsonrpc": "2.0", "id": "later", "method": "session/list"}]
+        after = [
+            {"jsonrpc": "2.0", "method": "ping"},
+            {"jsonrpc": "2.0", "id": "late", "method": "ping"},
+            {"jsonrpc": "2.0", "id": "later", "method": "session/list"},
+        ]
         # One write: the lines after shutdown are already read when it is answered.
         bridge.send_raw("".join(json.dumps(m) + "\n" for m in (shutdown_line, *after)))
         assert bridge.wait_exit() == 0
@@ -214,7 +274,9 @@ def test_shutdown_answers_everything_before_its_own_answer() -> None:
         assert bridge.log[cancel]["params"]["id"] == call["id"] and cancel < index_of_response(bridge, waiting)
         tail = [m for m in bridge.log[done + 1 :]]
         assert [(m["id"], m["error"]["code"], m["error"]["data"]["code"]) for m in tail] == [
-            ("late", -32023, "shut_down"), ("later", -32023, "shut_down")]
+            ("late", -32023, "shut_down"),
+            ("later", -32023, "shut_down"),
+        ]
         check_invariants(bridge.log)
 
 
@@ -224,7 +286,9 @@ def test_the_process_exits_after_shutdown_with_nothing_pending(bridge: BridgePro
 
 
 def test_end_of_input_lets_pending_turns_answer_then_exits(bridge: BridgeProcess) -> None:
-    bridge.call("session/create", {"session": "piped", "model": scripted([{"text": "one", "delayMs": 100}, {"text": "two"}])})
+    bridge.call(
+        "session/create", {"session": "piped", "model": scripted([{"text": "one", "delayMs": 100}, {"text": "two"}])}
+    )
     requests = [respond(bridge, "piped", "a"), respond(bridge, "piped", "b")]
     bridge.close_input()
     assert bridge.wait_exit() == 0
@@ -233,8 +297,15 @@ def test_end_of_input_lets_pending_turns_answer_then_exits(bridge: BridgeProcess
 
 def test_end_of_input_fails_outstanding_and_later_tool_calls(bridge: BridgeProcess) -> None:
     calls = [{"name": "open_gate", "arguments": {"gate": "n"}}, {"name": "open_gate", "arguments": {"gate": "s"}}]
-    bridge.call("session/create", {"session": "orphan", "tools": [OPEN_GATE], "options": {"toolTimeoutSeconds": 0},
-                                   "model": scripted([{"toolCalls": calls}, {"template": "T:{toolOutputs}"}])})
+    bridge.call(
+        "session/create",
+        {
+            "session": "orphan",
+            "tools": [OPEN_GATE],
+            "options": {"toolTimeoutSeconds": 0},
+            "model": scripted([{"toolCalls": calls}, {"template": "T:{toolOutputs}"}]),
+        },
+    )
     request = respond(bridge, "orphan", "open")
     bridge.tool_call(request)
     bridge.close_input()

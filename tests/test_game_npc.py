@@ -283,8 +283,9 @@ async def test_fallback_lines_rotate_and_blank_lines_fall_back():
 
 async def test_client_tool_round_trip_with_grounding():
     model = scripted(tool_calls("check_inventory", item="iron sword"), reply("Three iron swords, forty-five gold each."))
-    npc = NPC(GORM, model, tools=[INV], options=options(groundingTool="check_inventory"))
-    assert npc.tool_names == ["check_inventory"]
+    npc = NPC(GORM, model, tools=[INV], options=options(groundingTool="check_inventory", memoryTools="all"))
+    assert npc.tool_names == ["check_inventory", "remember_fact", "change_relationship"]
+    assert [t.name for t in npc.client_tools] == ["check_inventory"]
     recorder = Recorder(npc, lambda call: {"item": call.arguments["item"], "stock": 3, "price_gold": 45})
     turn = await talk_answering(npc, recorder, "Iron swords?")
     record = turn.tool_calls[0].to_wire()

@@ -22,7 +22,12 @@ from oam_actors.game import (
     attitude,
     check_configuration,
 )
-from oam_actors.game._text import single_line, split_emotion_tag, spoken_line, streaming_line
+from oam_actors.game._text import (
+    single_line,
+    split_emotion_tag,
+    spoken_line,
+    streaming_line,
+)
 
 
 def invalid(call) -> str:

@@ -7,12 +7,23 @@ from typing import Any
 
 import pytest
 
-from oam_actors.agent import Agent, AgentOptions, Schema, parse_tool_definitions
-from oam_actors.agent import prompts
+from oam_actors.agent import (
+    Agent,
+    AgentOptions,
+    Schema,
+    parse_tool_definitions,
+    prompts,
+)
 from oam_actors.agent.envelope import Call, parse_envelope
 from oam_actors.agent.prompts import Labels
 from oam_actors.agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCall
-from oam_actors.agent.transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry, Transcript
+from oam_actors.agent.transcript import (
+    Entry,
+    PromptEntry,
+    ResponseEntry,
+    ToolUseEntry,
+    Transcript,
+)
 from oam_actors.models.scripted import ScriptedModel, ScriptStep, ScriptStyle
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}
@@ -82,8 +93,11 @@ async def test_system_text_is_byte_stable_across_steps_and_turns() -> None:
 # --- layout ----------------------------------------------------------------------------------
 
 
+DEFAULT_LABELS = Labels()
+
+
 def build(history: list[Entry], prompt: str, *, plain_task: str | None = None,
-          uses: list[ToolUseEntry] = (), labels: Labels = Labels(), **kwargs: Any) -> str:  # type: ignore[assignment]
+          uses: tuple[ToolUseEntry, ...] = (), labels: Labels = DEFAULT_LABELS, **kwargs: Any) -> str:
     return prompts.build_prompt(
         history=history, prompt=prompt, turn_tool_uses=list(uses), task="TASK", labels=labels,
         plain_task=plain_task, **kwargs,
@@ -104,7 +118,7 @@ def test_a_blank_prompt_is_not_a_plain_request_and_gets_no_user_line() -> None:
 
 
 def test_this_turns_tool_uses_follow_the_prompt() -> None:
-    uses = [use("take_order", {"item": "ale", "quantity": 2}, ErrorOutput("Out of ale."))]
+    uses = (use("take_order", {"item": "ale", "quantity": 2}, ErrorOutput("Out of ale.")),)
     assert build([], "Two ales", plain_task="", uses=uses) == (
         'Conversation:\nUser: Two ales\n[take_order {"item":"ale","quantity":2} → Error: Out of ale.]\n\nTASK'
     )
@@ -318,15 +332,15 @@ async def test_trimming_keeps_the_minimum_recent_turns() -> None:
     assert result.steps[0].trimmed_entries == 2
 
 
-def test_small_conversations_are_never_trimmed() -> None:
-    # 60 % of the budget or less: nothing is measured or hidden, even with a tight budget.
-    history = [PromptEntry("hi"), ResponseEntry("hello")]  # one turn: 4 tokens
+def test_a_conversation_that_fits_is_never_trimmed() -> None:
+    history: list[Entry] = [PromptEntry("hi"), ResponseEntry("hello")]  # "User: hi\nAssistant: hello" → 7 + 1
     assert prompts.trim_history(history, fixed_tokens=2, budget=10) == 0
+    assert prompts.trim_history(history, fixed_tokens=3, budget=10, minimum_recent_turns=0) == 2
     assert prompts.trim_history([], fixed_tokens=10_000, budget=10) == 0
 
 
 def test_trimming_drops_turns_only_while_over_budget() -> None:
-    turn = [PromptEntry("x" * 36), ResponseEntry("y" * 26)]  # "User: …\nAssistant: …" = 80 chars → 20 + 1
+    turn: list[Entry] = [PromptEntry("x" * 36), ResponseEntry("y" * 26)]  # "User: …\nAssistant: …" = 80 chars → 20 + 1
     history = turn * 3
     assert prompts.trim_history(history, fixed_tokens=0, budget=63) == 0
     assert prompts.trim_history(history, fixed_tokens=0, budget=62) == 2

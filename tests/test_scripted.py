@@ -11,9 +11,23 @@ from typing import Any
 import anyio
 import pytest
 
-from oam_actors.agent import Agent, GenerationRequest, Schema, StepKind, parse_tool_definitions
+from oam_actors.agent import (
+    Agent,
+    GenerationRequest,
+    Schema,
+    StepKind,
+    ToolChoice,
+    ToolChoiceKind,
+    TurnOverrides,
+    parse_tool_definitions,
+)
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.models.scripted import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
+from oam_actors.models.scripted import (
+    ScriptCall,
+    ScriptedModel,
+    ScriptStep,
+    ScriptStyle,
+)
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}
 
@@ -345,6 +359,26 @@ async def test_native_calls_of_one_round_run_in_turn() -> None:
     result = await Agent(model, tools=kitchen_tools()).respond("Two ales")
     assert [r.call.name for r in result.tool_calls] == ["check_menu", "take_order"]
     assert result.text == """Done: {"ok":true,"item":"ale","quantity":2} for 'Two ales'"""
+
+
+async def test_a_native_round_after_a_forced_call_is_read_as_the_same_call() -> None:
+    """§9 item 42 at agent level: the forced call runs without a model step; the scripted round
+    that describes it is then consumed by a decide step as a duplicate, and the template answers."""
+    waved: list[dict[str, Any]] = []
+
+    async def wave(arguments: dict[str, Any]) -> Any:
+        waved.append(arguments)
+        return "waved"
+
+    [definition], _ = parse_tool_definitions([{"name": "wave", "description": "Wave."}])
+    tools = [dataclasses.replace(definition, handler=wave)]
+    model = ScriptedModel([ScriptStep.tool_calls(ScriptCall("wave")), ScriptStep.template("{toolOutput}")])
+    overrides = TurnOverrides(tool_choice=ToolChoice(ToolChoiceKind.TOOL, "wave"))
+    result = await Agent(model, tools=tools).respond("Wave!", overrides=overrides)
+    assert result.text == "waved"
+    assert waved == [{}]
+    assert [s.kind.value for s in result.steps] == ["decide", "respond"]
+    assert model.remaining == 0
 
 
 async def test_an_exhausted_script_fails_a_schema_turn() -> None:

@@ -22,7 +22,7 @@ from oam_actors.agent.tools import (
 )
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
 
-OPEN_GATE = {
+OPEN_GATE: dict[str, Any] = {
     "name": "open_gate",
     "description": "Ask the game to open a gate.",
     "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]},

@@ -231,6 +231,7 @@ class Turn:
         tools: list[ToolDefinition],
     ) -> Any:
         outcome: Any = None
+        previous = ""
         attempts = 2 if self.options.repairs_invalid_output else 1
         for attempt in range(attempts):
             step_task = task
@@ -266,16 +267,17 @@ class Turn:
         assert tool.handler is not None
         timeout = tool.timeout if tool.timeout is not None else self.options.local_tool_timeout
         try:
-            with anyio.fail_after(timeout or math.inf):
+            # Our own deadline, told apart from a TimeoutError the tool raises itself.
+            with anyio.move_on_after(timeout or math.inf) as deadline:
                 value = await tool.handler(arguments)
-        except TimeoutError:
-            return ErrorOutput(f"Tool '{tool.name}' timed out after {format_duration(timeout)}.")
         except AgentError as exc:
             if exc.code is ErrorCode.TOOL_FAILED:
                 raise
             return ErrorOutput(exc.message)
         except Exception as exc:  # a tool's failure is the model's information, not the turn's end
             return ErrorOutput(str(exc) or type(exc).__name__)
+        if deadline.cancelled_caught:
+            return ErrorOutput(f"Tool '{tool.name}' timed out after {format_duration(timeout)}.")
         if isinstance(value, TextOutput | JsonOutput | ErrorOutput):
             return value
         return output_from_value(value)

@@ -16,6 +16,13 @@ Contract
 - At end of input with draining (:meth:`Bridge.serve`), the client can no longer answer
   ``tool/call``: every outstanding and every later call gets an error output at once, so no turn
   waits for an answer that cannot come.
+- ``namespace`` prefixes the runtime ids of this bridge's objects (``""`` for stdio; otherwise it
+  ends with ``NAMESPACE_SEPARATOR``). With ``shared=True`` other bridges use the same namespace:
+  closing or ``shutdown`` then cancels only the work this bridge queued and leaves the objects
+  alone. A queued turn carries this bridge as its outlet, so its events and ``tool/call``s come
+  back here whichever connection created the session.
+- ``metrics`` (optional, see ``oam_actors.observability.metrics.ServerMetrics``) is told of every
+  request, response and finished deferred request.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -32,13 +39,16 @@ import msgspec
 from .. import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError
-from ..objects import ToolResult
-from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, MailboxFull, MessageCancelled
+from ..objects import Respond, ToolResult
+from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, MailboxFull, MessageCancelled, Reply
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
 from .outbox import Outbox
 from .params import Params
 from .registry import Call, Deferred, Extension, MethodRegistry
+
+if TYPE_CHECKING:
+    from ..observability.metrics import ServerMetrics
 
 __all__ = ["Bridge"]
 
@@ -60,6 +70,8 @@ class Bridge:
         system_model: ModelFactory | None = None,
         extensions: Sequence[Extension] = (),
         namespace: str = "",
+        shared: bool = False,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         from .core import install_core  # the core methods are the first extension
 
@@ -67,6 +79,8 @@ class Bridge:
         self.config = config or BridgeConfig()
         self.system_model = system_model
         self.namespace = namespace
+        self.shared = shared
+        self.metrics = metrics
         self.registry = MethodRegistry()
         self.outbox = Outbox(write)
         self.client_info: dict[str, Any] | None = None
@@ -78,6 +92,7 @@ class Bridge:
         self._tool_routes: dict[str, tuple[Address, str]] = {}
         self._input_closed = False
         self._inflight = 0
+        self._queued: set[Reply] = set()  # replies of the work this bridge queued, until answered
         self._session_number = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -148,7 +163,16 @@ class Bridge:
         else:
             await self._dispatch(message)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not answered yet (their work still runs)."""
+        return self._inflight
+
     async def _dispatch(self, message: jsonrpc.Request | jsonrpc.Notification) -> None:
+        if self.metrics is not None:
+            # Unknown names share one label: clients must not grow the label set.
+            known = self.registry.get(message.method) is not None
+            self.metrics.request(message.method if known else "(unknown)")
         request_id = message.id if isinstance(message, jsonrpc.Request) else None
         notification = request_id is None
         if self.shut_down:
@@ -185,8 +209,10 @@ class Bridge:
             try:
                 result = await awaitable
             except Exception as exc:
+                self._completed(method, self.error_for(exc).code.wire)
                 self._finish_error(request_id, exc, method)
             else:
+                self._completed(method, "ok")
                 if request_id is not None:
                     self._answer(request_id, result)
             finally:
@@ -199,15 +225,25 @@ class Bridge:
     # --- the one responder -------------------------------------------------------------------
 
     def _answer(self, request_id: Any, result: Any) -> None:
+        code = "ok"
         try:
             line = jsonrpc.encode_result(request_id, result)
         except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
             _log.error("result of request %r could not be encoded", request_id, exc_info=exc)
             line = jsonrpc.encode_error(request_id, ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error."))
+            code = ErrorCode.INTERNAL_ERROR.wire
+        if self.metrics is not None:
+            self.metrics.response(code)
         self.outbox.put_nowait(line)
 
     def _answer_error(self, request_id: Any, error: OamError) -> None:
+        if self.metrics is not None:
+            self.metrics.response(error.code.wire)
         self.outbox.put_nowait(jsonrpc.encode_error(request_id, error))
+
+    def _completed(self, method: str, code: str) -> None:
+        if self.metrics is not None:
+            self.metrics.completed(method, code)
 
     def _finish_error(self, request_id: Any, exc: Exception, method: str) -> None:
         error = self.error_for(exc)
@@ -275,15 +311,18 @@ class Bridge:
         await self._cancel_everything()
 
     async def _cancel_everything(self) -> None:
+        if self.shared:  # other connections' work and the objects themselves are not ours
+            for reply in list(self._queued):
+                reply.cancel()
         for address in self.system.addresses():
-            if self.owns(address):
+            if self.owns(address) and not self.shared:
                 ref = self.system.lookup(address)
                 if ref is not None:
                     ref.cancel_all()
         with anyio.move_on_after(self.config.shutdown_grace_seconds):
             await self._idle.wait()
         for address in self.system.addresses():
-            if self.owns(address):
+            if self.owns(address) and not self.shared:
                 with anyio.move_on_after(self.config.shutdown_grace_seconds):
                     await self.system.stop(address)
         for extension in self._extensions:
@@ -312,11 +351,20 @@ class Bridge:
     def local_id(self, address: Address) -> str:
         return address.id[len(self.namespace):]
 
-    @staticmethod
-    def enqueue(ref: ActorRef, message: Any) -> Deferred:
+    def enqueue(self, ref: ActorRef, message: Any) -> Deferred:
         """Queue ``message`` on the object's ordered lane now (per-object order); the request
-        is answered when the object has handled it."""
-        return Deferred(ref.ask_nowait(message).wait())
+        is answered when the object has handled it. A turn gets this bridge as its outlet."""
+        if isinstance(message, Respond) and message.outlet is None:
+            message = msgspec.structs.replace(message, outlet=self)
+        reply = ref.ask_nowait(message)
+        self._queued.add(reply)
+        return Deferred(self._wait_queued(reply))
+
+    async def _wait_queued(self, reply: Reply) -> Any:
+        try:
+            return await reply.wait()
+        finally:
+            self._queued.discard(reply)
 
 
 def tool_output_from_reply(reply: jsonrpc.Response) -> ToolOutput:

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .. import __version__
-from . import stdio
+from . import simulate, stdio
 
 __all__ = ["main"]
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     commands = parser.add_subparsers(dest="command", required=True)
     stdio.add_arguments(commands.add_parser("stdio", help="serve one bridge over stdin/stdout"))
+    simulate.add_arguments(commands.add_parser("simulate", help="run a crowd simulation and write a report"))
     return parser
 
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "stdio":
         return stdio.run(args)
+    if args.command == "simulate":
+        return simulate.run(args)
     return 2
 
 

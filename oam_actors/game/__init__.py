@@ -4,7 +4,15 @@ No actors, no bridge, no sockets: everything here runs on the agent engine and a
 :class:`~oam_actors.agent.LanguageModel`; the object layer (NPC and world actors) wraps it.
 """
 
-from ._dialogue import DialogueTurn, EmotionEvent, LineDelta, LineReset, LineTracker, NPCEvent, NPCEventSink
+from ._dialogue import (
+    DialogueTurn,
+    EmotionEvent,
+    LineDelta,
+    LineReset,
+    LineTracker,
+    NPCEvent,
+    NPCEventSink,
+)
 from .content import DEFAULT_CONTENT_INSTRUCTIONS, ContentGenerator, GeneratedContent
 from .decision import (
     DEFAULT_DECISION_INSTRUCTIONS,
@@ -17,7 +25,14 @@ from .decision import (
 )
 from .memory import MemoryStore, NPCMemory, attitude, memory_tools, secret_visibility
 from .npc import NPC, SAVE_STATE_VERSION, NPCSaveState
-from .options import DEFAULT_FALLBACK_LINES, MAX_PLAYER_OPTIONS, MemoryTool, NPCOptions, ReplyFormat, check_configuration
+from .options import (
+    DEFAULT_FALLBACK_LINES,
+    MAX_PLAYER_OPTIONS,
+    MemoryTool,
+    NPCOptions,
+    ReplyFormat,
+    check_configuration,
+)
 from .persona import Decoded, Emotion, Persona, SecretVisibility, parse_emotion
 from .world import MISSING, Change, Observation, WorldPath, WorldState, WorldStateError
 from .world_tools import (
@@ -31,11 +46,17 @@ from .world_tools import (
 )
 
 __all__ = [
-    "Change",
-    "ContentGenerator",
     "DEFAULT_CONTENT_INSTRUCTIONS",
     "DEFAULT_DECISION_INSTRUCTIONS",
     "DEFAULT_FALLBACK_LINES",
+    "MAX_PLAYER_OPTIONS",
+    "MISSING",
+    "NPC",
+    "READ_TOOL_NAME",
+    "SAVE_STATE_VERSION",
+    "UPDATE_TOOL_NAME",
+    "Change",
+    "ContentGenerator",
     "Decision",
     "DecisionEngine",
     "DecisionOption",
@@ -48,11 +69,8 @@ __all__ = [
     "LineDelta",
     "LineReset",
     "LineTracker",
-    "MAX_PLAYER_OPTIONS",
-    "MISSING",
     "MemoryStore",
     "MemoryTool",
-    "NPC",
     "NPCEvent",
     "NPCEventSink",
     "NPCMemory",
@@ -60,11 +78,8 @@ __all__ = [
     "NPCSaveState",
     "Observation",
     "Persona",
-    "READ_TOOL_NAME",
     "ReplyFormat",
-    "SAVE_STATE_VERSION",
     "SecretVisibility",
-    "UPDATE_TOOL_NAME",
     "WorldPath",
     "WorldState",
     "WorldStateError",

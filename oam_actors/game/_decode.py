@@ -43,9 +43,6 @@ class WireObject:
         """The member as sent; ``None`` when absent or ``null``."""
         return self._values.get(name)
 
-    def present(self, name: str) -> bool:
-        return self._values.get(name) is not None
-
     def unknown(self, known: Iterable[str]) -> list[str]:
         """Warnings for members outside ``known``, in the order they were sent."""
         allowed = set(known)
@@ -131,5 +128,5 @@ class WireObject:
         return WireObject._string(value, path)
 
 
-def _integral(value: int | float) -> bool:
+def _integral(value: float) -> bool:
     return isinstance(value, int) or (math.isfinite(value) and value.is_integer())

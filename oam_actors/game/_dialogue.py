@@ -12,13 +12,19 @@ from typing import Any
 
 import msgspec
 
-from ..agent.events import ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnUsage
+from ..agent.events import (
+    ToolCallAbandoned,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnUsage,
+)
 from ..agent.tools import ToolCallRecord
-from ._text import spoken_line, split_emotion_tag, streaming_line
+from ._text import split_emotion_tag, spoken_line, streaming_line
 from .options import NPCOptions
 from .persona import Emotion, Persona
 
 __all__ = [
+    "PLAYER_LABEL",
     "DialogueTurn",
     "EmotionEvent",
     "LineDelta",
@@ -26,7 +32,6 @@ __all__ = [
     "LineTracker",
     "NPCEvent",
     "NPCEventSink",
-    "PLAYER_LABEL",
     "Reply",
     "parse_reply",
     "parse_text_reply",

@@ -56,6 +56,7 @@ DEFAULT_DECISION_INSTRUCTIONS = (
 )
 _GAME_LABEL = "Game"
 _DEFAULT_ACTOR_LABEL = "Character"
+_AUTO = ToolChoice(ToolChoiceKind.AUTO)
 
 
 class DecisionOption(msgspec.Struct, frozen=True):
@@ -99,7 +100,7 @@ class DecisionRequest:
     actor: Persona | None = None
     context: Any = None
     tools: Sequence[ToolDefinition] = ()
-    tool_choice: ToolChoice = ToolChoice(ToolChoiceKind.AUTO)
+    tool_choice: ToolChoice = _AUTO
     fallback_option_id: str | None = None
 
 

@@ -30,14 +30,30 @@ import anyio
 import msgspec
 
 from ..agent.agent import Agent
-from ..agent.events import PartialValue, TextDelta, ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnEvent, TurnResult
+from ..agent.events import (
+    PartialValue,
+    TextDelta,
+    ToolCallAbandoned,
+    ToolCallCompleted,
+    ToolCallStarted,
+    TurnEvent,
+    TurnResult,
+)
 from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
-from ..agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCallRecord, ToolDefinition, ToolOutput
+from ..agent.tools import (
+    ErrorOutput,
+    JsonOutput,
+    TextOutput,
+    ToolCallRecord,
+    ToolDefinition,
+    ToolOutput,
+)
 from ..agent.transcript import Entry, PromptEntry, ResponseEntry, Transcript
-from ..errors import AgentError, ErrorCode, invalid_params
+from ..errors import AgentError, ErrorCode, OamError, invalid_params
 from . import _prompting as prompting
+from ._decode import WireObject
 from ._dialogue import (
     PLAYER_LABEL,
     DialogueTurn,
@@ -48,7 +64,6 @@ from ._dialogue import (
     parse_text_reply,
     partial_text_reply,
 )
-from ._decode import WireObject
 from ._text import single_line, situation_text
 from .memory import MemoryStore, NPCMemory, memory_tools
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -63,7 +78,7 @@ from .world_tools import (
     update_world_state,
 )
 
-__all__ = ["NPC", "NPCSaveState", "SAVE_STATE_VERSION"]
+__all__ = ["NPC", "SAVE_STATE_VERSION", "NPCSaveState"]
 
 SAVE_STATE_VERSION = 1
 _NONE = ToolChoice(ToolChoiceKind.NONE)
@@ -421,8 +436,8 @@ class NPC:
             return False
         try:
             await self._compact()
-        except Exception:  # a background summary that fails leaves the history as it was
-            pass
+        except OamError:
+            pass  # a background summary that fails leaves the history as it was
         self._compaction_due = False
         return True
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from ..agent import Schema, ToolDefinition, ToolOutput, TurnOverrides
-from .outlet import RequestId
+from .outlet import Outlet, RequestId
 
 __all__ = [
     "Compact",
@@ -28,6 +28,10 @@ class Respond(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool = False
     overrides: TurnOverrides | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
+    # The connection that sent the turn (set by the bridge): its events and tool calls go there,
+    # so with objects shared across connections each turn talks to its own client. ``None``: the
+    # outlet the session was created with.
+    outlet: Outlet | None = None
 
 
 class Reset(msgspec.Struct, frozen=True):

@@ -30,7 +30,12 @@ from .messages import (
 from .outlet import Outlet
 from .relay import TurnRelay
 
-__all__ = ["SessionActor"]
+__all__ = ["NAMESPACE_SEPARATOR", "SessionActor"]
+
+NAMESPACE_SEPARATOR = "\x1f"
+"""Ends a non-empty address namespace (U+001F, unit separator): an address id is
+``<namespace><separator><id>``. Protocol ids never contain control characters, so the part after
+the last separator is the id the client chose."""
 
 
 class SessionActor(Actor):
@@ -44,7 +49,7 @@ class SessionActor(Actor):
 
     @property
     def session_id(self) -> str:
-        return self.address.id
+        return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -88,7 +93,7 @@ class SessionActor(Actor):
             if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in self.agent.tools}:
                 raise invalid_params(f"Parameter 'toolChoice' names '{choice.tool}', which is not a tool of this session.")
         relay = TurnRelay(
-            self.outlet,
+            message.outlet if message.outlet is not None else self.outlet,
             head={"session": self.session_id},
             request_id=message.request_id,
             stream=message.stream,

@@ -28,7 +28,7 @@ import enum
 import uuid
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import httpx
 import msgspec
@@ -225,7 +225,6 @@ class DeviceModel:
             self._capabilities,
             context_size=features.input_token_limit or self._capabilities.context_size,
             max_output_tokens=features.max_output_tokens or self._capabilities.max_output_tokens,
-            system_instructions=True,  # the app folds the system text into the prompt when ML Kit cannot
         )
         return status
 
@@ -305,7 +304,7 @@ def _decode(line: bytes) -> wire.StreamEvent:
         raise _malformed(f"invalid stream line ({error}): {line[:80]!r}") from error
 
 
-def _finish(event: Any, http_status: int) -> Usage:
+def _finish(event: wire.DoneEvent | wire.ErrorEvent, http_status: int) -> Usage:
     """The terminal event: ``done`` becomes the usage, ``error`` is raised."""
     if isinstance(event, wire.ErrorEvent):
         raise error_from_body(event.error, http_status)

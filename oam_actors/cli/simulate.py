@@ -1,0 +1,114 @@
+"""``oam-actors simulate``: run the embedded demo (or a configured load) and write a report.
+
+On the defaults it starts a simulated farm of phones, a crowd of conversations with client tools,
+cancels and tool timeouts at small rates, shows live progress, and ends with a report (JSON and
+an HTML page with charts) under ``reports/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import anyio
+
+from ..bridge import Bridge, BridgeConfig
+from ..runtime import LocalSystem
+from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
+from ..sim.backends import make_backend
+from ..sim.client import BridgeClient
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = SimConfig()
+    parser.add_argument("--backend", default=defaults.backend, choices=["farm", "scripted", "devices", "proxy"],
+                        help="what the conversations run on (default: a simulated farm of phones)")
+    parser.add_argument("--phones", type=int, default=defaults.phones, help="simulated phones in the farm")
+    parser.add_argument("--device", action="append", default=[], metavar="URL", help="a real device URL (repeatable)")
+    parser.add_argument("--proxy", help="an OpenAI-compatible base URL for --backend proxy")
+    parser.add_argument("--sessions", type=int, default=defaults.sessions, help="concurrent conversations")
+    parser.add_argument("--duration", type=float, default=defaults.duration_seconds, help="seconds of load")
+    parser.add_argument("--think", type=float, default=defaults.think_seconds, help="mean pause between turns (s)")
+    parser.add_argument("--cancel-rate", type=float, default=defaults.cancel_rate)
+    parser.add_argument("--tool-timeout-rate", type=float, default=defaults.tool_timeout_rate)
+    parser.add_argument("--tool-timeout", type=float, default=defaults.tool_timeout_seconds, help="seconds")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--report-dir", default=defaults.report_dir)
+    parser.add_argument("--no-progress", action="store_true", help="no live display")
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        backend=args.backend, phones=args.phones, device_urls=args.device, proxy=args.proxy,
+        sessions=args.sessions, duration_seconds=args.duration, think_seconds=args.think,
+        cancel_rate=args.cancel_rate, tool_timeout_rate=args.tool_timeout_rate,
+        tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
+    )
+
+
+async def _main(config: SimConfig, progress: bool) -> dict:
+    backend = make_backend(config)
+    display = _Progress(config) if progress else None
+    try:
+        async with LocalSystem() as system:
+            def make_client() -> BridgeClient:
+                return BridgeClient(lambda write: Bridge(
+                    system, write,
+                    config=BridgeConfig(max_sessions=max(64, config.sessions)),
+                    system_model=backend.system_model(),
+                ))
+
+            run = await run_simulation(config, backend, make_client, on_tick=display.update if display else None)
+    finally:
+        if display is not None:
+            display.stop()
+        await backend.aclose()
+    return build_report(run)
+
+
+class _Progress:
+    """A live rich display of the run (stderr, so stdout stays clean for the summary)."""
+
+    def __init__(self, config: SimConfig) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.config = config
+        self.live = Live(console=Console(stderr=True), refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def update(self, run: SimRun) -> None:
+        from rich.table import Table
+
+        ok = sum(1 for s in run.samples if s.outcome == "ok")
+        failed = len(run.samples) - ok
+        elapsed = run.elapsed
+        table = Table(title=f"oam-actors simulate — {self.config.backend}", show_header=False)
+        table.add_row("elapsed", f"{min(elapsed, self.config.duration_seconds):.0f} / {self.config.duration_seconds:.0f} s")
+        table.add_row("turns ok", f"{ok}  ({ok / max(elapsed, 1e-9):.1f}/s)")
+        table.add_row("turns failed", str(failed))
+        table.add_row("tool calls answered / left unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}")
+        table.add_row("cancels sent", str(run.cancels_sent))
+        self.live.update(table)
+
+    def stop(self) -> None:
+        self.live.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    started = time.monotonic()
+    report = anyio.run(_main, config, not args.no_progress and sys.stderr.isatty())
+    json_path, html_path = write_report(report, config.report_dir)
+    turns = report["turns"]
+    latency = report["latency"]["ok"]
+    print(
+        f"{turns['total']} turns in {time.monotonic() - started:.0f} s: {turns['byOutcome']}; "
+        f"p50 {latency['p50_ms']:.0f} ms, p99 {latency['p99_ms']:.0f} ms; "
+        f"Jain's fairness {report['fairness']['jainIndex']:.3f}"
+    )
+    print(f"report: {json_path} and {html_path}")
+    return 0

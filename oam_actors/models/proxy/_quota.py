@@ -1,0 +1,59 @@
+"""Rate-limit facts from provider responses, handed to whoever schedules quota.
+
+A :class:`~oam_actors.models.proxy.ProxyModel` keeps the latest :class:`RateLimitReport` as
+``last_rate_limit`` and calls its ``on_rate_limit`` hook with every report (each response that
+carries rate-limit headers, and every 429). :func:`scheduler_hook` is the hook that feeds a
+:class:`~oam_actors.models.scheduler.QuotaScheduler`: a 429 cools it down, headers set its budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from ..codecs import RateLimitInfo
+from ..scheduler import QuotaScheduler
+
+__all__ = ["RateLimitHook", "RateLimitReport", "scheduler_hook"]
+
+
+class RateLimitReport(msgspec.Struct, frozen=True):
+    """What one response said about quota: its HTTP status and the parsed headers."""
+
+    status: int
+    info: RateLimitInfo
+
+    @property
+    def throttled(self) -> bool:
+        """The provider refused this request for quota."""
+        return self.status == 429
+
+    @property
+    def known(self) -> bool:
+        """The headers said anything at all."""
+        return self.info != RateLimitInfo()
+
+
+RateLimitHook = Callable[[RateLimitReport], None]
+"""Called synchronously, on the model's task, after each report; must not block."""
+
+
+def scheduler_hook(scheduler: QuotaScheduler) -> RateLimitHook:
+    """A hook that feeds ``scheduler``: 429 → ``throttled(retry_after=…)``, headers →
+    ``rate_limit_headers(…)`` with the latest reset of the windows (the cautious reading)."""
+
+    def feed(report: RateLimitReport) -> None:
+        info = report.info
+        if report.throttled:
+            scheduler.throttled(retry_after=info.cool_down())
+            return
+        resets = [w.reset_after for w in (info.requests, info.tokens) if w.reset_after is not None]
+        if resets:
+            scheduler.rate_limit_headers(
+                remaining_requests=info.requests.remaining,
+                remaining_tokens=info.tokens.remaining,
+                reset_seconds=max(resets),
+            )
+
+    return feed

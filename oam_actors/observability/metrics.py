@@ -1,0 +1,276 @@
+"""Counters, gauges and histograms with labels, rendered in the Prometheus text format.
+
+Contract
+--------
+Pure bookkeeping: no I/O, no clock, no dependency. Instruments are created through a
+:class:`MetricsRegistry` (one name, one instrument); every sample carries exactly the label names
+its instrument declared, as keyword arguments (``requests.inc(method="ping")``); a wrong label set
+raises ``ValueError``. :meth:`MetricsRegistry.render` writes the text exposition format 0.0.4
+(``# HELP``/``# TYPE`` lines, label values escaped, histogram buckets cumulative with ``+Inf``,
+``_sum`` and ``_count``), instruments in creation order and label sets in first-use order.
+
+:class:`ServerMetrics` is the set the network server keeps; the bridge calls its ``request`` /
+``response`` / ``completed`` hooks when one is given (see ``Bridge(metrics=...)``), the transports
+count connections, and the server sets the gauges just before each scrape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_BUCKETS",
+    "Counter",
+    "Gauge",
+    "Histogram",
+    "MetricsRegistry",
+    "ServerMetrics",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The ``Content-Type`` of :meth:`MetricsRegistry.render`'s output."""
+
+DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Upper bounds in seconds: from a scripted step (milliseconds) to a slow remote model."""
+
+LabelValues = tuple[str, ...]
+
+
+class _Instrument:
+    kind = ""
+
+    def __init__(self, name: str, help: str, labels: Sequence[str]) -> None:
+        self.name = name
+        self.help = help
+        self.labels = tuple(labels)
+
+    def _key(self, values: dict[str, str]) -> LabelValues:
+        if set(values) != set(self.labels):
+            raise ValueError(f"{self.name} takes labels {list(self.labels)}; got {sorted(values)}")
+        return tuple(str(values[name]) for name in self.labels)
+
+    def _labelled(self, suffix: str, key: LabelValues, extra: tuple[tuple[str, str], ...] = ()) -> str:
+        pairs = [*zip(self.labels, key), *extra]
+        if not pairs:
+            return self.name + suffix
+        inner = ",".join(f'{name}="{_escape_label(value)}"' for name, value in pairs)
+        return f"{self.name}{suffix}{{{inner}}}"
+
+    def samples(self) -> Iterator[str]:
+        raise NotImplementedError
+
+
+class Counter(_Instrument):
+    """A value that only goes up (``*_total`` by convention)."""
+
+    kind = "counter"
+
+    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
+        super().__init__(name, help, labels)
+        self._values: dict[LabelValues, float] = {}
+
+    def inc(self, amount: float = 1, **labels: str) -> None:
+        if amount < 0:
+            raise ValueError("a counter cannot go down")
+        key = self._key(labels)
+        self._values[key] = self._values.get(key, 0) + amount
+
+    def value(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0)
+
+    def samples(self) -> Iterator[str]:
+        for key, value in self._values.items():
+            yield f"{self._labelled('', key)} {_number(value)}"
+
+
+class Gauge(_Instrument):
+    """A value that is set (or moved up and down) to what it is now."""
+
+    kind = "gauge"
+
+    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
+        super().__init__(name, help, labels)
+        self._values: dict[LabelValues, float] = {}
+
+    def set(self, value: float, **labels: str) -> None:
+        self._values[self._key(labels)] = value
+
+    def inc(self, amount: float = 1, **labels: str) -> None:
+        key = self._key(labels)
+        self._values[key] = self._values.get(key, 0) + amount
+
+    def dec(self, amount: float = 1, **labels: str) -> None:
+        self.inc(-amount, **labels)
+
+    def value(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0)
+
+    def samples(self) -> Iterator[str]:
+        for key, value in self._values.items():
+            yield f"{self._labelled('', key)} {_number(value)}"
+
+
+class Histogram(_Instrument):
+    """Observations counted into cumulative buckets, plus their sum and count."""
+
+    kind = "histogram"
+
+    def __init__(
+        self, name: str, help: str, labels: Sequence[str] = (), *, buckets: Sequence[float] = DEFAULT_BUCKETS
+    ) -> None:
+        super().__init__(name, help, labels)
+        if "le" in self.labels:
+            raise ValueError("'le' is reserved for histogram buckets")
+        bounds = sorted(float(b) for b in buckets if not math.isinf(b))
+        if not bounds or len(set(bounds)) != len(bounds):
+            raise ValueError("a histogram needs distinct finite bucket bounds")
+        self.buckets = tuple(bounds)
+        self._series: dict[LabelValues, _Series] = {}
+
+    def observe(self, value: float, **labels: str) -> None:
+        key = self._key(labels)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series(len(self.buckets))
+        series.add(self.buckets, value)
+
+    def count(self, **labels: str) -> int:
+        series = self._series.get(self._key(labels))
+        return series.count if series is not None else 0
+
+    def samples(self) -> Iterator[str]:
+        for key, series in self._series.items():
+            cumulative = 0
+            for bound, hits in zip(self.buckets, series.hits):
+                cumulative += hits
+                yield f"{self._labelled('_bucket', key, (('le', _number(bound)),))} {cumulative}"
+            yield f"{self._labelled('_bucket', key, (('le', '+Inf'),))} {series.count}"
+            yield f"{self._labelled('_sum', key)} {_number(series.total)}"
+            yield f"{self._labelled('_count', key)} {series.count}"
+
+
+class _Series:
+    """One label set of a histogram: hits per bucket (not cumulative), sum and count."""
+
+    __slots__ = ("hits", "total", "count")
+
+    def __init__(self, size: int) -> None:
+        self.hits = [0] * size
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, bounds: tuple[float, ...], value: float) -> None:
+        self.count += 1
+        self.total += value
+        for index, bound in enumerate(bounds):
+            if value <= bound:
+                self.hits[index] += 1
+                return
+
+
+_I = TypeVar("_I", bound=_Instrument)
+
+
+class MetricsRegistry:
+    """Owns instruments by name and renders them all."""
+
+    def __init__(self) -> None:
+        self._instruments: dict[str, _Instrument] = {}
+
+    def counter(self, name: str, help: str, labels: Sequence[str] = ()) -> Counter:
+        return self._add(Counter(name, help, labels))
+
+    def gauge(self, name: str, help: str, labels: Sequence[str] = ()) -> Gauge:
+        return self._add(Gauge(name, help, labels))
+
+    def histogram(
+        self, name: str, help: str, labels: Sequence[str] = (), *, buckets: Sequence[float] = DEFAULT_BUCKETS
+    ) -> Histogram:
+        return self._add(Histogram(name, help, labels, buckets=buckets))
+
+    def render(self) -> str:
+        """The Prometheus text exposition of every instrument (ends with a newline)."""
+        lines: list[str] = []
+        for instrument in self._instruments.values():
+            lines.append(f"# HELP {instrument.name} {_escape_help(instrument.help)}")
+            lines.append(f"# TYPE {instrument.name} {instrument.kind}")
+            lines.extend(instrument.samples())
+        return "\n".join(lines) + "\n"
+
+    def _add(self, instrument: _I) -> _I:
+        if instrument.name in self._instruments:
+            raise ValueError(f"metric {instrument.name!r} is already registered")
+        self._instruments[instrument.name] = instrument
+        return instrument
+
+
+class ServerMetrics:
+    """The network server's metrics. ``code`` values are ``"ok"`` or an error's ``data.code``."""
+
+    def __init__(self) -> None:
+        self.registry = registry = MetricsRegistry()
+        self.requests = registry.counter("oam_requests_total", "Requests and notifications received, by method.", ["method"])
+        self.responses = registry.counter("oam_responses_total", "Responses written, by outcome (ok or error data.code).", ["code"])
+        self.turns = registry.counter("oam_turns_total", "session/respond turns finished, by outcome (ok or error data.code).", ["outcome"])
+        self.connections = registry.gauge("oam_connections", "Open connections, by transport.", ["transport"])
+        self.connections_opened = registry.counter("oam_connections_total", "Connections accepted, by transport.", ["transport"])
+        self.connections_refused = registry.counter(
+            "oam_connections_refused_total", "Connections refused, by transport and reason.", ["transport", "reason"]
+        )
+        self.sessions = registry.gauge("oam_sessions", "Live sessions, all connections together.")
+        self.queue_depth = registry.gauge("oam_queue_depth", "Operations queued on object mailboxes, by object kind.", ["kind"])
+        self.model_step_seconds = registry.histogram(
+            "oam_model_step_seconds", "Duration of one model inference attempt, by step kind.", ["kind"]
+        )
+
+    # --- bridge hooks --------------------------------------------------------------------------
+
+    def request(self, method: str) -> None:
+        self.requests.inc(method=method)
+
+    def response(self, code: str) -> None:
+        self.responses.inc(code=code)
+
+    def completed(self, method: str, code: str) -> None:
+        """Deferred work of ``method`` finished with ``code``."""
+        if method == "session/respond":
+            self.turns.inc(outcome=code)
+
+    # --- transports and the server -------------------------------------------------------------
+
+    def connection_opened(self, transport: str) -> None:
+        self.connections_opened.inc(transport=transport)
+        self.connections.inc(transport=transport)
+
+    def connection_closed(self, transport: str) -> None:
+        self.connections.dec(transport=transport)
+
+    def connection_refused(self, transport: str, reason: str) -> None:
+        self.connections_refused.inc(transport=transport, reason=reason)
+
+    def model_step(self, kind: str, seconds: float) -> None:
+        self.model_step_seconds.observe(seconds, kind=kind)
+
+    def render(self) -> str:
+        return self.registry.render()
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))

@@ -1,0 +1,25 @@
+"""Settings of one simulation run; the defaults are the embedded demo (about a minute)."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["SimConfig"]
+
+
+class SimConfig(msgspec.Struct, kw_only=True):
+    backend: str = "farm"
+    """``farm`` (simulated phones), ``scripted``, ``devices`` (real device URLs) or ``proxy``."""
+    phones: int = 4
+    device_urls: list[str] = msgspec.field(default_factory=list)
+    proxy: str | None = None
+    sessions: int = 40
+    duration_seconds: float = 60.0
+    think_seconds: float = 1.0
+    cancel_rate: float = 0.05
+    tool_timeout_rate: float = 0.03
+    tool_timeout_seconds: float = 2.0
+    tool_latency_seconds: float = 0.05
+    model_latency_seconds: float = 0.3
+    seed: int = 7
+    report_dir: str = "reports"

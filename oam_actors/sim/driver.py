@@ -1,0 +1,185 @@
+"""The load generator of ``oam-actors simulate``: conversations driven through a real bridge.
+
+Every conversation is one owner (a session, or an NPC once the game layer is there) that loops
+until the deadline: send a player line, wait for the reply, pause. The simulated game engine
+answers ``tool/call`` requests — except a configurable share it leaves unanswered to exercise tool
+timeouts — and a configurable share of turns is cancelled while in flight.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .backends import Backend
+from .client import BridgeClient, RpcError
+from .config import SimConfig
+
+__all__ = ["Conversation", "SimRun", "TurnSample", "run_simulation"]
+
+PLAYER_LINES = (
+    "Open the north gate, please.",
+    "What do you have for sale?",
+    "Have you seen the blacksmith today?",
+    "I need two ales and a stew.",
+    "Tell me about the old mine.",
+    "Can you check whether the bridge is safe?",
+    "Good morning! Any news from the capital?",
+    "I'd like to rent a room for the night.",
+)
+
+TOOLS = [
+    {
+        "name": "open_gate",
+        "description": "Ask the game to open a gate.",
+        "parameters": {"type": "object", "properties": {"gate": {"type": "string", "enum": ["north", "south"]}}, "required": ["gate"]},
+    },
+    {
+        "name": "check_inventory",
+        "description": "Look up what the shop has in stock.",
+        "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": []},
+    },
+]
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    owner: str
+    started: float
+    latency: float
+    outcome: str  # "ok" or the error's data.code
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+
+@dataclass
+class Conversation:
+    owner: str
+    turns_ok: int = 0
+    turns_failed: int = 0
+
+
+@dataclass
+class SimRun:
+    """Everything measured during one run; the report is computed from it."""
+
+    config: SimConfig
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    samples: list[TurnSample] = field(default_factory=list)
+    conversations: dict[str, Conversation] = field(default_factory=dict)
+    tool_calls_answered: int = 0
+    tool_calls_ignored: int = 0
+    cancels_sent: int = 0
+    backend_stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished or time.monotonic()) - self.started
+
+
+async def run_simulation(
+    config: SimConfig,
+    backend: Backend,
+    make_client: Callable[[], BridgeClient],
+    *,
+    on_tick: Callable[[SimRun], None] | None = None,
+) -> SimRun:
+    """Run one simulation to its deadline; returns the measurements."""
+    run = SimRun(config)
+    rng = random.Random(config.seed)
+    async with make_client() as client:
+        client.on_tool_call = _game_engine(client, run, random.Random(rng.random()), config)
+        owners = await _create_sessions(client, config, backend)
+        deadline = time.monotonic() + config.duration_seconds
+        async with anyio.create_task_group() as tg:
+            for index, owner in enumerate(owners):
+                run.conversations[owner] = Conversation(owner)
+                tg.start_soon(_converse, client, run, owner, deadline, random.Random(config.seed * 1000 + index))
+            if on_tick is not None:
+                tg.start_soon(_ticker, run, on_tick, deadline)
+        run.finished = time.monotonic()
+        run.backend_stats = await backend.statistics()
+        await client.request("shutdown")
+    return run
+
+
+async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Backend) -> list[str]:
+    owners = []
+    for index in range(config.sessions):
+        owner = f"player{index + 1}"
+        params: dict[str, Any] = {
+            "session": owner,
+            "instructions": "You are a guard at the village gate. Be brief and friendly.",
+            "tools": TOOLS,
+            "options": {"toolTimeoutSeconds": config.tool_timeout_seconds},
+        }
+        model = backend.session_model(index)
+        if model is not None:
+            params["model"] = model
+        await client.request("session/create", params)
+        owners.append(owner)
+    return owners
+
+
+async def _converse(client: BridgeClient, run: SimRun, owner: str, deadline: float, rng: random.Random) -> None:
+    # Spread the first turns so the crowd does not start in lock step.
+    await anyio.sleep(rng.random() * run.config.think_seconds)
+    conversation = run.conversations[owner]
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        outcome = "ok"
+        tool_calls = tool_errors = 0
+        async with anyio.create_task_group() as tg:
+            if rng.random() < run.config.cancel_rate:
+                tg.start_soon(_cancel_later, client, run, owner, rng.random() * 0.5)
+            try:
+                result = await client.request("session/respond", {"session": owner, "prompt": rng.choice(PLAYER_LINES)})
+                tool_calls = len(result.get("toolCalls", []))
+                tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
+            except RpcError as exc:
+                outcome = exc.code
+            tg.cancel_scope.cancel()
+        run.samples.append(TurnSample(owner, started - run.started, time.monotonic() - started, outcome, tool_calls, tool_errors))
+        if outcome == "ok":
+            conversation.turns_ok += 1
+        else:
+            conversation.turns_failed += 1
+        await anyio.sleep(rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0)
+
+
+async def _cancel_later(client: BridgeClient, run: SimRun, owner: str, delay: float) -> None:
+    await anyio.sleep(delay)
+    run.cancels_sent += 1
+    await client.notify("session/cancel", {"session": owner})
+
+
+def _game_engine(client: BridgeClient, run: SimRun, rng: random.Random, config: SimConfig) -> Callable[[dict[str, Any]], Any]:
+    """The simulated game: answers tool calls after a short think, or leaves some unanswered."""
+
+    async def answer(message: dict[str, Any]) -> None:
+        if rng.random() < config.tool_timeout_rate:
+            run.tool_calls_ignored += 1
+            return
+        await anyio.sleep(rng.random() * config.tool_latency_seconds)
+        call = message["params"]["call"]
+        if call["name"] == "open_gate":
+            output: Any = {"opened": rng.random() > 0.2, "gate": call["arguments"].get("gate", "north")}
+        else:
+            output = {"ale": rng.randint(0, 9), "stew": rng.randint(0, 5), "bread": rng.randint(0, 12)}
+        run.tool_calls_answered += 1
+        await client.reply(message["id"], {"output": output})
+
+    return answer
+
+
+async def _ticker(run: SimRun, on_tick: Callable[[SimRun], None], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        on_tick(run)
+        await anyio.sleep(0.25)
+    on_tick(run)
