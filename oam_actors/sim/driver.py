@@ -150,7 +150,8 @@ async def _converse(client: BridgeClient, run: SimRun, owner: str, deadline: flo
             conversation.turns_ok += 1
         else:
             conversation.turns_failed += 1
-        await anyio.sleep(rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0)
+        pause = rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0.0
+        await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
 
 async def _cancel_later(client: BridgeClient, run: SimRun, owner: str, delay: float) -> None:

@@ -1,0 +1,293 @@
+"""The proxy :class:`~oam_actors.agent.LanguageModel`: one provider endpoint over httpx.
+
+Per step: encode (codec) → POST with streaming → check the status → feed the SSE body to the
+codec's stream decoder → fold the events into text for the agent (:class:`~._translate.StepReader`).
+Every failure leaves as an :class:`~oam_actors.errors.AgentError` (:mod:`._errors`), so the
+agent's per-step retry and the bridge's error table apply unchanged; a step that fails after
+yielding text commits nothing (the agent commits a turn only at its end).
+
+Timeouts: httpx's connect/read/write/pool bound each network wait; ``step_timeout`` bounds the
+whole step (checked around every wait, never across a ``yield``). Closing the generator early (the
+agent does, once a decide step holds its JSON) or cancelling it closes the HTTP response, which
+closes that connection.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import anyio
+import httpx
+
+from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage
+from ...errors import AgentError
+from ..codecs import (
+    Affinity,
+    BlockEvent,
+    CodecError,
+    EncodedRequest,
+    ProviderCodec,
+    ProviderError,
+    Response,
+    StreamEvent,
+    Terminal,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolCallDone,
+    UsageEvent,
+    codec_for,
+    parse_rate_limit_headers,
+)
+from ._config import Provider, ProxyConfig, is_loopback
+from ._errors import codec_failure, provider_failure, timeout_failure, transport_failure
+from ._quota import RateLimitHook, RateLimitReport
+from ._translate import StepReader, is_native_step, to_provider_request
+
+__all__ = ["ProxyModel", "new_client"]
+
+_ERROR_BODY_LIMIT = 65_536  # enough for any provider's error object; an HTML page is cut
+_JSON_BODY_LIMIT = 8_388_608
+_AUTH_HEADERS = {
+    Provider.OPENAI: lambda key: {"authorization": f"Bearer {key}"},
+    Provider.ANTHROPIC: lambda key: {"x-api-key": key},
+    Provider.GEMINI: lambda key: {"x-goog-api-key": key},
+}
+
+
+def new_client(*, max_connections: int = 100, trust_env: bool = True) -> httpx.AsyncClient:
+    """The pooled client proxy models share; timeouts are set per request by each model."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx.AsyncClient(limits=limits, trust_env=trust_env, follow_redirects=False)
+
+
+class ProxyModel:
+    """A :class:`~oam_actors.agent.LanguageModel` for one :class:`ProxyConfig`.
+
+    ``client``: a shared :func:`new_client` (not closed here); without one the model makes its
+    own and closes it in :meth:`aclose` (or ``async with``). ``environ`` is where the key is read
+    from (default ``os.environ``), once, here. ``on_rate_limit`` receives every
+    :class:`RateLimitReport`; the latest is kept as :attr:`last_rate_limit`. Safe for concurrent
+    steps on one event loop.
+    """
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        *,
+        client: httpx.AsyncClient | None = None,
+        environ: Mapping[str, str] | None = None,
+        on_rate_limit: RateLimitHook | None = None,
+    ) -> None:
+        self.config = config
+        self.on_rate_limit = on_rate_limit
+        self.last_rate_limit: RateLimitReport | None = None
+        self._codec = _codec(config)
+        key = _read_key(config, os.environ if environ is None else environ)
+        self._key_sent = key is not None
+        self._headers = {**config.extra_headers, **(_AUTH_HEADERS[config.provider](key) if key else {})}
+        self._owns_client = client is None
+        self._client = client if client is not None else new_client()
+        self._timeout = httpx.Timeout(
+            connect=config.connect_timeout, read=config.read_timeout, write=config.read_timeout, pool=config.connect_timeout
+        )
+        self._capabilities = ModelCapabilities(
+            context_size=config.context_size,
+            max_output_tokens=config.max_output_tokens,
+            native_tool_calling=config.native_tools,
+        )
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self._capabilities
+
+    async def availability(self) -> Availability:
+        """Available unless a key is needed (not a loopback server) and none is set. No request
+        is sent: an endpoint's health shows in the first step's error."""
+        missing = not self._key_sent and not is_loopback(self.config.host)
+        detail = f"No API key: set {' or '.join(self.config.key_envs)} on the server." if missing else None
+        return Availability(
+            available=not missing,
+            reason="unknown" if missing else None,
+            contextSize=self.config.context_size,
+            variant=self.config.label,
+            status="unavailable" if missing else "available",
+            detail=detail,
+            maxOutputTokens=self.config.max_output_tokens,
+        )
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        reader = StepReader(request, native=is_native_step(request, self.config))
+        encoded = self._encode(request)
+        deadline = anyio.current_time() + self.config.step_timeout
+        try:
+            response = await self._send(encoded, deadline)
+            try:
+                async for piece in self._read(response, reader, deadline):
+                    yield piece
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+        except ProviderError as exc:
+            raise provider_failure(exc, self.config, key_sent=self._key_sent) from exc
+        except CodecError as exc:
+            raise codec_failure(exc, self.config) from exc
+        except httpx.HTTPError as exc:
+            raise transport_failure(exc, self.config) from exc
+
+    async def aclose(self) -> None:
+        """Close the client if this model made it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> ProxyModel:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"ProxyModel({self.config.label} at {self.config.url})"
+
+    # --- one step ----------------------------------------------------------------------------
+
+    def _encode(self, request: GenerationRequest) -> EncodedRequest:
+        try:
+            return self._codec.encode_request(to_provider_request(request, self.config), stream=True)
+        except CodecError as exc:
+            raise codec_failure(exc, self.config) from exc
+
+    async def _send(self, encoded: EncodedRequest, deadline: float) -> httpx.Response:
+        request = self._client.build_request(
+            "POST",
+            self.config.url + encoded.path,
+            headers={**encoded.headers, **self._headers},
+            content=encoded.body,
+            timeout=self._timeout,
+        )
+        with self._step_deadline(deadline):
+            response = await self._client.send(request, stream=True)
+        self._report(response)
+        return response
+
+    async def _read(
+        self, response: httpx.Response, reader: StepReader, deadline: float
+    ) -> AsyncIterator[str | Usage]:
+        if not response.is_success:
+            body = await self._body(response, deadline, _ERROR_BODY_LIMIT)
+            raise self._codec.decode_error(response.status_code, response.headers.multi_items(), body)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            # A server that ignored "stream": read the whole answer the same way.
+            body = await self._body(response, deadline, _JSON_BODY_LIMIT)
+            decoded = self._codec.decode_response(
+                response.status_code, response.headers.multi_items(), body, model=self.config.model
+            )
+            for piece in reader.finish(response_events(decoded)):
+                yield piece
+            return
+        decoder = self._codec.new_stream(model=self.config.model)
+        chunks = response.aiter_bytes()
+        try:
+            while (chunk := await self._next(chunks, deadline)) is not None:
+                for text in reader.push(decoder.feed(chunk)):
+                    yield text
+            for piece in reader.finish(decoder.finish()):
+                yield piece
+        finally:
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+
+    async def _next(self, chunks: AsyncIterator[bytes], deadline: float) -> bytes | None:
+        with self._step_deadline(deadline):
+            return await anext(chunks, None)
+
+    async def _body(self, response: httpx.Response, deadline: float, limit: int) -> bytes:
+        """Up to ``limit`` bytes of the body (a bigger body is cut, not read on)."""
+        body = bytearray()
+        chunks = response.aiter_bytes()
+        try:
+            while len(body) < limit and (chunk := await self._next(chunks, deadline)) is not None:
+                body += chunk
+        finally:
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
+        return bytes(body[:limit])
+
+    def _step_deadline(self, deadline: float) -> _StepDeadline:
+        return _StepDeadline(deadline, self.config)
+
+    def _report(self, response: httpx.Response) -> None:
+        report = RateLimitReport(response.status_code, parse_rate_limit_headers(response.headers.multi_items()))
+        if report.known or report.throttled:
+            self.last_rate_limit = report
+            if self.on_rate_limit is not None:
+                self.on_rate_limit(report)
+
+
+class _StepDeadline:
+    """``fail_after`` up to the step's deadline, raising the step-timeout AgentError."""
+
+    def __init__(self, deadline: float, config: ProxyConfig) -> None:
+        self._scope = anyio.fail_after(max(0.0, deadline - anyio.current_time()))
+        self._config = config
+
+    def __enter__(self) -> None:
+        self._scope.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> bool:
+        try:
+            self._scope.__exit__(kind, value, tb)
+        except TimeoutError as exc:
+            raise timeout_failure(self._config, step=True) from exc
+        return False
+
+
+def response_events(response: Response) -> list[StreamEvent]:
+    """A whole response as the events a stream of it would have given."""
+    events: list[StreamEvent] = []
+    for index, block in enumerate(response.output):
+        if isinstance(block, Text):
+            events.append(TextDelta(index, block.text))
+        elif isinstance(block, ToolCall):
+            events.append(ToolCallDone(index, block))
+        else:
+            events.append(BlockEvent(index, block))
+    if response.usage is not None:
+        events.append(UsageEvent(response.usage))
+    events.append(Terminal(response.stop_reason))
+    return events
+
+
+def _codec(config: ProxyConfig) -> ProviderCodec:
+    options: dict[str, Any] = {
+        "affinity": Affinity(
+            profile="oam-actors",
+            endpoint=config.url,
+            account="environment",
+            model=config.model,
+            credential_scope=config.key_envs[0],
+            credential_version="1",
+        ),
+        "max_frame_bytes": config.max_event_bytes,
+        "max_buffer_bytes": 2 * config.max_event_bytes,
+    }
+    if config.provider is Provider.OPENAI:
+        options["path"] = "/chat/completions"  # the base URL carries the version, as in the SDK
+    return codec_for(config.provider.codec_name, **options)
+
+
+def _read_key(config: ProxyConfig, environ: Mapping[str, str]) -> str | None:
+    for name in config.key_envs:
+        key = environ.get(name, "").strip()
+        if key:
+            return key
+    return None
+
+
+# Re-exported for the type checker: AgentError is what every failure of ``stream`` is.
+_ = AgentError
