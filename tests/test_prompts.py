@@ -231,7 +231,6 @@ def test_decide_task_quotes_at_most_300_characters_of_the_last_message() -> None
     assert quoted.endswith("…") and "  " not in quoted
 
 
-@pytest.mark.xfail(strict=True, reason="§6.7 asks for a concrete example envelope; the task shows {…} as a placeholder")
 def test_decide_task_example_envelope_is_a_valid_call() -> None:
     task = prompts.decide_task(TOOLS[1:], allow_respond=False, last_message="")
     example = task.split("in this form: ")[1]
@@ -347,3 +346,21 @@ def test_trimming_drops_turns_only_while_over_budget() -> None:
     assert prompts.trim_history(history, fixed_tokens=0, budget=21) == 4
     assert prompts.trim_history(history, fixed_tokens=0, budget=1) == 4  # one turn always stays
     assert prompts.trim_history(history, fixed_tokens=0, budget=1, minimum_recent_turns=0) == 6
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "object", "properties": {"item": {"enum": ["ale", "stew"]}, "note": {"type": "string"}}, "required": ["item"]}, {"item": "ale"}),
+        ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}}, {"n": 3}),
+        ({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "boolean"}, "minItems": 2}}, "required": ["tags"]}, {"tags": [True, True]}),
+        ({"type": "object", "properties": {}}, {}),
+        (True, {}),
+    ],
+)
+def test_example_value_is_valid_for_common_schemas(schema, expected) -> None:
+    from oam_actors.agent import Schema
+
+    value = prompts.example_value(Schema.compile(schema).generation_schema)
+    assert value == expected
+    assert not Schema.compile(schema).validate(value)

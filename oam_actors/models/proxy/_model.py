@@ -23,29 +23,19 @@ import anyio
 import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage
-from ...errors import AgentError
 from ..codecs import (
     Affinity,
-    BlockEvent,
     CodecError,
     EncodedRequest,
     ProviderCodec,
     ProviderError,
-    Response,
-    StreamEvent,
-    Terminal,
-    Text,
-    TextDelta,
-    ToolCall,
-    ToolCallDone,
-    UsageEvent,
     codec_for,
     parse_rate_limit_headers,
 )
 from ._config import Provider, ProxyConfig, is_loopback
 from ._errors import codec_failure, provider_failure, timeout_failure, transport_failure
 from ._quota import RateLimitHook, RateLimitReport
-from ._translate import StepReader, is_native_step, to_provider_request
+from ._translate import StepReader, is_native_step, response_events, to_provider_request
 
 __all__ = ["ProxyModel", "new_client"]
 
@@ -247,22 +237,6 @@ class _StepDeadline:
         return False
 
 
-def response_events(response: Response) -> list[StreamEvent]:
-    """A whole response as the events a stream of it would have given."""
-    events: list[StreamEvent] = []
-    for index, block in enumerate(response.output):
-        if isinstance(block, Text):
-            events.append(TextDelta(index, block.text))
-        elif isinstance(block, ToolCall):
-            events.append(ToolCallDone(index, block))
-        else:
-            events.append(BlockEvent(index, block))
-    if response.usage is not None:
-        events.append(UsageEvent(response.usage))
-    events.append(Terminal(response.stop_reason))
-    return events
-
-
 def _codec(config: ProxyConfig) -> ProviderCodec:
     options: dict[str, Any] = {
         "affinity": Affinity(
@@ -287,7 +261,3 @@ def _read_key(config: ProxyConfig, environ: Mapping[str, str]) -> str | None:
         if key:
             return key
     return None
-
-
-# Re-exported for the type checker: AgentError is what every failure of ``stream`` is.
-_ = AgentError

@@ -20,8 +20,10 @@ from ...agent.lenient_json import find_json
 from ...agent.model import GenerationRequest, StepKind, Usage
 from ...errors import AgentError, ErrorCode
 from ..codecs import (
+    BlockEvent,
     Message,
     Request,
+    Response,
     Role,
     StopReason,
     StreamEvent,
@@ -36,7 +38,7 @@ from ..codecs import (
 from ..codecs import Usage as ProviderUsage
 from ._config import Provider, ProxyConfig
 
-__all__ = ["StepReader", "is_native_step", "to_provider_request"]
+__all__ = ["StepReader", "is_native_step", "response_events", "to_provider_request"]
 
 _DECIDING = (StepKind.DECIDE, StepKind.TOOL_ARGUMENTS)
 _RESPOND_ENVELOPE = '{"action":"respond","arguments":{}}'
@@ -206,3 +208,19 @@ def _agent_usage(usage: ProviderUsage | None) -> Usage | None:
         cached_input_tokens=usage.cache_read_tokens or 0,
         output_tokens=usage.output_tokens or 0,
     )
+
+
+def response_events(response: Response) -> list[StreamEvent]:
+    """A whole response as the events a stream of it would have given."""
+    events: list[StreamEvent] = []
+    for index, block in enumerate(response.output):
+        if isinstance(block, Text):
+            events.append(TextDelta(index, block.text))
+        elif isinstance(block, ToolCall):
+            events.append(ToolCallDone(index, block))
+        else:
+            events.append(BlockEvent(index, block))
+    if response.usage is not None:
+        events.append(UsageEvent(response.usage))
+    events.append(Terminal(response.stop_reason))
+    return events
