@@ -26,7 +26,8 @@ class BridgeProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env={**os.environ, **(env or {})},
+            # The bridge's own settings come from the arguments only, not from this environment.
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("OAM_")}, **(env or {})},
         )
         self.log: list[dict[str, Any]] = []
         self.raw_lines: list[bytes] = []
@@ -218,6 +219,19 @@ class BridgeProcess:
 def is_response(message: dict[str, Any]) -> bool:
     """A response to a client request (not a bridge request or notification)."""
     return "method" not in message and ("result" in message or "error" in message)
+
+
+def check_order(log: list[dict[str, Any]]) -> None:
+    """Over a whole run with unique request ids: at most one response per id, and nothing about a
+    request (events, ``tool/call``, ``tool/cancel``: ``params.requestId``) after its response.
+    Answers with ``id: null`` (lines that were never requests) are not counted."""
+    answered: set[Any] = set()
+    for message in log:
+        if is_response(message) and message["id"] is not None:
+            assert message["id"] not in answered, f"two responses for id {message['id']!r}"
+            answered.add(message["id"])
+        elif isinstance(message.get("params"), dict) and "requestId" in message["params"]:
+            assert message["params"]["requestId"] not in answered, f"{message} came after its response"
 
 
 def scripted(steps: list[Any], **extra: Any) -> dict[str, Any]:

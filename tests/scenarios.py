@@ -151,8 +151,8 @@ def _match_object(pattern: dict[str, Any], value: Any, captures: dict[str, Any],
         if key == "$keys":
             if list(value) != expected:
                 problems.append(f"{path}: keys {list(value)} are not exactly {expected}")
-        elif key == "$includes":
-            problems += _match_includes(expected, value, captures, path)
+        elif key in ("$includes", "$excludes"):
+            problems += _match_members(expected, value, captures, path, wanted=key == "$includes")
         elif expected == _ABSENT:
             if key in value:
                 problems.append(f"{path}.{key}: expected absent, got {_show(value[key])}")
@@ -163,17 +163,21 @@ def _match_object(pattern: dict[str, Any], value: Any, captures: dict[str, Any],
     return problems
 
 
-def _match_includes(spec: dict[str, Any], value: dict[str, Any], captures: dict[str, Any], path: str) -> list[str]:
-    """``{"$includes": {"key": [patterns]}}``: each pattern matches some element of ``value[key]``."""
+def _match_members(
+    spec: dict[str, Any], value: dict[str, Any], captures: dict[str, Any], path: str, *, wanted: bool
+) -> list[str]:
+    """``{"$includes": {"key": [patterns]}}``: each pattern matches some element of ``value[key]``;
+    ``$excludes``: none does."""
     problems = []
     for key, patterns in spec.items():
         items = value.get(key)
         if not isinstance(items, list):
             problems.append(f"{path}.{key}: expected an array, got {_show(items)}")
             continue
-        for wanted in patterns:
-            if not any(not match(wanted, item, dict(captures), f"{path}.{key}[]") for item in items):
-                problems.append(f"{path}.{key}: no element matches {_show(wanted)}")
+        for pattern in patterns:
+            found = any(not match(pattern, item, dict(captures), f"{path}.{key}[]") for item in items)
+            if found != wanted:
+                problems.append(f"{path}.{key}: {'no' if wanted else 'an'} element matches {_show(pattern)}")
     return problems
 
 

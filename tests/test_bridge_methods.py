@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bridge_process import OPEN_GATE, BridgeProcess, scripted
+from bridge_process import OPEN_GATE, BridgeProcess, check_order, scripted
 
 CORE_METHODS = [
     "initialize",
@@ -45,6 +45,7 @@ def bridge() -> Iterator[BridgeProcess]:
     with BridgeProcess(["--model", "scripted"]) as process:
         yield process
         assert process.close() == 0
+        check_order(process.log)
 
 
 def error_code(bridge: BridgeProcess, method: str, params: Any) -> tuple[int, str]:
@@ -75,9 +76,9 @@ def test_initialize_describes_the_server(bridge: BridgeProcess) -> None:
     assert result["server"] == {"name": "oam-actors", "version": "0.1.0"}
     caps = result["capabilities"]
     assert set(CORE_METHODS) <= set(caps["methods"]) and caps["methods"] == sorted(caps["methods"])
-    assert caps["notifications"] == ["session/event", "tool/cancel"]
+    assert caps["notifications"][:2] == ["session/event", "tool/cancel"]  # then extensions' ones
     assert caps["clientRequests"] == ["tool/call"]
-    assert caps["models"] == ["system", "scripted"]
+    assert caps["models"][:2] == ["system", "scripted"]  # then any custom model types
     assert (caps["batch"], caps["maxSessions"], caps["streaming"], caps["clientTools"]) == (False, 64, True, True)
     assert result["model"] == {
         "available": True,
@@ -123,7 +124,8 @@ def test_without_a_system_model_only_explicit_models_work() -> None:
 
 def test_scripted_models_can_be_disabled() -> None:
     with BridgeProcess(["--no-scripted", "--model", "scripted"]) as bridge:
-        assert bridge.call("initialize")["capabilities"]["models"] == ["system"]
+        models = bridge.call("initialize")["capabilities"]["models"]
+        assert models[0] == "system" and "scripted" not in models
         assert error_code(bridge, "session/create", {"model": {"type": "scripted", "steps": []}}) == (
             -32602,
             "invalid_params",
@@ -438,7 +440,7 @@ def test_client_tool_round_trip(bridge: BridgeProcess) -> None:
     ],
 )
 def test_tool_reply_forms(bridge: BridgeProcess, reply: dict[str, Any], output: Any, text: str) -> None:
-    session = f"forms-{abs(hash(json.dumps(reply))) % 10**8}"
+    session = f"forms-{bridge.count()}"  # a fresh session per case
     create(
         bridge,
         session,
@@ -570,6 +572,47 @@ def test_the_system_model_is_used_by_default(bridge: BridgeProcess) -> None:
     session = bridge.call("session/create", {})["session"]
     assert bridge.call("session/respond", {"session": session, "prompt": "hi"})["text"] == "(script exhausted)"
     assert entry(bridge, session)["model"] == "system"
+
+
+def test_a_respond_notification_runs_a_turn_with_a_private_request_id(bridge: BridgeProcess) -> None:
+    create(bridge, "told", [{"text": "One.", "chunks": 1}, {"text": "Two.", "chunks": 1}, {"text": "Three."}])
+    start = bridge.count()
+    bridge.notify("session/respond", {"session": "told", "prompt": "a", "stream": True})
+    bridge.notify("session/respond", {"session": "told", "prompt": "b", "stream": True})
+    # Per-session order: once this request is answered, both notified turns have ended.
+    assert bridge.call("session/respond", {"session": "told", "prompt": "c"})["text"] == "Three."
+    texts = [
+        (m["params"]["requestId"], m["params"]["event"]["text"])
+        for m in bridge.since(start)
+        if m.get("method") == "session/event" and m["params"]["event"]["type"] == "text"
+    ]
+    assert [text for _, text in texts] == ["One.", "Two."]
+    ids = [request_id for request_id, _ in texts]
+    assert all(i.startswith("local-") for i in ids) and ids[0] != ids[1]
+    assert entry(bridge, "told")["entries"] == 6
+
+
+def test_a_busy_session_reports_its_queue_and_the_turn_in_progress(bridge: BridgeProcess) -> None:
+    create(
+        bridge,
+        "queue",
+        [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "n"}}]}, {"text": "done"}],
+        tools=[OPEN_GATE],
+    )
+    running = bridge.request("session/respond", {"session": "queue", "prompt": "Open"})
+    call = bridge.tool_call(running)
+    queued = [bridge.request("session/respond", {"session": "queue", "prompt": p}) for p in ("q1", "q2")]
+    listed = entry(bridge, "queue")
+    assert (listed["busy"], listed["pendingOperations"], listed["entries"]) == (True, 3, 0)
+    transcript = bridge.call("session/transcript", {"session": "queue"})["transcript"]["transcript"]
+    assert transcript["entries"] == [{"type": "prompt", "text": "Open"}]
+    bridge.reply(call["id"], {"output": "ok"})
+    assert [bridge.result(r)["text"] for r in (running, *queued)] == [
+        "done",
+        "(script exhausted)",
+        "(script exhausted)",
+    ]
+    assert (entry(bridge, "queue")["pendingOperations"], entry(bridge, "queue")["entries"]) == (0, 7)
 
 
 # --- session/list / transcript / history ---------------------------------------------------------

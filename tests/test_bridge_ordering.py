@@ -14,28 +14,32 @@ from typing import Any
 
 import pytest
 
-from bridge_process import OPEN_GATE, BridgeProcess, is_response, scripted
+from bridge_process import OPEN_GATE, BridgeProcess, check_order, is_response, scripted
 
 FOREVER = 60000  # ms; a scripted delay that only a cancel ends within the test
 TURN_ENDED = "The turn ended before the tool finished."
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def bridge() -> Iterator[BridgeProcess]:
+    """One process for the tests that use their own sessions and ids."""
     with BridgeProcess() as process:
         yield process
-        check_invariants(process.log)
+        check_order(process.log)
+        assert process.close() == 0
 
 
-def check_invariants(log: list[dict[str, Any]]) -> None:
-    """Events before responses and at most one response per id, over a whole run."""
-    answered: set[Any] = set()
-    for message in log:
-        if is_response(message):
-            assert message["id"] not in answered, f"two responses for id {message['id']!r}"
-            answered.add(message["id"])
-        elif isinstance(message.get("params"), dict) and "requestId" in message["params"]:
-            assert message["params"]["requestId"] not in answered, f"{message} came after its response"
+@pytest.fixture
+def fresh() -> Iterator[BridgeProcess]:
+    """A process of its own, for the tests that end it."""
+    with BridgeProcess() as process:
+        yield process
+        check_order(process.log)
+
+
+def listed(bridge: BridgeProcess, session: str) -> dict[str, Any]:
+    [entry] = [s for s in bridge.call("session/list")["sessions"] if s["session"] == session]
+    return entry
 
 
 def index_of_response(bridge: BridgeProcess, request_id: Any) -> int:
@@ -67,15 +71,30 @@ def respond(bridge: BridgeProcess, session: str, prompt: str, **extra: Any) -> A
 
 def test_immediate_requests_overtake_delayed_turns(bridge: BridgeProcess) -> None:
     for name in ("a", "b"):
-        bridge.call("session/create", {"session": name, "model": scripted([{"text": f"{name} done", "delayMs": 600}])})
+        bridge.call("session/create", {"session": name, "model": scripted([{"text": "slow", "delayMs": FOREVER}])})
     turns = [respond(bridge, "a", "go"), respond(bridge, "b", "go")]
     create = bridge.request("session/create", {"session": "c", "model": "scripted"})
     listing = bridge.request("session/list")
-    first = min(index_of_response(bridge, turn) for turn in turns)
-    assert index_of_response(bridge, create) < first and index_of_response(bridge, listing) < first
-    assert [bridge.result(t)["text"] for t in turns] == ["a done", "b done"]
-    busy = {s["session"]: s["busy"] for s in bridge.result(listing)["sessions"]}
+    assert bridge.result(create)["session"] == "c"
+    busy = {s["session"]: s["busy"] for s in bridge.result(listing)["sessions"] if s["session"] in ("a", "b", "c")}
     assert busy == {"a": True, "b": True, "c": False}
+    assert not any(is_response(m) and m["id"] in turns for m in bridge.since(0))
+    for name in ("a", "b"):
+        assert bridge.call("session/cancel", {"session": name})["cancelled"] == 1
+    assert all(cancelled(bridge, turn) for turn in turns)
+    assert index_of_response(bridge, listing) < min(index_of_response(bridge, turn) for turn in turns)
+
+
+def test_delayed_turns_of_two_sessions_run_concurrently(bridge: BridgeProcess) -> None:
+    bridge.call("session/create", {"session": "long", "model": scripted([{"text": "slow", "delayMs": FOREVER}])})
+    bridge.call("session/create", {"session": "short", "model": scripted([{"text": "quick", "delayMs": 200}])})
+    slow = respond(bridge, "long", "go", stream=True)
+    wait_running(bridge, slow)
+    quick = respond(bridge, "short", "go")
+    assert bridge.result(quick)["text"] == "quick"  # answered while the other turn still runs
+    assert bridge.call("session/cancel", {"session": "long"})["cancelled"] == 1
+    assert cancelled(bridge, slow)
+    assert index_of_response(bridge, quick) < index_of_response(bridge, slow)
 
 
 def test_a_session_finishes_while_another_waits_on_its_tool(bridge: BridgeProcess) -> None:
@@ -104,30 +123,40 @@ def test_pipelined_requests_keep_arrival_order(bridge: BridgeProcess) -> None:
     lines = [
         {
             "jsonrpc": "2.0",
-            "id": 1,
+            "id": "pipe-1",
             "method": "session/create",
             "params": {
                 "session": "pipe",
                 "model": scripted([{"template": "A:{prompt}", "delayMs": 50}, {"template": "B:{prompt}"}]),
             },
         },
-        {"jsonrpc": "2.0", "id": 2, "method": "session/respond", "params": {"session": "pipe", "prompt": "first"}},
-        {"jsonrpc": "2.0", "id": 3, "method": "session/respond", "params": {"session": "pipe", "prompt": "second"}},
         {
             "jsonrpc": "2.0",
-            "id": 4,
+            "id": "pipe-2",
+            "method": "session/respond",
+            "params": {"session": "pipe", "prompt": "first"},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": "pipe-3",
+            "method": "session/respond",
+            "params": {"session": "pipe", "prompt": "second"},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": "pipe-4",
             "method": "session/setInstructions",
             "params": {"session": "pipe", "instructions": "Later."},
         },
     ]
     bridge.send_raw("".join(json.dumps(line) + "\n" for line in lines))
-    assert bridge.result(2)["text"] == "A:first"
-    assert bridge.result(3)["text"] == "B:second"
-    assert bridge.result(4) == {"session": "pipe"}
-    assert [index_of_response(bridge, i) for i in (1, 2, 3, 4)] == sorted(
-        index_of_response(bridge, i) for i in (1, 2, 3, 4)
+    assert bridge.result("pipe-2")["text"] == "A:first"
+    assert bridge.result("pipe-3")["text"] == "B:second"
+    assert bridge.result("pipe-4") == {"session": "pipe"}
+    assert [index_of_response(bridge, i) for i in ("pipe-1", "pipe-2", "pipe-3", "pipe-4")] == sorted(
+        index_of_response(bridge, i) for i in ("pipe-1", "pipe-2", "pipe-3", "pipe-4")
     )
-    [entry] = bridge.call("session/list")["sessions"]
+    entry = listed(bridge, "pipe")
     assert (entry["instructions"], entry["entries"]) == ("Later.", 4)
 
 
@@ -152,7 +181,7 @@ def test_cancel_ends_the_running_turn_and_the_queued_ones(bridge: BridgeProcess)
     assert bridge.call("session/cancel", {"session": "slow"}) == {"session": "slow", "cancelled": 2}
     assert cancelled(bridge, running) and cancelled(bridge, queued)
     assert index_of_response(bridge, running) < index_of_response(bridge, queued)
-    [entry] = bridge.call("session/list")["sessions"]
+    entry = listed(bridge, "slow")
     assert (entry["entries"], entry["busy"], entry["pendingOperations"]) == (0, False, 0)
     # The queued turn used no model step: the next turn plays the script's second step.
     assert bridge.call("session/respond", {"session": "slow", "prompt": "three"})["text"] == "after the cancel"
@@ -175,7 +204,7 @@ def test_a_cancelled_queue_does_not_let_later_work_overtake(bridge: BridgeProces
     assert bridge.result(later)["text"] == "next"
     positions = [index_of_response(bridge, r) for r in (running, *queued, later)]
     assert positions == sorted(positions)
-    [entry] = bridge.call("session/list")["sessions"]
+    entry = listed(bridge, "q")
     assert "instructions" not in entry and entry["entries"] == 2
 
 
@@ -217,7 +246,7 @@ def test_delete_cancels_work_and_frees_the_id(bridge: BridgeProcess) -> None:
     error = bridge.error(respond(bridge, "gorm", "three"))
     assert (error["code"], error["data"]) == (-32020, {"code": "session_not_found", "session": "gorm"})
     assert bridge.error(bridge.request("session/delete", {"session": "gorm"}))["code"] == -32020
-    assert bridge.call("session/list") == {"sessions": []}
+    assert "gorm" not in [s["session"] for s in bridge.call("session/list")["sessions"]]
     assert bridge.call("session/create", {"session": "gorm", "model": "scripted"})["session"] == "gorm"
 
 
@@ -277,27 +306,27 @@ def test_shutdown_answers_everything_before_its_own_answer() -> None:
             ("late", -32023, "shut_down"),
             ("later", -32023, "shut_down"),
         ]
-        check_invariants(bridge.log)
+        check_order(bridge.log)
 
 
-def test_the_process_exits_after_shutdown_with_nothing_pending(bridge: BridgeProcess) -> None:
-    assert bridge.call("shutdown") == {}
-    assert bridge.wait_exit() == 0
+def test_the_process_exits_after_shutdown_with_nothing_pending(fresh: BridgeProcess) -> None:
+    assert fresh.call("shutdown") == {}
+    assert fresh.wait_exit() == 0
 
 
-def test_end_of_input_lets_pending_turns_answer_then_exits(bridge: BridgeProcess) -> None:
-    bridge.call(
+def test_end_of_input_lets_pending_turns_answer_then_exits(fresh: BridgeProcess) -> None:
+    fresh.call(
         "session/create", {"session": "piped", "model": scripted([{"text": "one", "delayMs": 100}, {"text": "two"}])}
     )
-    requests = [respond(bridge, "piped", "a"), respond(bridge, "piped", "b")]
-    bridge.close_input()
-    assert bridge.wait_exit() == 0
-    assert [bridge.result(r)["text"] for r in requests] == ["one", "two"]
+    requests = [respond(fresh, "piped", "a"), respond(fresh, "piped", "b")]
+    fresh.close_input()
+    assert fresh.wait_exit() == 0
+    assert [fresh.result(r)["text"] for r in requests] == ["one", "two"]
 
 
-def test_end_of_input_fails_outstanding_and_later_tool_calls(bridge: BridgeProcess) -> None:
+def test_end_of_input_fails_outstanding_and_later_tool_calls(fresh: BridgeProcess) -> None:
     calls = [{"name": "open_gate", "arguments": {"gate": "n"}}, {"name": "open_gate", "arguments": {"gate": "s"}}]
-    bridge.call(
+    fresh.call(
         "session/create",
         {
             "session": "orphan",
@@ -306,11 +335,11 @@ def test_end_of_input_fails_outstanding_and_later_tool_calls(bridge: BridgeProce
             "model": scripted([{"toolCalls": calls}, {"template": "T:{toolOutputs}"}]),
         },
     )
-    request = respond(bridge, "orphan", "open")
-    bridge.tool_call(request)
-    bridge.close_input()
-    assert bridge.wait_exit() == 0
-    result = bridge.result(request)
+    request = respond(fresh, "orphan", "open")
+    fresh.tool_call(request)
+    fresh.close_input()
+    assert fresh.wait_exit() == 0
+    result = fresh.result(request)
     gone = "Error: The client closed its input before answering."
     assert result["text"] == f"T:{gone}\n{gone}"
     assert [r["isError"] for r in result["toolCalls"]] == [True, True]

@@ -79,6 +79,7 @@ class ScriptedConnection:
         ({"$keys": ["b", "a"]}, {"b": 1, "a": 2}),
         ({"$includes": {"m": ["ping", "$startsWith:session/"]}}, {"m": ["initialize", "ping", "session/list"]}),
         ([{"a": 1}, "$any"], [{"a": 1, "b": 2}, 5]),
+        ({"$excludes": {"m": ["scripted"]}}, {"m": ["system", "openai"]}),
     ],
 )
 def test_patterns_that_match(pattern: Any, value: Any) -> None:
@@ -99,6 +100,11 @@ def test_patterns_that_match(pattern: Any, value: Any) -> None:
         ([1, 2], [1], "$: expected 2 elements, got 1: [1]"),
         ({"x": [{"y": "$string"}]}, {"x": [{"y": 3}]}, "$.x[0].y: expected string, got 3"),
         ({"$includes": {"m": ["shutdown"]}}, {"m": ["ping"]}, '$.m: no element matches "shutdown"'),
+        (
+            {"$excludes": {"m": ["$startsWith:s"]}},
+            {"m": ["ping", "scripted"]},
+            '$.m: an element matches "$startsWith:s"',
+        ),
     ],
 )
 def test_patterns_that_do_not_match_say_why(pattern: Any, value: Any, problem: str) -> None:

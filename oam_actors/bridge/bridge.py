@@ -89,6 +89,7 @@ class Bridge:
         self._extensions = list(extensions)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._tool_counter = itertools.count(1)
+        self._local_counter = itertools.count(1)
         self._tool_routes: dict[str, tuple[Address, str]] = {}
         self._input_closed = False
         self._inflight = 0
@@ -338,6 +339,11 @@ class Bridge:
             if self.system.lookup(self.address("session", candidate)) is None:
                 return candidate
 
+    def new_local_id(self) -> str:
+        """A private ``local-<n>`` request id for work without a JSON-RPC id (a notification),
+        so its events stay distinguishable (§1.4)."""
+        return f"local-{next(self._local_counter)}"
+
     def session_count(self) -> int:
         return sum(1 for address in self.system.addresses("session") if self.owns(address))
 
@@ -356,7 +362,11 @@ class Bridge:
         is answered when the object has handled it. A turn gets this bridge as its outlet."""
         if isinstance(message, Respond) and message.outlet is None:
             message = msgspec.structs.replace(message, outlet=self)
-        reply = ref.ask_nowait(message)
+        return self.queued(ref.ask_nowait(message))
+
+    def queued(self, reply: Reply) -> Deferred:
+        """Answer the request with ``reply`` once it resolves. Like :meth:`enqueue`'s work, it is
+        cancelled when a shared bridge closes or shuts down (extensions queue their own messages)."""
         self._queued.add(reply)
         return Deferred(self._wait_queued(reply))
 

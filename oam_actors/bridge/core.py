@@ -44,7 +44,7 @@ from .registry import Call
 if TYPE_CHECKING:
     from .bridge import Bridge
 
-__all__ = ["CORE_METHODS", "install_core", "parse_options", "parse_tools"]
+__all__ = ["CORE_METHODS", "install_core", "parse_options", "parse_tools", "resolve_model"]
 
 SESSION = "session"
 PROTOCOL_VERSION = "1.0"
@@ -187,6 +187,14 @@ def _model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str, list[str]]:
     raise invalid_params(f"Unknown model type {preview(kind)}.")
 
 
+def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
+    """The model a ``model`` param names (the system model when absent) and its list name
+    (``system``, ``scripted`` or the custom type). Extensions (NPCs, decisions, content) accept
+    the same model specs as ``session/create`` and fail the same way."""
+    model, name, _ = _model(bridge, value)
+    return model, name
+
+
 # --- methods -----------------------------------------------------------------------------------
 
 
@@ -300,7 +308,7 @@ async def session_respond(call: Call) -> Any:
     fields = _turn_fields(params)
     overrides = TurnOverrides(**fields) if fields else None
     message = Respond(
-        request_id=call.id if call.id is not None else "local",
+        request_id=call.id if call.id is not None else bridge.new_local_id(),
         prompt=prompt,
         schema=schema,
         stream=bool(stream),

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .. import __version__
-from . import simulate, stdio
+from . import device, serve, simulate, stdio
 
 __all__ = ["main"]
 
@@ -18,7 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     commands = parser.add_subparsers(dest="command", required=True)
     stdio.add_arguments(commands.add_parser("stdio", help="serve one bridge over stdin/stdout"))
+    device.add_arguments(commands.add_parser("device", help="run a simulated Nano phone (device protocol)"))
     simulate.add_arguments(commands.add_parser("simulate", help="run a crowd simulation and write a report"))
+    serve.add_arguments(commands.add_parser("serve", help="serve the protocol over TCP and WebSocket"))
     return parser
 
 
@@ -28,8 +30,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "stdio":
         return stdio.run(args)
+    if args.command == "device":
+        return device.run(args)
     if args.command == "simulate":
         return simulate.run(args)
+    if args.command == "serve":
+        return serve.run(args)
     return 2
 
 

@@ -7,15 +7,18 @@ exits on end of input and after answering ``shutdown``.
 from __future__ import annotations
 
 import argparse
+from contextlib import AsyncExitStack
 
 import anyio
 
 from ..bridge import Bridge, BridgeConfig, ModelFactory
+from ..game_methods import GameExtension, GameLimits
+from ..models.proxy import ProxyBackends
 from ..runtime import LocalSystem
 from ..transports.stdio import MAX_LINE_BYTES, open_stdio, read_lines
-from .models import add_model_arguments, system_model_from_args
+from .models import add_model_arguments, models_from_args
 
-__all__ = ["add_arguments", "run", "serve_stdio"]
+__all__ = ["add_arguments", "add_game_arguments", "game_limits_from_args", "run", "serve_stdio"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,16 +27,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES,
                         help=f"longest accepted input line (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
+    add_game_arguments(parser)
 
 
-async def serve_stdio(config: BridgeConfig, system_model: ModelFactory | None, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+def add_game_arguments(parser: argparse.ArgumentParser) -> None:
+    """The game extension's per-connection limits (crowd servers raise them)."""
+    defaults = GameLimits()
+    parser.add_argument("--max-npcs", type=int, default=defaults.max_npcs,
+                        help=f"NPCs per connection (default {defaults.max_npcs})")
+    parser.add_argument("--max-worlds", type=int, default=defaults.max_worlds,
+                        help=f"worlds per connection (default {defaults.max_worlds})")
+    parser.add_argument("--max-subscriptions", type=int, default=defaults.max_subscriptions,
+                        help=f"world subscriptions per connection (default {defaults.max_subscriptions})")
+
+
+def game_limits_from_args(args: argparse.Namespace) -> GameLimits:
+    return GameLimits(max_npcs=args.max_npcs, max_worlds=args.max_worlds, max_subscriptions=args.max_subscriptions)
+
+
+async def serve_stdio(
+    config: BridgeConfig,
+    system_model: ModelFactory | None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    backends: ProxyBackends | None = None,
+    game: GameLimits | None = None,
+) -> None:
+    """Serve until end of input or ``shutdown``; ``backends`` (their HTTP client) close after
+    the bridge has finished. The game methods are installed with ``game``'s limits."""
     stdin, write = await open_stdio()
-    async with stdin, LocalSystem() as system:
-        bridge = Bridge(system, write, config=config, system_model=system_model)
+    async with AsyncExitStack() as resources:
+        if backends is not None:
+            await resources.enter_async_context(backends)
+        await resources.enter_async_context(stdin)
+        system = await resources.enter_async_context(LocalSystem())
+        limits = game or GameLimits()
+        extension = GameExtension(
+            max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+        )
+        bridge = Bridge(system, write, config=config, system_model=system_model, extensions=[extension])
         await bridge.serve(read_lines(stdin, max_line_bytes=max_line_bytes))
 
 
 def run(args: argparse.Namespace) -> int:
-    config = BridgeConfig(max_sessions=args.max_sessions, scripted_models=not args.no_scripted)
-    anyio.run(serve_stdio, config, system_model_from_args(args), args.max_line_bytes)
+    setup = models_from_args(args)
+    config = BridgeConfig(
+        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
+    )
+    anyio.run(serve_stdio, config, setup.system_model, args.max_line_bytes, setup.backends, game_limits_from_args(args))
     return 0

@@ -20,6 +20,7 @@ from .decision import (
     DecisionEngine,
     DecisionOption,
     DecisionRequest,
+    check_request,
     decisions_to_wire,
     parse_decision_options,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "WorldToolOutput",
     "attitude",
     "check_configuration",
+    "check_request",
     "decisions_to_wire",
     "memory_tools",
     "parse_decision_options",

@@ -45,6 +45,7 @@ __all__ = [
     "DecisionEngine",
     "DecisionOption",
     "DecisionRequest",
+    "check_request",
     "decisions_to_wire",
     "parse_decision_options",
 ]
@@ -146,6 +147,20 @@ def _check_ids(raw_ids: Sequence[str], path: str) -> list[str]:
     return ids
 
 
+def check_request(request: DecisionRequest) -> tuple[list[str], str | None]:
+    """The request's trimmed option ids and fallback id; raises ``invalid_params`` for bad ids, a
+    fallback that is not an option, or a named ``toolChoice`` missing from the tools. Callers that
+    batch decisions check every request first, so one bad element fails the batch."""
+    ids = _check_ids([o.id for o in request.options], "options")
+    fallback = request.fallback_option_id.strip() if request.fallback_option_id is not None else None
+    if fallback is not None and fallback not in ids:
+        raise invalid_params(f"'fallbackOptionID' must be one of the option ids ({', '.join(ids)}); got '{fallback}'.")
+    choice = request.tool_choice
+    if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in request.tools}:
+        raise invalid_params(f"'toolChoice' names tool '{choice.tool}', which is not in 'tools'.")
+    return ids, fallback
+
+
 def decisions_to_wire(results: Sequence[Decision | OamError], warnings: Sequence[str] = ()) -> dict[str, Any]:
     """The ``decision/decideMany`` result: each slot a decision or ``{"error": {…}}``."""
     wire: dict[str, Any] = {
@@ -179,8 +194,7 @@ class DecisionEngine:
 
     async def decide(self, request: DecisionRequest, *, emit: EventSink | None = None) -> Decision:
         """Choose one of ``request.options``; see the module docstring. Raises :class:`OamError`."""
-        ids = _check_ids([o.id for o in request.options], "options")
-        fallback = self._check(request, ids)
+        ids, fallback = check_request(request)
         if len(ids) == 1:
             return Decision(option_id=ids[0], reasoning="It is the only option.", confidence=100)
         self._check_settings()
@@ -236,15 +250,6 @@ class DecisionEngine:
         return False
 
     # --- checks and prompting ------------------------------------------------------------------
-
-    def _check(self, request: DecisionRequest, ids: list[str]) -> str | None:
-        fallback = request.fallback_option_id.strip() if request.fallback_option_id is not None else None
-        if fallback is not None and fallback not in ids:
-            raise invalid_params(f"'fallbackOptionID' must be one of the option ids ({', '.join(ids)}); got '{fallback}'.")
-        choice = request.tool_choice
-        if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in request.tools}:
-            raise invalid_params(f"'toolChoice' names tool '{choice.tool}', which is not in 'tools'.")
-        return fallback
 
     def _check_settings(self) -> None:
         if self.max_tool_rounds < 0:

@@ -1,5 +1,6 @@
-"""Object actors: sessions (and, with the game layer, NPCs and worlds), each behind an ordered
-mailbox, talking to their connection through an :class:`Outlet`."""
+"""Object actors: sessions, NPCs, worlds and one-off game requests, each behind an ordered
+mailbox, talking to their connection through an :class:`Outlet`. The game actors' messages live
+in their modules (``objects.npc``, ``objects.world``, ``objects.request``)."""
 
 from .messages import (
     Compact,
@@ -12,16 +13,21 @@ from .messages import (
     SetTools,
     ToolResult,
 )
+from .npc import NPCActor
 from .outlet import Outlet, RequestId
 from .relay import TURN_ENDED_REASON, TurnRelay
+from .request import RequestActor
 from .session import SessionActor
+from .world import WorldActor
 
 __all__ = [
     "Compact",
     "Describe",
     "GetTranscript",
+    "NPCActor",
     "Outlet",
     "RequestId",
+    "RequestActor",
     "Reset",
     "Respond",
     "SessionActor",
@@ -31,4 +37,5 @@ __all__ = [
     "TURN_ENDED_REASON",
     "ToolResult",
     "TurnRelay",
+    "WorldActor",
 ]

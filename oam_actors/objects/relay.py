@@ -20,7 +20,9 @@ TURN_ENDED_REASON = "The turn ended before the tool finished."
 
 class TurnRelay:
     """The event sink of one turn. ``head`` is the object's context (``{"session": id}`` or
-    ``{"npc": id}``); ``event_method`` is ``session/event`` or ``npc/event``."""
+    ``{"npc": id}``); ``event_method`` is ``session/event`` or ``npc/event``. ``abandon_reason``,
+    when set, is the one ``tool/cancel`` reason for every abandoned call (forwarded tools of
+    decisions and content say the same thing whether they timed out or their request ended)."""
 
     def __init__(
         self,
@@ -31,6 +33,7 @@ class TurnRelay:
         stream: bool,
         target: Address,
         event_method: str = "session/event",
+        abandon_reason: str | None = None,
     ) -> None:
         self._outlet = outlet
         self._head = head
@@ -38,12 +41,13 @@ class TurnRelay:
         self._stream = stream
         self._target = target
         self._event_method = event_method
+        self._abandon_reason = abandon_reason
         self._tool_ids: dict[str, str] = {}   # call id -> tool/call JSON-RPC id
         self._open: set[str] = set()          # calls started and not completed
 
     async def __call__(self, event: TurnEvent) -> None:
         if isinstance(event, ToolCallAbandoned):
-            self._cancel(event.call.id, event.reason)
+            self._cancel(event.call.id, self._abandon_reason or event.reason)
             return
         if self._stream:
             self._outlet.notify(
@@ -62,15 +66,16 @@ class TurnRelay:
     def close(self) -> None:
         """The turn is over: cancel whatever is still outstanding."""
         for call_id in list(self._open):
-            self._cancel(call_id, TURN_ENDED_REASON)
+            self._cancel(call_id, self._abandon_reason or TURN_ENDED_REASON)
         self._open.clear()
 
     def _cancel(self, call_id: str, reason: str) -> None:
         tool_id = self._tool_ids.get(call_id)
         if tool_id is None:
             return
-        self._outlet.release_tool(tool_id)
+        # Notify before releasing: a relaying outlet (RaySystem) still knows the id it maps.
         self._outlet.notify(
             "tool/cancel",
             {**self._head, "requestId": self._request_id, "id": tool_id, "callId": call_id, "reason": reason},
         )
+        self._outlet.release_tool(tool_id)

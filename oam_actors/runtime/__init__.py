@@ -15,6 +15,7 @@ from oam_actors.runtime._address import Address
 from oam_actors.runtime._errors import (
     ActorExists,
     ActorStopped,
+    HostFailed,
     MailboxFull,
     MessageCancelled,
     RuntimeErrorBase,
@@ -33,6 +34,7 @@ __all__ = [
     "ActorStopped",
     "ActorSystem",
     "Address",
+    "HostFailed",
     "LocalSystem",
     "MailboxFull",
     "MessageCancelled",

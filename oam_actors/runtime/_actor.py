@@ -82,6 +82,24 @@ class Actor:
         If it raises, the address is still freed and the error is raised by ``stop``.
         """
 
+    def snapshot(self) -> bytes | None:
+        """The actor's committed state for a state store, or ``None`` (the default: none kept).
+
+        Called on the actor task after each ordered message that called ``commit``, before its
+        reply resolves, and only by a system that checkpoints (``LocalSystem(checkpoint=…)``, a
+        remote runtime). Keep it quick and side-effect free; if it raises, the error is logged
+        and that change is not checkpointed.
+        """
+        return None
+
+    def restore(self, state: bytes) -> None:
+        """Load ``state`` (from ``snapshot``) into a freshly built actor, before ``on_start``.
+
+        A runtime calls it when it re-creates an actor whose host failed. Only actors whose
+        ``snapshot`` returns state need it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no state to restore")
+
     def commit(self) -> None:
         """Mark the ordered message being handled as past its point of no return.
 

@@ -20,7 +20,10 @@ from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped
 from oam_actors.runtime._mailbox import Mailbox
 
-__all__ = ["ActorCell"]
+__all__ = ["ActorCell", "Checkpoint"]
+
+Checkpoint = Callable[[Address, bytes], None]
+"""Where a checkpointing system puts an actor's ``snapshot`` (a state store's ``put``)."""
 
 logger = logging.getLogger("oam_actors.runtime")
 
@@ -35,12 +38,20 @@ class CellState(enum.Enum):
 class ActorCell:
     """One actor, its mailbox and the bookkeeping its task and its callers share."""
 
-    def __init__(self, actor: Actor, address: Address, max_queue: int, on_exit: Callable[[ActorCell], None]) -> None:
+    def __init__(
+        self,
+        actor: Actor,
+        address: Address,
+        max_queue: int,
+        on_exit: Callable[[ActorCell], None],
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         self.actor = actor
         self.address = address
         self.mailbox = Mailbox(address, max_queue)
         self.state = CellState.STARTING
         self._on_exit = on_exit
+        self._checkpoint = checkpoint
         self._started = anyio.Event()
         self._exited = anyio.Event()
         self._controls: set[anyio.CancelScope] = set()
@@ -140,6 +151,8 @@ class ActorCell:
                 value = await self.actor.handle(envelope.message)
             except Exception as exc:  # noqa: BLE001 - supervision: fails this message only
                 error = exc
+        if envelope.committed and self._checkpoint is not None:
+            self._save_state(self._checkpoint)
         # A message whose cancel returned True resolves as cancelled, whatever the handler did.
         if envelope.aborted is not None:
             self.mailbox.drop(envelope, envelope.aborted(self.address))
@@ -150,6 +163,15 @@ class ActorCell:
             await self._on_failure(error)
         else:
             self.mailbox.succeed(envelope, value)
+
+    def _save_state(self, checkpoint: Checkpoint) -> None:
+        # Before the reply resolves, so whoever sees the reply can rely on the checkpoint.
+        try:
+            state = self.actor.snapshot()
+            if state is not None:
+                checkpoint(self.address, state)
+        except Exception as exc:  # noqa: BLE001 - the change stands; only its checkpoint is lost
+            logger.error("%s: checkpoint failed", self.address, exc_info=exc)
 
     async def _on_failure(self, error: Exception) -> None:
         try:

@@ -7,6 +7,7 @@ or the actor stopped). Only the actor task moves it forward; any task may ``canc
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -27,7 +28,9 @@ class _Stage(enum.Enum):
 class Envelope(Reply):
     """A message, where it stands, and its outcome once done."""
 
-    __slots__ = ("_abort", "_committed", "_error", "_event", "_scope", "_stage", "_value", "message", "tell")
+    __slots__ = (
+        "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "message", "tell",
+    )
 
     def __init__(self, message: Any, *, tell: bool = False) -> None:
         self.message = message
@@ -41,6 +44,7 @@ class Envelope(Reply):
         self._scope: anyio.CancelScope | None = None
         self._abort: type[RuntimeErrorBase] | None = None
         self._committed = False
+        self._callbacks: list[Callable[[Any, BaseException | None], None]] | None = None
 
     # -- Reply --------------------------------------------------------------------------
 
@@ -58,10 +62,23 @@ class Envelope(Reply):
             raise self._error
         return self._value
 
+    def add_done_callback(self, fn: Callable[[Any, BaseException | None], None]) -> None:
+        if self._stage is _Stage.DONE:
+            fn(self._value, self._error)
+        elif self._callbacks is None:
+            self._callbacks = [fn]
+        else:
+            self._callbacks.append(fn)
+
     def cancel(self) -> bool:
         return self.abort(MessageCancelled)
 
     # -- driven by the actor task ---------------------------------------------------------
+
+    @property
+    def committed(self) -> bool:
+        """Whether the handler passed its point of no return (``Actor.commit``)."""
+        return self._committed
 
     @property
     def aborted(self) -> type[RuntimeErrorBase] | None:
@@ -92,5 +109,9 @@ class Envelope(Reply):
         self._scope = None
         self._value = value
         self._error = error
+        if self._callbacks is not None:
+            for fn in self._callbacks:
+                fn(value, error)
+            self._callbacks = None
         if self._event is not None:
             self._event.set()

@@ -8,8 +8,11 @@
     │                      the actor dropped while stopping
     ├── ActorExists        ``spawn`` on an address that is already taken
     ├── MailboxFull        ``ask_nowait``/``tell_nowait`` when the bounded mailbox is full
-    └── MessageCancelled   ``Reply.wait()`` for a message cancelled by ``Reply.cancel()`` or
-                           ``ActorRef.cancel_all()``
+    ├── MessageCancelled   ``Reply.wait()`` for a message cancelled by ``Reply.cancel()`` or
+    │                      ``ActorRef.cancel_all()``
+    └── HostFailed         ``Reply.wait()``/``ask_control``/``stop`` when the process hosting the
+                           actor died meanwhile (remote runtimes); the actor comes back from its
+                           last checkpoint when next used
 
 These know nothing of the protocol; the bridge maps them onto protocol errors. Each carries the
 ``address`` of the actor concerned and pickles with it, so a remote runtime can send them back.
@@ -22,6 +25,7 @@ from oam_actors.runtime._address import Address
 __all__ = [
     "ActorExists",
     "ActorStopped",
+    "HostFailed",
     "MailboxFull",
     "MessageCancelled",
     "RuntimeErrorBase",
@@ -70,3 +74,13 @@ class MessageCancelled(RuntimeErrorBase):
     """The message was cancelled before it ran, or while it ran before its point of no return."""
 
     _what = "message cancelled"
+
+
+class HostFailed(RuntimeErrorBase):
+    """The process hosting the actor died while this message was queued or running.
+
+    The message may have run up to any point before its commit; committed state survives in the
+    runtime's state store, and the actor is re-created from it when it is next used.
+    """
+
+    _what = "the actor's host process failed"

@@ -17,7 +17,7 @@ import anyio.abc
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
-from oam_actors.runtime._cell import ActorCell
+from oam_actors.runtime._cell import ActorCell, Checkpoint
 from oam_actors.runtime._errors import ActorExists
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
@@ -66,12 +66,18 @@ class _LocalRef(ActorRef):
 
 @final
 class LocalSystem(ActorSystem):
-    """An ``ActorSystem`` in this process; ``max_queue`` is the default bound per actor."""
+    """An ``ActorSystem`` in this process; ``max_queue`` is the default bound per actor.
 
-    def __init__(self, *, max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+    ``checkpoint``, when given, receives ``(address, actor.snapshot())`` after every committed
+    ordered message, before its reply resolves (``Actor.snapshot``); without it nothing is
+    snapshotted.
+    """
+
+    def __init__(self, *, max_queue: int = DEFAULT_MAX_QUEUE, checkpoint: Checkpoint | None = None) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1, got {max_queue}")
         self._max_queue = max_queue
+        self._checkpoint = checkpoint
         self._refs: dict[Address, _LocalRef] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._state = _SystemState.NEW
@@ -111,7 +117,7 @@ class LocalSystem(ActorSystem):
             raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
         actor.address = address
         actor.system = self
-        cell = ActorCell(actor, address, max_queue, self._forget)
+        cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint)
         ref = self._refs[address] = _LocalRef(cell)
         self._task_group.start_soon(cell.run, name=f"actor {address}")
         return ref

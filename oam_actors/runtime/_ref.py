@@ -8,6 +8,7 @@ lives in this process or elsewhere.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from oam_actors.runtime._address import Address
@@ -35,6 +36,15 @@ class Reply(abc.ABC):
 
         Raises ``MessageCancelled`` if the message was cancelled and ``ActorStopped`` if the
         actor stopped before handling it. Cancelling the waiter does not cancel the message.
+        """
+
+    @abc.abstractmethod
+    def add_done_callback(self, fn: Callable[[Any, BaseException | None], None]) -> None:
+        """Call ``fn(value, error)`` once the outcome is known (at once if it already is).
+
+        ``error`` is what ``wait`` would raise, else ``None``. It runs synchronously on the task
+        that settles the reply, before waiters wake, so a host can forward outcomes in the order
+        they happen; ``fn`` must be quick and must not raise.
         """
 
     @abc.abstractmethod

@@ -3,9 +3,10 @@
 Contract
 --------
 - ``--token NAME=SECRET`` gives tenant ``NAME`` the secret ``SECRET``; ``--token SECRET`` gives it to
-  the anonymous tenant (name ``""``). ``NAME`` is 1-64 of ``A-Z a-z 0-9 _ . -``; a value that does
-  not split that way (``abc==``, a base64 secret) is a whole secret. Secrets are unique and
-  non-empty; :meth:`TokenTable.parse` raises ``ValueError`` otherwise.
+  the anonymous tenant (name ``""``). ``NAME`` is 1-64 of ``A-Z a-z 0-9 _ . -`` and ``SECRET`` must
+  not start with ``=``; a value that does not split that way (``abc=``, ``abc==``: base64 padding)
+  is a whole secret. Secrets are unique and non-empty; :meth:`TokenTable.parse` raises
+  ``ValueError`` otherwise.
 - :meth:`TokenTable.tenant` compares the offered token with every secret in constant time, so the
   answer's timing does not tell how much of a secret matched.
 - :func:`check_auth_line` is the TCP handshake: the first message must be
@@ -90,7 +91,8 @@ class TokenTable:
 
 def _entry(value: str) -> tuple[str, Tenant]:
     name, sep, secret = value.partition("=")
-    if sep and secret and _NAME.fullmatch(name):
+    # "abc==" is a padded base64 secret, not tenant "abc" with the secret "=".
+    if sep and secret and not secret.startswith("=") and _NAME.fullmatch(name):
         return secret, Tenant(name)
     return value, ANONYMOUS
 

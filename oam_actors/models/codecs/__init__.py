@@ -13,6 +13,7 @@ Reference: ``shared/reference/provider-codecs.md`` (Backplane.AiProtocol); each 
 module's docstring lists where this implementation decides differently.
 """
 
+from . import antigravity
 from ._base import EncodedRequest, ProviderCodec
 from ._canonical import (
     Affinity,
@@ -94,6 +95,7 @@ __all__ = [
     "ToolStatus",
     "Usage",
     "UsageEvent",
+    "antigravity",
     "assemble",
     "check_bounds",
     "codec_for",

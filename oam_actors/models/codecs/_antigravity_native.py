@@ -325,15 +325,16 @@ def decode_error(status: int, headers: Headers, body: Any, *, now: dt.datetime |
 
 
 def error_from_document(
-    doc: Mapping[str, Any], *, status: int = 200, headers: Headers = (), now: dt.datetime | None = None
+    doc: Mapping[str, Any], *, status: int | None = 200, headers: Headers = (), now: dt.datetime | None = None
 ) -> ProviderError:
-    """The sanitized error of a native document (an in-band or stream ``error`` object, or an
-    error status's body). The upstream message is never copied."""
+    """The sanitized error of a native document: an error status's body, or an ``error`` object
+    on a 2xx answer (``status`` 200) or in a stream (``None``, as the other codecs report stream
+    errors). The upstream message is never copied."""
     error = doc.get("error")
     error = error if isinstance(error, dict) else {}
     code = _provider_code(error)
-    details = _GOOGLE._error_details({"error": error})  # noqa: SLF001 - same package, shared reading
-    in_band = 200 <= status < 300
+    details = _GOOGLE._error_details({"error": error})  # same package: one reading of Google errors
+    in_band = status is None or 200 <= status < 300
     retry_after = _retry_after(headers, now)
     return ProviderError(
         _MESSAGE,

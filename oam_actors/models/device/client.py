@@ -28,7 +28,7 @@ import enum
 import uuid
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import NoReturn
+from typing import NoReturn, Self
 
 import httpx
 import msgspec
@@ -37,7 +37,7 @@ from ...agent.model import Availability, GenerationRequest, ModelCapabilities, U
 from ...errors import AgentError, ErrorCode
 from . import protocol as wire
 
-__all__ = ["DeviceError", "DeviceModel", "DeviceTimeouts", "FailureKind"]
+__all__ = ["DeviceError", "DeviceModel", "DeviceTimeouts", "FailureKind", "error_from_body", "generate_body"]
 
 
 class FailureKind(enum.Enum):
@@ -162,12 +162,12 @@ class DeviceModel:
         base_url: str,
         *,
         token: str | None = None,
-        timeouts: DeviceTimeouts = DeviceTimeouts(),
+        timeouts: DeviceTimeouts | None = None,
         client: httpx.AsyncClient | None = None,
         capabilities: ModelCapabilities | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._timeout = timeouts.to_httpx()
+        self._timeout = (timeouts or DeviceTimeouts()).to_httpx()
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=self._timeout, trust_env=False)
         self._headers = {wire.PROTOCOL_HEADER: wire.PROTOCOL_VERSION}
@@ -180,7 +180,7 @@ class DeviceModel:
         """Updated from the phone's detected features by every :meth:`status` call."""
         return self._capabilities
 
-    async def __aenter__(self) -> DeviceModel:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

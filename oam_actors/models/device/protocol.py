@@ -22,6 +22,7 @@ from ...errors import ErrorCode
 
 __all__ = [
     "DEFAULT_CONTEXT_SIZE",
+    "MAX_LINE_BYTES",
     "PROTOCOL_HEADER",
     "PROTOCOL_VERSION",
     "CountTokensRequest",
@@ -191,11 +192,11 @@ class DeviceStatus(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
 
     protocol_version: str
     status: ModelStatus
+    foreground: bool
     reason: UnavailableReason | None = None
     detail: str | None = None
     bytes_downloaded: int | None = None
     total_bytes: int | None = None
-    foreground: bool = True
     features: Features = Features()
 
 

@@ -45,11 +45,12 @@ _AT_MOST = re.compile(rf" <= ({_NUMBER})")
 _ABOVE = re.compile(rf" > ({_NUMBER})")
 _BELOW = re.compile(rf" < ({_NUMBER})")
 _COUNT = re.compile(r" \((?:(\d+)-(\d+)|at least (\d+)|at most (\d+)|exactly (\d+)) (items|chars)\)")
-_STOPWORDS = frozenset(
-    "the a an and or but is are was were be to of in on at for with about what whats where when how who "
-    "why do does did you your i me my we our it its this that there here can could would should will "
-    "please tell give have has any some".split()
-)
+_STOPWORDS = frozenset({
+    "the", "a", "an", "and", "or", "but", "is", "are", "was", "were", "be", "to", "of", "in", "on",
+    "at", "for", "with", "about", "what", "whats", "where", "when", "how", "who", "why", "do", "does",
+    "did", "you", "your", "i", "me", "my", "we", "our", "it", "its", "this", "that", "there", "here",
+    "can", "could", "would", "should", "will", "please", "tell", "give", "have", "has", "any", "some",
+})
 _OPENERS = ("Aye.", "Well now.", "Hm.", "Of course.", "Right.", "Ah.")
 _CLOSERS = ("Anything else?", "That is all I know.", "Ask if you need more.", "Safe travels.")
 _NAMES = ("Gorm", "Mira", "Tobin", "Elsa", "Brann")
@@ -143,8 +144,9 @@ def _malformed(envelope: dict[str, Any], rng: Random) -> str:
     match rng.randrange(3):
         case 0:
             return f"I think the best step is {envelope['action']}, so let me do that."
-        case 1:
-            return text[: max(1, len(text) * 2 // 3)]
+        case 1:  # cut off inside the action name, so even a lenient reader cannot use it
+            name = envelope["action"]
+            return text[: text.index(f'"{name}"') + 1 + max(1, len(name) // 2)]
     return _dumps({"action": "look_around", "arguments": {}})
 
 
@@ -281,7 +283,7 @@ class _Reader:
         self.i = close + 1
         low, high = self.count("items")
         size = self.rng.randint(low or 1, max(low or 1, min(high if high is not None else 3, 3)))
-        singular = hint[:-1] if hint.endswith("s") else hint
+        singular = hint.removesuffix("s")
         return [_Reader(items_text, self.rng, self.optional, self.topic).value(singular) for _ in range(size)]
 
     def object(self) -> dict[str, Any]:
@@ -374,7 +376,7 @@ def _phrase(hint: str, rng: Random, topic: str) -> str:
 def _topic(prompt: str) -> str:
     """The most telling word of the user's last message ("that" when there is none)."""
     words = re.findall(r"[A-Za-z][A-Za-z'-]+", _last_message(prompt))
-    content = [w for w in words if w.lower() not in _STOPWORDS]
+    content = [w for w in words if w.lower().replace("'", "") not in _STOPWORDS]
     return max(content, key=len) if content else "that"
 
 

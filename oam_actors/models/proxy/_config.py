@@ -42,6 +42,7 @@ class Provider(enum.StrEnum):
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
     GEMINI = "gemini"
+    ANTIGRAVITY = "antigravity"
 
     @property
     def codec_name(self) -> str:
@@ -61,11 +62,13 @@ _DEFAULT_BASE_URLS = {
     Provider.OPENAI: "https://api.openai.com/v1",
     Provider.ANTHROPIC: "https://api.anthropic.com",
     Provider.GEMINI: "https://generativelanguage.googleapis.com",
+    Provider.ANTIGRAVITY: "https://cloudcode-pa.googleapis.com",
 }
 _DEFAULT_KEY_ENVS = {
     Provider.OPENAI: ("OPENAI_API_KEY",),
     Provider.ANTHROPIC: ("ANTHROPIC_API_KEY",),
     Provider.GEMINI: ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    Provider.ANTIGRAVITY: ("ANTIGRAVITY_ACCESS_TOKEN",),  # an OAuth access token, sent as Bearer
 }
 
 KEY_ENV_PATTERN = re.compile(r"[A-Z][A-Z0-9_]{0,63}_API_KEY")
@@ -79,7 +82,9 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     bytes of a response (a hanging server), ``step_timeout`` for a whole model step.
     ``native_tools`` offers tools through the provider's tool calling (the default is the
     envelope loop, as on Nano); ``structured_output`` sends a structured step's schema as the
-    provider's response format (OpenAI-compatible and Gemini only).
+    provider's response format (OpenAI-compatible and Gemini only). ``project`` is Antigravity's
+    Cloud project (else ``ANTIGRAVITY_PROJECT`` in the model's environment); like a key, it never
+    comes from a protocol message.
     """
 
     provider: Provider
@@ -95,6 +100,7 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_output_tokens: int = 4096
     max_event_bytes: int = 262_144
     extra_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    project: str | None = None
 
     @property
     def url(self) -> str:

@@ -24,7 +24,7 @@ from ._config import ProxyConfig
 
 __all__ = ["codec_failure", "provider_failure", "timeout_failure", "transport_failure"]
 
-_TITLES = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
+_TITLES = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini", "antigravity": "Antigravity"}
 _SAFE_CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 

@@ -32,6 +32,7 @@ from ..codecs import (
     codec_for,
     parse_rate_limit_headers,
 )
+from ..codecs.antigravity import AntigravityCodec
 from ._config import Provider, ProxyConfig, is_loopback
 from ._errors import codec_failure, provider_failure, timeout_failure, transport_failure
 from ._quota import RateLimitHook, RateLimitReport
@@ -45,6 +46,7 @@ _AUTH_HEADERS = {
     Provider.OPENAI: lambda key: {"authorization": f"Bearer {key}"},
     Provider.ANTHROPIC: lambda key: {"x-api-key": key},
     Provider.GEMINI: lambda key: {"x-goog-api-key": key},
+    Provider.ANTIGRAVITY: lambda key: {"authorization": f"Bearer {key}"},
 }
 
 
@@ -75,8 +77,9 @@ class ProxyModel:
         self.config = config
         self.on_rate_limit = on_rate_limit
         self.last_rate_limit: RateLimitReport | None = None
-        self._codec = _codec(config)
-        key = _read_key(config, os.environ if environ is None else environ)
+        env = os.environ if environ is None else environ
+        self._codec = _codec(config, env)
+        key = _read_key(config, env)
         self._key_sent = key is not None
         self._headers = {**config.extra_headers, **(_AUTH_HEADERS[config.provider](key) if key else {})}
         self._owns_client = client is None
@@ -162,7 +165,8 @@ class ProxyModel:
         )
         with self._step_deadline(deadline):
             response = await self._client.send(request, stream=True)
-        self._report(response)
+        if response.is_success:
+            self._report(response, None)
         return response
 
     async def _read(
@@ -170,7 +174,9 @@ class ProxyModel:
     ) -> AsyncIterator[str | Usage]:
         if not response.is_success:
             body = await self._body(response, deadline, _ERROR_BODY_LIMIT)
-            raise self._codec.decode_error(response.status_code, response.headers.multi_items(), body)
+            error = self._codec.decode_error(response.status_code, response.headers.multi_items(), body)
+            self._report(response, error.retry_after)
+            raise error
         if response.headers.get("content-type", "").startswith("application/json"):
             # A server that ignored "stream": read the whole answer the same way.
             body = await self._body(response, deadline, _JSON_BODY_LIMIT)
@@ -211,8 +217,9 @@ class ProxyModel:
     def _step_deadline(self, deadline: float) -> _StepDeadline:
         return _StepDeadline(deadline, self.config)
 
-    def _report(self, response: httpx.Response) -> None:
-        report = RateLimitReport(response.status_code, parse_rate_limit_headers(response.headers.multi_items()))
+    def _report(self, response: httpx.Response, retry_after: float | None) -> None:
+        info = parse_rate_limit_headers(response.headers.multi_items())
+        report = RateLimitReport(response.status_code, info, retry_after)
         if report.known or report.throttled:
             self.last_rate_limit = report
             if self.on_rate_limit is not None:
@@ -237,7 +244,7 @@ class _StepDeadline:
         return False
 
 
-def _codec(config: ProxyConfig) -> ProviderCodec:
+def _codec(config: ProxyConfig, environ: Mapping[str, str]) -> ProviderCodec:
     options: dict[str, Any] = {
         "affinity": Affinity(
             profile="oam-actors",
@@ -248,10 +255,14 @@ def _codec(config: ProxyConfig) -> ProviderCodec:
             credential_version="1",
         ),
         "max_frame_bytes": config.max_event_bytes,
-        "max_buffer_bytes": 2 * config.max_event_bytes,
+        # An unframed remainder over the event bound is an event over the bound.
+        "max_buffer_bytes": config.max_event_bytes,
     }
     if config.provider is Provider.OPENAI:
         options["path"] = "/chat/completions"  # the base URL carries the version, as in the SDK
+    if config.provider is Provider.ANTIGRAVITY:
+        project = config.project or environ.get("ANTIGRAVITY_PROJECT", "").strip() or None
+        return AntigravityCodec(project=project, user_agent="oam-actors", **options)
     return codec_for(config.provider.codec_name, **options)
 
 

@@ -19,10 +19,12 @@ __all__ = ["RateLimitHook", "RateLimitReport", "scheduler_hook"]
 
 
 class RateLimitReport(msgspec.Struct, frozen=True):
-    """What one response said about quota: its HTTP status and the parsed headers."""
+    """What one response said about quota: its HTTP status, the parsed headers, and for an error
+    the seconds to wait (headers first, else the error body, e.g. Gemini's ``RetryInfo``)."""
 
     status: int
     info: RateLimitInfo
+    retry_after: float | None = None
 
     @property
     def throttled(self) -> bool:
@@ -32,7 +34,7 @@ class RateLimitReport(msgspec.Struct, frozen=True):
     @property
     def known(self) -> bool:
         """The headers said anything at all."""
-        return self.info != RateLimitInfo()
+        return self.info != RateLimitInfo() or self.retry_after is not None
 
 
 RateLimitHook = Callable[[RateLimitReport], None]
@@ -46,7 +48,7 @@ def scheduler_hook(scheduler: QuotaScheduler) -> RateLimitHook:
     def feed(report: RateLimitReport) -> None:
         info = report.info
         if report.throttled:
-            scheduler.throttled(retry_after=info.cool_down())
+            scheduler.throttled(retry_after=report.retry_after)
             return
         resets = [w.reset_after for w in (info.requests, info.tokens) if w.reset_after is not None]
         if resets:

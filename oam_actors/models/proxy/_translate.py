@@ -110,6 +110,7 @@ _SETTING_NAMES: dict[Provider, dict[str, str]] = {
         "seed": "seed",
     },
 }
+_SETTING_NAMES[Provider.ANTIGRAVITY] = _SETTING_NAMES[Provider.GEMINI]  # the same GenerateContent body
 
 
 def _tool_choice(request: GenerationRequest, provider: Provider) -> dict[str, Any]:
@@ -127,7 +128,7 @@ def _constraints(request: GenerationRequest, config: ProxyConfig) -> dict[str, A
         return {}
     if config.provider is Provider.OPENAI:
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": request.schema}}}
-    if config.provider is Provider.GEMINI:
+    if config.provider in (Provider.GEMINI, Provider.ANTIGRAVITY):
         return {"response_mime_type": "application/json", "response_json_schema": request.schema}
     return {}  # Anthropic has no response format; the prompt asks for the JSON
 

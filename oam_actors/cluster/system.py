@@ -1,0 +1,480 @@
+"""``RaySystem``: the ``ActorSystem`` whose actors live in shard Ray actors.
+
+Placement: ``shards`` Ray actors (each a ``LocalSystem``, see :mod:`.shard`) host every actor;
+an address goes to shard ``crc32(str(address)) % shards``. Shards belong to this system (their
+owner is this driver process: they end with it) and are spread over the cluster's nodes.
+
+The ``ActorSystem`` contract holds with these differences, all because the actor is elsewhere:
+
+- ``spawn`` runs ``factory()`` here and ships the actor pickled (cloudpickle); ``TypeError``
+  if its state does not pickle. An :class:`~oam_actors.objects.Outlet` it holds (a connection's
+  bridge) stays here: the shard gets a stand-in that relays, in order (:mod:`.outlet`).
+  Messages and replies are pickled too (``ask_nowait`` raises ``TypeError`` for one that is not).
+- ``cancel_all`` and ``Reply.cancel`` decide *which* messages are cancelled in the shard, in
+  order with everything sent before; the count (the bool) they return is this side's view: a
+  message committing at that very moment is counted although it will deliver its result.
+- ``statistics`` counts this side's view (sent and not answered = queued + running).
+- A shard whose process dies is restarted by Ray. Messages, control calls and stops it had
+  received resolve with ``HostFailed``; what was still queued here goes to the new process. An
+  actor is re-created there when next used: from the pickled original, then ``restore`` of its
+  last checkpoint. Checkpoints (``Actor.snapshot`` after each committed message) are written to
+  ``store`` here before the message's reply resolves, so no answered commit is ever lost.
+
+Use it inside ``async with RaySystem(...) as system`` on the asyncio backend (Ray's futures
+are asyncio futures). It connects with ``ray.init(address)`` unless Ray is already initialised,
+and shuts Ray down on exit only if it started it.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import weakref
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self, final
+
+import anyio
+import anyio.abc
+import ray
+
+from ..runtime import (
+    DEFAULT_MAX_QUEUE,
+    Actor,
+    ActorExists,
+    ActorRef,
+    ActorStatistics,
+    ActorStopped,
+    ActorSystem,
+    Address,
+    HostFailed,
+    MailboxFull,
+    MessageCancelled,
+    Reply,
+)
+from .link import ShardLink
+from .outlet import OutletRelay, is_outlet
+from .shard import ShardHost
+from .store import SqliteStore, StateStore
+from .wire import Ask, CancelAll, CancelOne, Control, Hello, Out, Stop, Tell, dumps_actor, dumps_value
+
+__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "shard_of"]
+
+_log = logging.getLogger(__name__)
+
+LOCAL_RAY_OPTIONS: Mapping[str, Any] = {
+    "num_cpus": 2,
+    "include_dashboard": False,
+    "object_store_memory": 200 * 1024 * 1024,
+}
+"""``ray.init`` options when this system starts a Ray instance of its own (no ``address``)."""
+
+_SHARD_OPTIONS: Mapping[str, Any] = {
+    "max_restarts": -1,  # a dead shard process is always replaced
+    "max_task_retries": 0,  # a call that died with it fails: the link decides what to resend
+    "max_concurrency": 64,  # deliver, drain and ping overlap (it is an async actor)
+    "num_cpus": 0,
+    "scheduling_strategy": "SPREAD",
+}
+
+
+def shard_of(address: Address, shards: int) -> int:
+    """The shard hosting ``address``: stable across processes (unlike ``hash``)."""
+    return zlib.crc32(str(address).encode()) % shards
+
+
+def _node_id() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+_ShardActor = ray.remote(ShardHost)
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class _Entry:
+    """One spawned actor as this side knows it."""
+
+    __slots__ = ("address", "blob", "cancelled", "failed", "link", "max_queue", "outstanding", "placed",
+                 "processed", "stopping")
+
+    def __init__(self, address: Address, blob: bytes, max_queue: int, link: ShardLink) -> None:
+        self.address = address
+        self.blob = blob
+        self.max_queue = max_queue
+        self.link = link
+        self.placed: str | None = None  # the shard incarnation hosting it, once sent there
+        self.outstanding: dict[int, _RayReply] = {}
+        self.stopping = False
+        self.processed = self.failed = self.cancelled = 0
+
+
+class _Outcome:
+    """A control call's or a stop's outcome."""
+
+    __slots__ = ("_error", "_event", "_value", "address", "sent_to")
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self.sent_to: str | None = None
+        self._event = anyio.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        self._value, self._error = value, error
+        self._event.set()
+
+    async def wait(self) -> Any:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+@final
+class _RayReply(Reply):
+    __slots__ = ("_callbacks", "_cancelling", "_done", "_entry", "_error", "_event", "_value", "address", "sent_to",
+                 "seq")
+
+    def __init__(self, seq: int, entry: _Entry) -> None:
+        self.seq = seq
+        self.address = entry.address
+        self.sent_to: str | None = None
+        self._entry = entry
+        self._done = False
+        self._cancelling = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._event: anyio.Event | None = None
+        self._callbacks: list[Callable[[Any, BaseException | None], None]] = []
+
+    def done(self) -> bool:
+        return self._done
+
+    async def wait(self) -> Any:
+        if not self._done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def add_done_callback(self, fn: Callable[[Any, BaseException | None], None]) -> None:
+        if self._done:
+            fn(self._value, self._error)
+        else:
+            self._callbacks.append(fn)
+
+    def cancel(self) -> bool:
+        if self._done or self._cancelling:
+            return False
+        self._cancelling = True
+        self._entry.link.send(None, CancelOne(self.seq))
+        return True
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        self._done = True
+        self._value, self._error = value, error
+        entry = self._entry
+        entry.outstanding.pop(self.seq, None)
+        if error is None:
+            entry.processed += 1
+        elif isinstance(error, MessageCancelled | ActorStopped):
+            entry.cancelled += 1
+        else:
+            entry.failed += 1
+        for fn in self._callbacks:
+            fn(value, error)
+        self._callbacks.clear()
+        if self._event is not None:
+            self._event.set()
+
+    @property
+    def cancelling(self) -> bool:
+        return self._cancelling
+
+
+@final
+class _RayRef(ActorRef):
+    __slots__ = ("_entry", "_system")
+
+    def __init__(self, system: RaySystem, entry: _Entry) -> None:
+        self.address = entry.address
+        self._system = system
+        self._entry = entry
+
+    def ask_nowait(self, message: Any) -> Reply:
+        entry = self._live_entry()
+        if len(entry.outstanding) > entry.max_queue:
+            raise MailboxFull(self.address, entry.max_queue)
+        payload = dumps_value(message)
+        reply = _RayReply(self._system._next_seq(), entry)
+        entry.outstanding[reply.seq] = reply
+        entry.link.send(entry, Ask(reply.seq, self.address, payload), reply)
+        return reply
+
+    def tell_nowait(self, message: Any) -> None:
+        entry = self._live_entry()
+        if len(entry.outstanding) > entry.max_queue:
+            raise MailboxFull(self.address, entry.max_queue)
+        entry.link.send(entry, Tell(self.address, dumps_value(message)))
+
+    async def ask_control(self, message: Any) -> Any:
+        entry = self._live_entry()
+        outcome = _Outcome(self.address)
+        entry.link.send(entry, Control(self._system._next_seq(), self.address, dumps_value(message)), outcome)
+        return await outcome.wait()
+
+    def cancel_all(self) -> int:
+        entry = self._entry
+        waiting = [reply for reply in entry.outstanding.values() if not reply.cancelling]
+        for reply in waiting:
+            reply._cancelling = True
+        entry.link.send(None, CancelAll(self.address))
+        return len(waiting)
+
+    def statistics(self) -> ActorStatistics:
+        entry = self._entry
+        sent = len(entry.outstanding)
+        return ActorStatistics(
+            queued=max(sent - 1, 0),
+            running=min(sent, 1),
+            processed=entry.processed,
+            failed=entry.failed,
+            cancelled=entry.cancelled,
+            max_queue=entry.max_queue,
+        )
+
+    def _live_entry(self) -> _Entry:
+        entry = self._entry
+        if entry.stopping or self._system._entries.get(self.address) is not entry:
+            raise ActorStopped(self.address)
+        return entry
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.address} (shard {self._entry.link.index})>"
+
+
+class _Endpoints:
+    """Driver-side objects that actors reach by reference (outlets), by small integer id."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._by_object: dict[int, int] = {}  # id(outlet) -> endpoint id
+        self._relays: dict[int, OutletRelay] = {}
+
+    def id_of(self, obj: Any) -> int | None:
+        if not is_outlet(obj):
+            return None
+        endpoint = self._by_object.get(id(obj))
+        if endpoint is None:
+            endpoint = self._by_object[id(obj)] = next(self._ids)
+            self._relays[endpoint] = OutletRelay(obj)
+            weakref.finalize(obj, self._forget, id(obj), endpoint)
+        return endpoint
+
+    def deliver(self, out: Out) -> None:
+        relay = self._relays.get(out.endpoint)
+        if relay is not None:
+            relay.deliver(out.call)
+
+    def _forget(self, object_id: int, endpoint: int) -> None:
+        self._by_object.pop(object_id, None)
+        self._relays.pop(endpoint, None)
+
+
+@final
+class RaySystem(ActorSystem):
+    """See the module docstring.
+
+    ``address``: ``None`` starts a private local Ray instance (``ray_options``, by default
+    :data:`LOCAL_RAY_OPTIONS`); ``"auto"`` or ``"HOST:PORT"`` joins a running cluster. ``store``
+    keeps checkpoints (default: an in-memory :class:`SqliteStore`; it is closed on exit).
+    ``shard_options`` are extra Ray actor options for the shards (``num_cpus``, resources…).
+    """
+
+    def __init__(
+        self,
+        *,
+        shards: int = 2,
+        address: str | None = None,
+        store: StateStore | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        ray_options: Mapping[str, Any] | None = None,
+        shard_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if shards < 1:
+            raise ValueError(f"shards must be at least 1, got {shards}")
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        self.shards = shards
+        self.address = address
+        self.store: StateStore = store if store is not None else SqliteStore()
+        self._max_queue = max_queue
+        self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
+        self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
+        self._entries: dict[Address, _Entry] = {}
+        self._links: list[ShardLink] = []
+        self._endpoints = _Endpoints()
+        self._seqs = itertools.count(1)
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._started_ray = False
+        self._state = _State.NEW
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _State.NEW:
+            raise RuntimeError("a RaySystem can be entered only once")
+        self._connect()
+        handles = [_ShardActor.options(**self._shard_options).remote(index, _node_id) for index in range(self.shards)]
+        hellos: list[Hello] = [await handle.ping.remote() for handle in handles]
+        self._links = [
+            ShardLink(
+                index, handle, hello,
+                load_state=self._load_state, save_states=self._save_states, deliver_out=self._endpoints.deliver,
+            )
+            for index, (handle, hello) in enumerate(zip(handles, hellos, strict=True))
+        ]
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        for link in self._links:
+            task_group.start_soon(link.flush_forever, name=f"shard {link.index} flusher")
+            task_group.start_soon(link.drain_forever, name=f"shard {link.index} drainer")
+        self._task_group = task_group
+        self._state = _State.OPEN
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+        finally:
+            self._release()
+            if self._task_group is not None:
+                self._task_group.cancel_scope.cancel()
+                await self._task_group.__aexit__(None, None, None)
+        return None
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        # Workers' prints must never reach this process's stdout (it may carry the protocol).
+        options: dict[str, Any] = {"log_to_driver": False}
+        if self.address is None:
+            options.update(self._ray_options)
+        else:
+            options["address"] = self.address
+        ray.init(**options)
+        self._started_ray = True
+
+    def _release(self) -> None:
+        for link in self._links:
+            link.fail_all()
+            ray.kill(link.handle, no_restart=True)
+        self.store.close()
+        if self._started_ray:
+            ray.shutdown()
+
+    # --- ActorSystem ---------------------------------------------------------------------------
+
+    def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:
+        if self._state is not _State.OPEN:
+            raise RuntimeError(f"cannot spawn {address}: the system is {self._state.value}")
+        if address in self._entries:
+            raise ActorExists(address)
+        max_queue = self._max_queue if max_queue is None else max_queue
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        actor = factory()
+        if not isinstance(actor, Actor):
+            raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
+        blob = dumps_actor(actor, self._endpoints.id_of)
+        entry = self._entries[address] = _Entry(address, blob, max_queue, self._links[shard_of(address, self.shards)])
+        entry.link.send(entry, None)  # host it now (on_start runs), not at its first message
+        return _RayRef(self, entry)
+
+    def lookup(self, address: Address) -> ActorRef | None:
+        entry = self._entries.get(address)
+        return None if entry is None else _RayRef(self, entry)
+
+    def addresses(self, kind: str | None = None) -> list[Address]:
+        return [address for address in self._entries if kind is None or address.kind == kind]
+
+    async def stop(self, address: Address) -> bool:
+        entry = self._entries.get(address)
+        if entry is None:
+            return False
+        await self._stop(entry)
+        return True
+
+    async def aclose(self) -> None:
+        if self._state in (_State.NEW, _State.CLOSED):
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSING
+        errors: list[Exception] = []
+
+        async def stop_one(entry: _Entry) -> None:
+            try:
+                await self._stop(entry)
+            except Exception as exc:  # noqa: BLE001 - gathered, raised below
+                errors.append(exc)
+
+        async with anyio.create_task_group() as stopping:
+            for entry in list(self._entries.values()):
+                stopping.start_soon(stop_one, entry)
+        self._state = _State.CLOSED
+        if errors:
+            raise ExceptionGroup("on_stop failed for some actors", errors)
+
+    # --- more ----------------------------------------------------------------------------------
+
+    async def shard_hellos(self) -> list[Hello]:
+        """Ask every shard who it is now (pid, node, incarnation); for operators and tests."""
+        return [await link.handle.ping.remote() for link in self._links]
+
+    def shard_restarts(self) -> list[int]:
+        """How many restarts of each shard this side has handled."""
+        return [link.restarts for link in self._links]
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        return next(self._seqs)
+
+    async def _stop(self, entry: _Entry) -> None:
+        if not entry.stopping:
+            entry.stopping = True
+        outcome = _Outcome(entry.address)
+        entry.link.send(entry, Stop(self._next_seq(), entry.address), outcome)
+        try:
+            await outcome.wait()
+        except HostFailed:
+            pass  # it went down with its shard: stopped all the same
+        finally:
+            if self._entries.get(entry.address) is entry:
+                del self._entries[entry.address]
+                self.store.delete(str(entry.address))
+
+    def _load_state(self, address: Address) -> bytes | None:
+        return self.store.get(str(address))
+
+    def _save_states(self, states: Iterable[tuple[Address, bytes]]) -> None:
+        self.store.put_many((str(address), state) for address, state in states)

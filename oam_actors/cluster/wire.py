@@ -1,0 +1,225 @@
+"""What crosses the Ray boundary between a ``RaySystem`` driver and its shards.
+
+Driver → shard: batches of *ops* (``Spawn``, ``Ask``, ``Tell``, ``Control``, ``CancelOne``,
+``CancelAll``, ``Stop``), applied by the shard in order. Shard → driver: one ordered stream of
+*items* (``Done``, ``Saved``, ``Out``), drained in batches, so everything an actor produced before
+its reply (events, tool calls, its checkpoint) reaches the driver before that reply.
+
+Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
+contract asks). Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
+the caller's factory and ships it; objects the driver must keep (a connection's outlet) are
+replaced by *endpoint ids* and resolved shard-side to a proxy. Exceptions travel as
+:class:`Failure`, because the protocol's errors do not pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import msgspec
+
+from ..errors import AgentError, ErrorCode, OamError, ProtocolError
+from ..runtime import Actor, Address
+
+__all__ = [
+    "Ask",
+    "CancelAll",
+    "CancelOne",
+    "Control",
+    "Done",
+    "Drained",
+    "Failure",
+    "Hello",
+    "Op",
+    "Out",
+    "Saved",
+    "Spawn",
+    "Stop",
+    "Tell",
+    "dumps_actor",
+    "dumps_value",
+    "loads_actor",
+    "loads_value",
+]
+
+# --- ops: driver → shard -------------------------------------------------------------------------
+
+
+class Spawn(msgspec.Struct, frozen=True, array_like=True):
+    """Host the pickled ``actor`` at ``address``; ``state`` (a checkpoint) is restored first."""
+
+    address: Address
+    actor: bytes
+    max_queue: int
+    state: bytes | None = None
+
+
+class Ask(msgspec.Struct, frozen=True, array_like=True):
+    seq: int
+    address: Address
+    message: bytes
+
+
+class Tell(msgspec.Struct, frozen=True, array_like=True):
+    address: Address
+    message: bytes
+
+
+class Control(msgspec.Struct, frozen=True, array_like=True):
+    seq: int
+    address: Address
+    message: bytes
+
+
+class CancelOne(msgspec.Struct, frozen=True, array_like=True):
+    """Cancel the ask numbered ``seq``."""
+
+    seq: int
+
+
+class CancelAll(msgspec.Struct, frozen=True, array_like=True):
+    address: Address
+
+
+class Stop(msgspec.Struct, frozen=True, array_like=True):
+    seq: int
+    address: Address
+
+
+Op = Spawn | Ask | Tell | Control | CancelOne | CancelAll | Stop
+
+
+# --- items: shard → driver -----------------------------------------------------------------------
+
+
+class Failure(msgspec.Struct, frozen=True, array_like=True):
+    """An exception on its way back: a protocol error by its fields, anything else pickled, or
+    (when it does not pickle) by its type name and text."""
+
+    message: str
+    code: str | None = None
+    agent: bool = False
+    extra: dict[str, Any] = {}
+    pickled: bytes | None = None
+    type_name: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failure:
+        if isinstance(exc, OamError):
+            return cls(exc.message, exc.code.wire, isinstance(exc, AgentError), dict(exc.extra))
+        try:
+            pickled = pickle.dumps(exc)
+            pickle.loads(pickled)  # exceptions with required arguments pickle but do not load
+        except Exception:  # noqa: BLE001 - any failure means: send it as text
+            return cls(str(exc), type_name=type(exc).__name__)
+        return cls(str(exc), pickled=pickled)
+
+    def to_exception(self) -> Exception:
+        if self.code is not None:
+            error_type = AgentError if self.agent else ProtocolError
+            return error_type(ErrorCode.from_wire(self.code), self.message, **self.extra)
+        if self.pickled is not None:
+            return pickle.loads(self.pickled)
+        return RuntimeError(f"{self.type_name}: {self.message}")
+
+
+class Done(msgspec.Struct, frozen=True, array_like=True):
+    """The outcome of the ask, control call or stop numbered ``seq``: a pickled value or a failure."""
+
+    seq: int
+    value: bytes | None = None
+    failure: Failure | None = None
+
+
+class Saved(msgspec.Struct, frozen=True, array_like=True):
+    """The checkpoint an actor took after a committed message (precedes that message's Done)."""
+
+    address: Address
+    state: bytes
+
+
+class Out(msgspec.Struct, frozen=True, array_like=True):
+    """A call an actor made on the driver-side object behind ``endpoint`` (an outlet)."""
+
+    endpoint: int
+    call: Any
+
+
+class Drained(msgspec.Struct, frozen=True, array_like=True):
+    """A shard's answer to ``drain``: its incarnation, the last item number, and the items
+    numbered after the acknowledged one."""
+
+    incarnation: str
+    last: int
+    items: list[Any]
+
+
+class Hello(msgspec.Struct, frozen=True, array_like=True):
+    """A shard's answer to ``ping``: who it is now (a restart changes ``incarnation``)."""
+
+    incarnation: str
+    pid: int
+    node_id: str
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+def dumps_value(value: Any) -> bytes:
+    """A message or result; raises ``TypeError`` naming what does not pickle."""
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise TypeError(f"{type(value).__name__} cannot cross to another process: {exc}") from exc
+
+
+def loads_value(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+class _ActorPickler(cloudpickle.Pickler):
+    """cloudpickle (actors may hold functions), with driver-side endpoints kept by reference."""
+
+    def __init__(self, file: io.BytesIO, endpoint_of: Callable[[Any], int | None]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._endpoint_of = endpoint_of
+
+    def persistent_id(self, obj: Any) -> int | None:
+        return self._endpoint_of(obj)
+
+
+class _ActorUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, resolve: Callable[[int], Any]) -> None:
+        super().__init__(file)
+        self._resolve = resolve
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self._resolve(pid)
+
+
+def dumps_actor(actor: Actor, endpoint_of: Callable[[Any], int | None]) -> bytes:
+    """Pickle ``actor``; ``endpoint_of(obj)`` returns an id for objects to keep by reference.
+
+    Raises ``TypeError`` naming the actor when some part of its state does not pickle.
+    """
+    buffer = io.BytesIO()
+    try:
+        _ActorPickler(buffer, endpoint_of).dump(actor)
+    except Exception as exc:
+        raise TypeError(
+            f"{type(actor).__name__} cannot move to a shard: {exc}. On RaySystem an actor's state must "
+            "pickle (host network models as model actors: oam_actors.cluster.host_model)."
+        ) from exc
+    return buffer.getvalue()
+
+
+def loads_actor(data: bytes, resolve: Callable[[int], Any]) -> Actor:
+    """The actor ``dumps_actor`` pickled; ``resolve(id)`` gives the stand-in for each endpoint."""
+    actor = _ActorUnpickler(io.BytesIO(data), resolve).load()
+    if not isinstance(actor, Actor):
+        raise TypeError(f"expected an Actor, got {type(actor).__name__}")
+    return actor

@@ -1,0 +1,66 @@
+"""The game extension of the bridge: ``npc/*``, ``world/*``, ``decision/*`` and ``content/generate``.
+
+Contract
+--------
+- :class:`GameExtension` implements :class:`~oam_actors.bridge.Extension`. One instance serves
+  one bridge (one connection): ``install`` registers the 23 methods of protocol-game §2 and the
+  notifications ``npc/event`` and ``world/changed`` (so ``initialize`` lists them); ``aclose``
+  (run by the bridge's ``shutdown``, after it has cancelled and stopped the connection's
+  objects) forgets every NPC, world and subscription.
+- NPCs and worlds are actors of the bridge's system, addressed ``npc:<id>`` and ``world:<id>``
+  in the bridge's namespace. Limits (NPCs, worlds, subscriptions; each at least 1) hold per
+  connection and answer ``-32055 limit_reached``.
+- Ordering (§7): immediate methods answer in arrival order; ``npc/talk``, ``npc/update``,
+  ``npc/reset`` and settled ``npc/state`` take the NPC's queue slot at arrival; barks,
+  decisions and content run concurrently. Every event, ``world/changed``, ``tool/call`` and
+  ``tool/cancel`` a request causes is written before its response.
+- Cancellation: ``npc/cancel`` and ``npc/delete`` cancel the NPC's uncommitted requests
+  (``-32009``); ``shutdown`` cancels everything.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from ._npc import NPC_METHODS
+from ._requests import REQUEST_METHODS
+from ._state import GameLimits, GameState
+from ._world import WORLD_METHODS
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
+
+__all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits"]
+
+GAME_METHODS = {**NPC_METHODS, **REQUEST_METHODS, **WORLD_METHODS}
+GAME_NOTIFICATIONS = ("npc/event", "world/changed")
+
+
+class GameExtension:
+    """The game methods for one bridge; limits are coerced to at least 1."""
+
+    def __init__(self, *, max_npcs: int = 128, max_worlds: int = 64, max_subscriptions: int = 256) -> None:
+        self.limits = GameLimits(
+            max_npcs=max(1, max_npcs), max_worlds=max(1, max_worlds), max_subscriptions=max(1, max_subscriptions)
+        )
+        self._state: GameState | None = None
+
+    @property
+    def state(self) -> GameState | None:
+        """The connection's game index once installed."""
+        return self._state
+
+    def install(self, bridge: Bridge) -> None:
+        """Register the methods on ``bridge``; raises ``RuntimeError`` when already installed."""
+        if self._state is not None:
+            raise RuntimeError("a GameExtension serves one bridge; create one per connection")
+        state = self._state = GameState(bridge, self.limits)
+        for name, handler in GAME_METHODS.items():
+            bridge.registry.register(name, functools.partial(handler, state))
+        for notification in GAME_NOTIFICATIONS:
+            bridge.registry.add_notification(notification)
+
+    async def aclose(self) -> None:
+        if self._state is not None:
+            self._state.clear()

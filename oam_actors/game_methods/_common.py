@@ -1,0 +1,100 @@
+"""Shared pieces of the game methods: the extension's errors and parameter rules (protocol-game §1)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import unicodedata
+from typing import Any
+
+from ..agent import ToolDefinition, parse_tool_definitions
+from ..bridge.params import Params, preview
+from ..errors import ErrorCode, ProtocolError, invalid_params
+
+__all__ = [
+    "MAX_TIMEOUT_SECONDS",
+    "client_id",
+    "limit_reached",
+    "npc_exists",
+    "npc_not_found",
+    "subscription_not_found",
+    "timeout_seconds",
+    "timestamp",
+    "tools_param",
+    "world_exists",
+    "world_not_found",
+]
+
+MAX_TIMEOUT_SECONDS = 86400
+
+
+def npc_not_found(npc: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.NPC_NOT_FOUND, f"No NPC with id '{npc}'.", npc=npc)
+
+
+def npc_exists(npc: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.NPC_EXISTS, f"An NPC with id '{npc}' already exists.", npc=npc)
+
+
+def world_not_found(world: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.WORLD_NOT_FOUND, f"No world with id '{world}'.", world=world)
+
+
+def world_exists(world: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.WORLD_EXISTS, f"A world with id '{world}' already exists.", world=world)
+
+
+def subscription_not_found(subscription: str) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.SUBSCRIPTION_NOT_FOUND, f"No world subscription with id '{subscription}'.", subscription=subscription
+    )
+
+
+def limit_reached(limit: int, kind: str) -> ProtocolError:
+    """``kind`` is ``NPCs``, ``worlds`` or ``world subscriptions``."""
+    return ProtocolError(ErrorCode.LIMIT_REACHED, f"The limit of {limit} {kind} is reached; delete some first.", limit=limit)
+
+
+def client_id(params: Params, name: str) -> str | None:
+    """A client-chosen NPC or world id (1-128 code points, no control or format characters), or
+    ``None`` when absent (the caller generates one)."""
+    raw = params.raw(name)
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise invalid_params(f"Parameter '{params.path(name)}' must be a string; got {preview(raw)}.")
+    if not 1 <= len(raw) <= 128 or any(unicodedata.category(ch) in ("Cc", "Cf") for ch in raw):
+        raise invalid_params(f"'{name}' must be 1-128 printable characters; got '{raw}'.")
+    return raw
+
+
+def timeout_seconds(params: Params, name: str) -> float | None:
+    """A ``…TimeoutSeconds`` param: a finite number from 0 to 86400 (0 = no limit)."""
+    value = params.raw(name)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_TIMEOUT_SECONDS
+    ):
+        raise invalid_params(
+            f"Parameter '{params.path(name)}' must be a number of seconds from 0 to 86400 (0 means no limit); "
+            f"got {preview(value)}."
+        )
+    return float(value)
+
+
+def tools_param(value: Any, path: str) -> tuple[list[ToolDefinition], list[str]]:
+    """Client tool definitions (``None`` = none) and their warnings."""
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        raise invalid_params(f"'{path}' must be an array of tool definitions.")
+    return parse_tool_definitions(value, path=path)
+
+
+def timestamp() -> str:
+    """Now, as ``session/list`` writes ``createdAt``."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,261 @@
+"""The ``npc/*`` methods (protocol-game §3).
+
+Immediate: create, restore, cancel, delete, list, state with ``settle: false``. Queued on the
+NPC's ordered lane at arrival: talk, update, reset, state. Concurrent: bark. Params are checked
+in the handler, so a bad request never takes a queue slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..agent import ToolChoice
+from ..agent.tools import too_many_tools_warning
+from ..bridge import Call, Deferred
+from ..bridge.core import resolve_model
+from ..bridge.params import Params
+from ..errors import invalid_params
+from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona, WorldState
+from ..objects import NPCActor
+from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
+from ..objects.world import WorldShare
+from ._common import tools_param
+from ._state import NPC as NPC_KIND
+from ._state import GameState
+
+__all__ = ["NPC_METHODS"]
+
+_CREATE_KEYS = ("npc", "persona", "tools", "world", "memory", "options", "model")
+_RESTORE_KEYS = ("state", "npc", "tools", "options", "world", "model")
+_TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice")
+_UPDATE_KEYS = ("npc", "persona", "options", "memory", "tools")
+
+
+async def npc_create(game: GameState, call: Call) -> Any:
+    params = call.params
+    warnings = params.unknown(_CREATE_KEYS)
+    npc = game.claim_npc_id(params)
+    persona = Persona.from_wire(params.raw("persona"), "persona")
+    memory = NPCMemory.from_wire(params.raw("memory"), "memory")
+    tools_raw = _tools_array(params.raw("tools"), "tools")
+    options = NPCOptions.from_wire(params.raw("options"), "options")
+    world = params.string("world")
+    return await _build(
+        game, npc, persona.value, warnings=[*warnings, *persona.warnings, *options.warnings], memory=memory,
+        history=[], tools_raw=tools_raw, tools_path="tools", options=options.value, world=world,
+        model_spec=params.raw("model"),
+    )
+
+
+async def npc_restore(game: GameState, call: Call) -> Any:
+    params = call.params
+    warnings = params.unknown(_RESTORE_KEYS)
+    raw = params.raw("state")
+    if raw is None:
+        raise invalid_params("Missing required parameter 'state'.")
+    if not isinstance(raw, dict):
+        raise invalid_params("'state' must be a save state object from npc/state.")
+    # The whole npc/state result is accepted too: it has an object 'state' and no persona.
+    saved_wire = raw["state"] if "persona" not in raw and isinstance(raw.get("state"), dict) else raw
+    saved = NPCSaveState.from_wire(saved_wire, "state")
+    npc = _restored_id(game, params, saved_wire)
+    tools_raw, tools_path = _present_or_saved(params, saved_wire, "tools")
+    options_raw, options_path = _present_or_saved(params, saved_wire, "options")
+    options = NPCOptions.from_wire(options_raw, options_path)
+    world, world_warning = _restored_world(game, params, saved_wire)
+    return await _build(
+        game, npc, saved.persona, warnings=[*warnings, *options.warnings, *world_warning], memory=saved.memory,
+        history=saved.transcript.entries, tools_raw=_tools_array(tools_raw, tools_path), tools_path=tools_path,
+        options=options.value, world=world, model_spec=params.raw("model"),
+    )
+
+
+def _restored_id(game: GameState, params: Params, saved: dict[str, Any]) -> str:
+    if params.raw("npc") is None and isinstance(saved.get("npc"), str):
+        return game.claim_npc_id(Params({"npc": saved["npc"]}, "state."))
+    return game.claim_npc_id(params)
+
+
+def _present_or_saved(params: Params, saved: dict[str, Any], key: str) -> tuple[Any, str]:
+    """A key present in the params wins, even as ``null``; otherwise the saved value."""
+    if params.present(key):
+        return params.raw(key), key
+    return saved.get(key), f"state.{key}"
+
+
+def _restored_world(game: GameState, params: Params, saved: dict[str, Any]) -> tuple[str | None, list[str]]:
+    if params.present("world"):
+        return params.string("world"), []
+    world = saved.get("world")
+    if not isinstance(world, str):
+        return None, []
+    if world not in game.worlds:
+        return None, [
+            f"The saved world '{world}' does not exist; the NPC was restored without a world. Pass 'world' to attach one."
+        ]
+    return world, []
+
+
+def _tools_array(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid_params(f"'{path}' must be an array of tool definitions.")
+    return value
+
+
+async def _build(
+    game: GameState,
+    npc_id: str,
+    persona: Persona,
+    *,
+    warnings: list[str],
+    memory: NPCMemory,
+    history: list[Any],
+    tools_raw: list[Any],
+    tools_path: str,
+    options: NPCOptions,
+    world: str | None,
+    model_spec: Any,
+) -> dict[str, Any]:
+    """Create and register the NPC actor; the steps after the params of create and restore, in
+    protocol order (model, tool definitions, world, availability, NPC checks, limit). Nothing is
+    created when one fails."""
+    bridge = game.bridge
+    model, model_name = resolve_model(bridge, model_spec)
+    tools, tool_warnings = tools_param(tools_raw, tools_path)
+    shared = await _shared_world(game, world) if world is not None else None
+    warnings = [*warnings, *tool_warnings]
+    if model_name == "system":
+        availability = await model.availability()
+        if not availability.available:
+            warnings.append(
+                f"The system model is unavailable ({availability.reason or 'unknown'}); "
+                "turns will fail with model_unavailable until it is ready."
+            )
+    options = with_tool_timeout(options, bridge.config.default_tool_timeout)
+    npc = NPC(persona, model, tools=tools, world=shared, options=options, memory=memory, history=history, owner=npc_id)
+    if (many := too_many_tools_warning(len(npc.tool_names))) is not None:
+        warnings.append(many)
+    game.check_npc_room()
+    bridge.system.spawn(
+        bridge.address(NPC_KIND, npc_id),
+        lambda: NPCActor(
+            npc, bridge, model_name=model_name, world=world, tools_wire=tools_raw,
+            default_tool_timeout=bridge.config.default_tool_timeout,
+        ),
+        max_queue=bridge.config.max_queue,
+    )
+    game.add_npc(npc_id, world)
+    return {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings}
+
+
+async def _shared_world(game: GameState, world: str) -> WorldState:
+    # NPCs read and write the document itself: in this process that is the world actor's state.
+    state: WorldState = await game.world_by_id(world).ask_control(WorldShare())
+    return state
+
+
+async def npc_talk(game: GameState, call: Call) -> Any:
+    params = call.params
+    _, record, ref = game.npc(params)
+    line = params.string("line", required=True)
+    assert line is not None
+    warnings = params.unknown(_TALK_KEYS)
+    stream = params.boolean("stream", default=False)
+    choice_raw = params.raw("toolChoice")
+    message = Talk(
+        request_id=call.id if call.id is not None else call.bridge.new_local_id(),
+        line=line,
+        context=params.raw("context"),
+        stream=bool(stream),
+        tool_choice=ToolChoice.parse(choice_raw, path="toolChoice") if choice_raw is not None else None,
+        warnings=warnings,
+        outlet=call.bridge,
+    )
+    return game.enqueue(record, ref, message)
+
+
+async def npc_bark(game: GameState, call: Call) -> Any:
+    _, _, ref = game.npc(call.params)
+    return Deferred(ref.ask_control(Bark(call.params.raw("situation"))))
+
+
+async def npc_state(game: GameState, call: Call) -> Any:
+    params = call.params
+    _, record, ref = game.npc(params)
+    if params.boolean("settle", default=True):
+        return game.enqueue(record, ref, SaveNPC())
+    return await ref.ask_control(SaveNPC(settle=False))
+
+
+async def npc_update(game: GameState, call: Call) -> Any:
+    params = call.params
+    _, record, ref = game.npc(params)
+    warnings = params.unknown(_UPDATE_KEYS)
+    patches = {key: _patch(params, key) for key in ("persona", "options", "memory")}
+    tools = None
+    if params.present("tools"):
+        tools = _tools_array(params.raw("tools"), "tools")  # "tools": null replaces them with none
+        tools_param(tools, "tools")  # a bad definition fails now, before the update takes a slot
+    return game.enqueue(record, ref, UpdateNPC(**patches, tools=tools, warnings=warnings))
+
+
+def _patch(params: Params, key: str) -> dict[str, Any] | None:
+    value = params.raw(key)
+    if value is not None and not isinstance(value, dict):
+        raise invalid_params(f"'{key}' must be an object.")
+    return value
+
+
+async def npc_reset(game: GameState, call: Call) -> Any:
+    params = call.params
+    _, record, ref = game.npc(params)
+    clear = params.boolean("clearMemory", default=False)
+    return game.enqueue(record, ref, ResetNPC(bool(clear)))
+
+
+async def npc_cancel(game: GameState, call: Call) -> Any:
+    npc, record, _ = game.npc(call.params)
+    # Only the requests queued by the protocol count; the NPC's own background work goes on.
+    cancelled = sum(reply.cancel() for reply in list(record.pending))
+    return {"npc": npc, "cancelled": cancelled}
+
+
+async def npc_delete(game: GameState, call: Call) -> Any:
+    npc, record, ref = game.npc(call.params)
+    del game.npcs[npc]
+    for reply in list(record.pending):
+        reply.cancel()
+    ref.cancel_all()
+    await game.bridge.system.stop(ref.address)
+    return {"npc": npc, "deleted": True}
+
+
+async def npc_list(game: GameState, call: Call) -> Any:
+    entries = []
+    for npc, record in list(game.npcs.items()):
+        ref = game.bridge.system.lookup(game.bridge.address(NPC_KIND, npc))
+        if ref is None:
+            continue
+        try:
+            entry = await ref.ask_control(DescribeNPC())
+        except Exception:  # deleted meanwhile
+            continue
+        pending = len(record.pending)
+        entries.append({**entry, "busy": pending > 0, "pendingOperations": pending, "createdAt": record.created_at})
+    return {"npcs": entries}
+
+
+NPC_METHODS = {
+    "npc/create": npc_create,
+    "npc/restore": npc_restore,
+    "npc/talk": npc_talk,
+    "npc/bark": npc_bark,
+    "npc/state": npc_state,
+    "npc/update": npc_update,
+    "npc/reset": npc_reset,
+    "npc/cancel": npc_cancel,
+    "npc/delete": npc_delete,
+    "npc/list": npc_list,
+}

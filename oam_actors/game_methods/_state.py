@@ -1,0 +1,189 @@
+"""``GameState``: one connection's game bookkeeping — which NPCs, worlds and subscriptions it has,
+their generated ids, limits and the NPC requests still in flight.
+
+The objects themselves are actors in the bridge's :class:`~oam_actors.runtime.ActorSystem`;
+this is the connection's index of them (creation order for the list methods, the counts the
+limits need without scanning the system, the ordered-lane replies ``npc/cancel`` may cancel).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from ..bridge import Deferred
+from ..bridge.params import Params
+from ..objects import RequestActor
+from ..runtime import ActorRef, Reply
+from ._common import client_id, limit_reached, npc_exists, npc_not_found, timestamp, world_exists, world_not_found
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
+    from ..game import ContentGenerator, DecisionEngine
+
+__all__ = ["GameLimits", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
+
+NPC = "npc"
+WORLD = "world"
+REQUEST = "request"
+
+
+class GameLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-connection limits (protocol-game §1.3); each at least 1."""
+
+    max_npcs: int = 128
+    max_worlds: int = 64
+    max_subscriptions: int = 256
+
+
+@dataclasses.dataclass
+class NPCRecord:
+    world: str | None  # the id it was created with (kept after the world is deleted)
+    created_at: str
+    pending: set[Reply] = dataclasses.field(default_factory=set)  # ordered-lane requests not answered yet
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldRecord:
+    created_at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SubscriptionRecord:
+    world: str
+    path: str
+
+
+class GameState:
+    """The game index of one bridge (see the module docstring)."""
+
+    def __init__(self, bridge: Bridge, limits: GameLimits) -> None:
+        self.bridge = bridge
+        self.limits = limits
+        self.npcs: dict[str, NPCRecord] = {}
+        self.worlds: dict[str, WorldRecord] = {}
+        self.subscriptions: dict[str, SubscriptionRecord] = {}
+        self._numbers = {"npc": 0, "w": 0, "sub": 0}
+
+    # --- ids ---------------------------------------------------------------------------------
+
+    def claim_npc_id(self, params: Params) -> str:
+        """The ``npc`` param (checked, not taken) or the next free ``npc<n>``."""
+        npc = client_id(params, "npc")
+        if npc is None:
+            return self._generate("npc", self.npcs)
+        if npc in self.npcs:
+            raise npc_exists(npc)
+        return npc
+
+    def claim_world_id(self, params: Params) -> str:
+        world = client_id(params, "world")
+        if world is None:
+            return self._generate("w", self.worlds)
+        if world in self.worlds:
+            raise world_exists(world)
+        return world
+
+    def new_subscription_id(self) -> str:
+        return self._generate("sub", self.subscriptions)
+
+    def _generate(self, prefix: str, taken: dict[str, Any]) -> str:
+        # A number once handed out is never reused, even when the creation then fails.
+        while True:
+            self._numbers[prefix] += 1
+            candidate = f"{prefix}{self._numbers[prefix]}"
+            if candidate not in taken:
+                return candidate
+
+    # --- limits ------------------------------------------------------------------------------
+
+    def check_npc_room(self) -> None:
+        if len(self.npcs) >= self.limits.max_npcs:
+            raise limit_reached(self.limits.max_npcs, "NPCs")
+
+    def check_world_room(self) -> None:
+        if len(self.worlds) >= self.limits.max_worlds:
+            raise limit_reached(self.limits.max_worlds, "worlds")
+
+    def check_subscription_room(self) -> None:
+        if len(self.subscriptions) >= self.limits.max_subscriptions:
+            raise limit_reached(self.limits.max_subscriptions, "world subscriptions")
+
+    # --- lookups -----------------------------------------------------------------------------
+
+    def npc(self, params: Params) -> tuple[str, NPCRecord, ActorRef]:
+        """The NPC named by the ``npc`` param; ``npc_not_found`` if there is none."""
+        npc = params.string("npc", required=True)
+        assert npc is not None
+        return (npc, *self.npc_by_id(npc))
+
+    def npc_by_id(self, npc: str) -> tuple[NPCRecord, ActorRef]:
+        record = self.npcs.get(npc)
+        ref = self.bridge.system.lookup(self.bridge.address(NPC, npc)) if record is not None else None
+        if record is None or ref is None:
+            raise npc_not_found(npc)
+        return record, ref
+
+    def world(self, params: Params) -> tuple[str, ActorRef]:
+        """The world named by the ``world`` param; ``world_not_found`` if there is none."""
+        world = params.string("world", required=True)
+        assert world is not None
+        return world, self.world_by_id(world)
+
+    def world_by_id(self, world: str) -> ActorRef:
+        ref = self.bridge.system.lookup(self.bridge.address(WORLD, world)) if world in self.worlds else None
+        if ref is None:
+            raise world_not_found(world)
+        return ref
+
+    # --- records -----------------------------------------------------------------------------
+
+    def add_npc(self, npc: str, world: str | None) -> None:
+        self.npcs[npc] = NPCRecord(world, timestamp())
+
+    def add_world(self, world: str) -> None:
+        self.worlds[world] = WorldRecord(timestamp())
+
+    def npcs_of(self, world: str) -> int:
+        return sum(1 for record in self.npcs.values() if record.world == world)
+
+    def subscriptions_of(self, world: str) -> list[str]:
+        return [sub for sub, record in self.subscriptions.items() if record.world == world]
+
+    def clear(self) -> None:
+        """Forget everything (after shutdown has stopped the objects)."""
+        self.npcs.clear()
+        self.worlds.clear()
+        self.subscriptions.clear()
+
+    # --- work --------------------------------------------------------------------------------
+
+    def enqueue(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
+        """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it."""
+        reply = ref.ask_nowait(message)
+        record.pending.add(reply)
+        return Deferred(self._settle(record, reply))
+
+    async def _settle(self, record: NPCRecord, reply: Reply) -> Any:
+        try:
+            return await self.bridge.queued(reply).awaitable
+        finally:
+            record.pending.discard(reply)
+
+    def run_request(self, worker: DecisionEngine | ContentGenerator, message: Any) -> Deferred:
+        """Run a one-off request on its own actor (the address its client tools answer to)."""
+        # Unique beyond this connection: bridges sharing a namespace share the address space.
+        address = self.bridge.address(REQUEST, uuid.uuid4().hex)
+        ref = self.bridge.system.spawn(address, lambda: RequestActor(worker), max_queue=1)
+        return Deferred(self._finish_request(ref, ref.ask_nowait(message)))
+
+    async def _finish_request(self, ref: ActorRef, reply: Reply) -> Any:
+        try:
+            return await self.bridge.queued(reply).awaitable
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.bridge.system.stop(ref.address)

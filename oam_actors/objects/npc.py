@@ -1,0 +1,260 @@
+"""NPCActor: one game NPC — a :class:`~oam_actors.game.NPC` behind an ordered mailbox.
+
+Contract
+--------
+- Ordered lane (arrival order, one at a time): :class:`Talk`, :class:`UpdateNPC`,
+  :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``) and the actor's own
+  :class:`RunCompaction`. A talk commits when its turn is complete (it is then in the history);
+  an update or reset commits right before it applies; a settled save never commits. Until its
+  commit an item can be cancelled and leaves no trace (protocol-game §7).
+- After a talk that makes compaction due, the actor queues :class:`RunCompaction` on its own
+  ordered lane, so the summary runs in the background after the response. Work queued earlier
+  still sees compaction first: the library runs a pending compaction before a talk or a settled
+  save.
+- Control lane (served at once): :class:`~oam_actors.objects.messages.ToolResult`,
+  :class:`SaveNPC` with ``settle=False`` (completed turns only), :class:`Bark` (a one-off
+  request beside any turn), :class:`DescribeNPC` and :class:`GetPersona`.
+- Events and client tool calls of a talk go to the talk's outlet as ``npc/event`` /
+  ``tool/call`` / ``tool/cancel`` with the head ``{"npc": id}``, all before the talk's reply.
+- :class:`UpdateNPC` carries RFC 7386 merge patches, applied to the current JSON form when the
+  update runs, all or nothing (errors are ``-32602 invalid_params``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import msgspec
+
+from ..agent import ToolChoice, parse_tool_definitions
+from ..agent.tools import too_many_tools_warning
+from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
+from ..runtime import Actor, ActorStopped, MailboxFull
+from .messages import ToolResult
+from .outlet import Outlet, RequestId
+from .relay import TurnRelay
+from .session import NAMESPACE_SEPARATOR
+
+__all__ = [
+    "Bark",
+    "DescribeNPC",
+    "GetPersona",
+    "NPCActor",
+    "ResetNPC",
+    "RunCompaction",
+    "SaveNPC",
+    "Talk",
+    "UpdateNPC",
+    "merge_patch",
+    "with_tool_timeout",
+]
+
+
+class Talk(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``npc/talk`` turn; ``outlet`` is the connection that asked (``None``: the NPC's own)."""
+
+    request_id: RequestId
+    line: str
+    context: Any = None
+    stream: bool = False
+    tool_choice: ToolChoice | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+    outlet: Outlet | None = None
+
+
+class UpdateNPC(msgspec.Struct, frozen=True, kw_only=True):
+    """Merge patches for persona, options and memory; ``tools`` (as sent) replaces the client
+    tools when not ``None``. ``warnings`` are the request's own (unknown keys)."""
+
+    persona: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class ResetNPC(msgspec.Struct, frozen=True):
+    clear_memory: bool = False
+
+
+class SaveNPC(msgspec.Struct, frozen=True):
+    """The ``npc/state`` result; ``settle`` (ordered lane) waits for pending compaction first."""
+
+    settle: bool = True
+
+
+class RunCompaction(msgspec.Struct, frozen=True):
+    pass
+
+
+class Bark(msgspec.Struct, frozen=True):
+    situation: Any = None
+
+
+class DescribeNPC(msgspec.Struct, frozen=True):
+    """The ``npc/list`` entry as far as the NPC knows it (``npc`` … ``relationship``)."""
+
+
+class GetPersona(msgspec.Struct, frozen=True):
+    pass
+
+
+class NPCActor(Actor):
+    """See the module docstring. ``tools_wire`` are the client tool definitions as sent (saved
+    by ``npc/state``); ``default_tool_timeout`` replaces a ``toolTimeoutSeconds`` an update
+    removes."""
+
+    def __init__(
+        self,
+        npc: NPC,
+        outlet: Outlet,
+        *,
+        model_name: str,
+        world: str | None,
+        tools_wire: list[Any],
+        default_tool_timeout: float,
+    ) -> None:
+        self.npc = npc
+        self.outlet = outlet
+        self.model_name = model_name
+        self.world = world
+        self.tools_wire = tools_wire
+        self.default_tool_timeout = default_tool_timeout
+
+    @property
+    def npc_id(self) -> str:
+        return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case Talk():
+                return await self._talk(message)
+            case SaveNPC():
+                return self._state(await self.npc.settled_state())
+            case RunCompaction():
+                await self.npc.run_pending_compaction()
+                return None
+            case UpdateNPC():
+                return self._update(message)
+            case ResetNPC(clear_memory=clear_memory):
+                self.commit()
+                self.npc.reset(clear_memory=clear_memory)
+                return {"npc": self.npc_id}
+        raise TypeError(f"NPCActor cannot handle {type(message).__name__}")
+
+    async def handle_control(self, message: Any) -> Any:
+        match message:
+            case ToolResult(call_id=call_id, output=output):
+                return self.npc.submit_tool_result(call_id, output)
+            case SaveNPC():
+                return self._state(self.npc.save_state())
+            case Bark(situation=situation):
+                return {"npc": self.npc_id, "line": await self.npc.bark(situation)}
+            case DescribeNPC():
+                return self._describe()
+            case GetPersona():
+                return self.npc.persona
+        raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
+
+    async def _talk(self, message: Talk) -> dict[str, Any]:
+        relay = TurnRelay(
+            message.outlet if message.outlet is not None else self.outlet,
+            head={"npc": self.npc_id},
+            request_id=message.request_id,
+            stream=message.stream,
+            target=self.address,
+            event_method="npc/event",
+        )
+        try:
+            turn = await self.npc.talk(
+                message.line,
+                context=message.context,
+                tool_choice=message.tool_choice,
+                emit=relay,
+                on_commit=self.commit,
+            )
+        finally:
+            relay.close()
+        if self.npc.compaction_pending:
+            self._queue_compaction()
+        return turn.to_wire(npc=self.npc_id, warnings=message.warnings)
+
+    def _queue_compaction(self) -> None:
+        ref = self.system.lookup(self.address)
+        # A full or closing mailbox only delays it: the next talk or settled save runs it first.
+        with contextlib.suppress(MailboxFull, ActorStopped):
+            if ref is not None:
+                ref.tell_nowait(RunCompaction())
+
+    def _update(self, message: UpdateNPC) -> dict[str, Any]:
+        npc = self.npc
+        warnings = list(message.warnings)
+        persona = options = memory = tools = None
+        if message.persona is not None:
+            decoded = Persona.from_wire(merge_patch(npc.persona.to_wire(), message.persona), "persona")
+            persona = decoded.value
+            warnings += decoded.warnings
+        if message.options is not None:
+            decoded_options = NPCOptions.from_wire(merge_patch(npc.options.to_wire(), message.options), "options")
+            options = with_tool_timeout(decoded_options.value, self.default_tool_timeout)
+            warnings += decoded_options.warnings
+        if message.memory is not None:
+            memory = NPCMemory.from_wire(merge_patch(npc.memory.to_wire(), message.memory), "memory")
+        if message.tools is not None:
+            tools, tool_warnings = parse_tool_definitions(message.tools, path="tools")
+            warnings += tool_warnings
+        self.commit()
+        npc.reconfigure(persona=persona, options=options, tools=tools, memory=memory)
+        if message.tools is not None:
+            self.tools_wire = list(message.tools)
+        if (many := too_many_tools_warning(len(npc.tool_names))) is not None:
+            warnings.append(many)
+        return {"npc": self.npc_id, "warnings": warnings}
+
+    def _state(self, saved: NPCSaveState) -> dict[str, Any]:
+        options = self.npc.options.to_wire()
+        timeout = options.get("toolTimeoutSeconds")
+        if isinstance(timeout, float) and timeout.is_integer():
+            options["toolTimeoutSeconds"] = int(timeout)  # whole seconds are written without fraction
+        state = saved.to_wire() | {
+            "npc": self.npc_id,
+            "options": options,
+            "tools": list(self.tools_wire),
+            "world": self.world,
+        }
+        return {"npc": self.npc_id, "state": state}
+
+    def _describe(self) -> dict[str, Any]:
+        npc = self.npc
+        return {
+            "npc": self.npc_id,
+            "name": npc.persona.name,
+            "role": npc.persona.role,
+            "world": self.world,
+            "model": self.model_name,
+            "tools": [tool.name for tool in npc.client_tools],
+            "turnCount": npc.turn_count,
+            "relationship": npc.memory.relationship,
+        }
+
+
+def with_tool_timeout(options: NPCOptions, default: float) -> NPCOptions:
+    """``options`` with ``toolTimeoutSeconds`` set to ``default`` when unset, so the engine's
+    default is visible in ``npc/state`` and survives a restore."""
+    if options.tool_timeout_seconds is not None:
+        return options
+    return msgspec.structs.replace(options, tool_timeout_seconds=default)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: object members merge recursively, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged

@@ -1,0 +1,162 @@
+"""The WebSocket transport, plus ``GET /health`` and ``GET /metrics`` on the same HTTP port.
+
+Contract
+--------
+- ``/ws`` is the WebSocket endpoint: one JSON-RPC message per text frame, both ways; one bridge per
+  connection. A binary frame is answered ``-32600`` (``id: null``) and the connection carries on.
+  A frame larger than ``max_line_bytes`` closes the connection (code 1009): WebSocket frames
+  cannot be skipped unread as lines can.
+- With tokens configured, the opening handshake must carry ``Authorization: Bearer <token>``;
+  otherwise it is answered HTTP 401 and no connection opens. Beyond ``max_connections`` the
+  connection opens, receives one ``-32010 busy`` message and is closed with code 1013.
+- ``GET /health`` → 200 ``{"status":"ok","connections":n,"sessions":m}`` (no token needed, for
+  probes). ``GET /metrics`` → 200 Prometheus text (with tokens configured, it needs a valid bearer
+  token like ``/ws``). Any other path → 404.
+- Ends, cancellation and idleness as in the TCP transport (see ``oam_actors.transports.tcp``).
+
+Runs on the asyncio backend (the ``websockets`` library is asyncio-based); its connection tasks
+belong to the server object, which :func:`websocket_server` closes on exit.
+"""
+
+from __future__ import annotations
+
+import http
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from urllib.parse import urlsplit
+
+import anyio
+import msgspec
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from ..bridge import jsonrpc
+from ..errors import ErrorCode, ProtocolError
+from ..observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .auth import ANONYMOUS, Tenant, bearer_token
+from .hub import Activity, Hub, receive_or_idle
+
+__all__ = ["WS_PATH", "BinaryFrame", "websocket_server"]
+
+_log = logging.getLogger(__name__)
+
+TRANSPORT = "ws"
+WS_PATH = "/ws"
+_TRY_AGAIN_LATER = 1013
+
+
+class BinaryFrame(msgspec.Struct, frozen=True):
+    """A binary frame stands in the input for what the bridge answers ``-32600``."""
+
+    size: int
+
+    def to_error(self) -> ProtocolError:
+        return ProtocolError(
+            ErrorCode.INVALID_MESSAGE, "Invalid message: binary frames are not supported; send JSON in text frames."
+        )
+
+
+@asynccontextmanager
+async def websocket_server(hub: Hub, host: str, port: int) -> AsyncIterator[Server]:
+    """Listen on ``host``:``port`` while inside the block; on exit close every connection (1001)
+    and wait for their bridges to finish."""
+    server = await serve(
+        partial(_serve_connection, hub=hub),
+        host,
+        port,
+        process_request=partial(_route, hub=hub),
+        max_size=hub.policy.max_line_bytes,
+    )
+    try:
+        yield server
+    finally:
+        with anyio.CancelScope(shield=True):
+            server.close()
+            await server.wait_closed()
+
+
+def _route(connection: ServerConnection, request: Request, *, hub: Hub) -> Response | None:
+    """The HTTP side of the handshake: health, metrics, authentication, 404."""
+    path = urlsplit(request.path).path
+    if path == "/health":
+        return _json(connection, hub.health())
+    if path not in ("/metrics", WS_PATH):
+        return connection.respond(http.HTTPStatus.NOT_FOUND, "Not found.\n")
+    if _tenant(request, hub) is None:
+        hub.refused(TRANSPORT, "auth")
+        response = connection.respond(http.HTTPStatus.UNAUTHORIZED, "A valid bearer token is required.\n")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    if path == "/metrics":
+        return _typed(connection.respond(http.HTTPStatus.OK, hub.metrics_text()), METRICS_CONTENT_TYPE)
+    return None  # go on with the WebSocket handshake
+
+
+def _tenant(request: Request, hub: Hub) -> Tenant | None:
+    if not hub.policy.tokens:
+        return ANONYMOUS
+    return hub.policy.tokens.tenant(bearer_token(request.headers.get("Authorization")))
+
+
+def _json(connection: ServerConnection, value: object) -> Response:
+    return _typed(connection.respond(http.HTTPStatus.OK, json.dumps(value) + "\n"), "application/json")
+
+
+def _typed(response: Response, content_type: str) -> Response:
+    del response.headers["Content-Type"]
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+async def _serve_connection(websocket: ServerConnection, *, hub: Hub) -> None:
+    if not hub.admit(TRANSPORT):
+        await _refuse(websocket, hub)
+        return
+    try:
+        assert websocket.request is not None
+        tenant = _tenant(websocket.request, hub)
+        assert tenant is not None, "the handshake checked the token"
+        activity = Activity()
+        bridge = hub.open_bridge(partial(_write, websocket, activity), tenant)
+        frames = _frames(websocket, activity, hub.policy.idle_timeout, lambda: bridge.in_flight > 0)
+        await bridge.serve(frames, drain_on_eof=False)
+    finally:
+        hub.release(TRANSPORT)
+
+
+async def _refuse(websocket: ServerConnection, hub: Hub) -> None:
+    try:
+        await websocket.send(jsonrpc.encode_error(None, hub.full_error()), text=True)
+        await websocket.close(_TRY_AGAIN_LATER, "too many connections")
+    except ConnectionClosed:
+        pass
+
+
+async def _write(websocket: ServerConnection, activity: Activity, data: bytes) -> None:
+    """The outbox hands several messages joined by newlines; each goes in its own frame."""
+    try:
+        for message in data.split(b"\n"):
+            await websocket.send(message, text=True)
+    except ConnectionClosed as exc:
+        raise anyio.BrokenResourceError from exc
+    activity.touch()
+
+
+async def _frames(
+    websocket: ServerConnection, activity: Activity, idle_timeout: float | None, busy: Callable[[], bool]
+) -> AsyncIterator[str | BinaryFrame]:
+    receive = partial(_receive, websocket)
+    while (message := await receive_or_idle(receive, activity, idle_timeout, busy)) is not None:
+        yield message if isinstance(message, str) else BinaryFrame(len(message))
+
+
+async def _receive(websocket: ServerConnection) -> str | bytes | None:
+    """The next message; ``None`` once the connection is closing or closed."""
+    try:
+        return await websocket.recv()
+    except ConnectionClosed:
+        return None
