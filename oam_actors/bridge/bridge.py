@@ -40,7 +40,7 @@ from .. import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError
 from ..objects import Respond, ToolResult
-from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, MailboxFull, MessageCancelled, Reply
+from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
 from .outbox import Outbox
@@ -55,6 +55,10 @@ __all__ = ["Bridge"]
 _log = logging.getLogger(__name__)
 
 NO_CLIENT_ANSWER = "The client closed its input before answering."
+HOST_FAILED = (
+    "The process hosting this object failed during the operation, which did not complete; "
+    "the object keeps its last committed state. Retry the request."
+)
 
 
 class Bridge:
@@ -260,6 +264,8 @@ class Bridge:
             return AgentError(ErrorCode.CANCELLED, "The operation was cancelled.")
         if isinstance(exc, MailboxFull):
             return AgentError(ErrorCode.BUSY, "Too many operations are queued for this object; try again later.")
+        if isinstance(exc, HostFailed):
+            return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
         return jsonrpc.error_for_exception(exc)
 
     # --- the Outlet that object actors write through -----------------------------------------

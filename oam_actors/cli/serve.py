@@ -12,6 +12,7 @@ given, and (exit status 1) when an address cannot be bound.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import sys
 from contextlib import AsyncExitStack
@@ -20,14 +21,16 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import SocketAttribute
 
-from ..bridge import BridgeConfig, ModelFactory
+from ..bridge import BridgeConfig, Extension
+from ..game_methods import GameExtension, GameLimits
 from ..observability.metrics import ServerMetrics
 from ..runtime import LocalSystem
 from ..transports.auth import TokenTable, is_loopback
 from ..transports.hub import Hub, ServePolicy
 from ..transports.stdio import MAX_LINE_BYTES
 from ..transports.tcp import serve_tcp
-from .models import add_model_arguments, system_model_from_args
+from .models import ModelSetup, add_model_arguments, models_from_args
+from .stdio import add_game_arguments, game_limits_from_args
 
 __all__ = ["Endpoint", "add_arguments", "exposure_error", "parse_endpoint", "run", "serve_network"]
 
@@ -83,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-line-bytes", type=_positive_int, default=MAX_LINE_BYTES,
                         help=f"longest accepted message (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
+    add_game_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--token: {exc}", 2)
     if (problem := exposure_error(endpoints, tokens)) is not None:
         return _fail(problem, 2)
+    if args.ws is not None and importlib.util.find_spec("websockets") is None:
+        return _fail("--ws needs the websockets package: python3 -m pip install websockets", 2)
     policy = ServePolicy(
         tokens=tokens,
         share_objects=args.share_objects,
@@ -102,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         max_line_bytes=args.max_line_bytes,
     )
-    config = BridgeConfig(max_sessions=args.max_sessions, scripted_models=not args.no_scripted)
+    setup = models_from_args(args)
+    config = BridgeConfig(
+        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
+    )
     try:
-        anyio.run(serve_network, policy, config, system_model_from_args(args), args.tcp, args.ws)
+        anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws)
     except (OSError, ExceptionGroup) as exc:
         bind_error = _os_error(exc)
         if bind_error is None:
@@ -125,13 +134,22 @@ def _os_error(exc: BaseException) -> OSError | None:
 async def serve_network(
     policy: ServePolicy,
     config: BridgeConfig,
-    system_model: ModelFactory | None,
+    models: ModelSetup,
+    game: GameLimits,
     tcp: Endpoint | None,
     ws: Endpoint | None,
 ) -> None:
-    """Listen, print the bound addresses, serve until SIGINT or SIGTERM."""
-    async with LocalSystem() as system, AsyncExitStack() as stack:
-        hub = Hub(system, policy, config=config, system_model=system_model, metrics=ServerMetrics())
+    """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
+    HTTP client closes after every connection has ended."""
+    async with models.backends, LocalSystem() as system, AsyncExitStack() as stack:
+        hub = Hub(
+            system,
+            policy,
+            config=config,
+            system_model=models.system_model,
+            extensions=lambda: _game_extension(game),
+            metrics=ServerMetrics(),
+        )
         addresses = []
         listener = None
         if tcp is not None:
@@ -152,6 +170,13 @@ async def serve_network(
                 tasks.start_soon(serve_tcp, listener, hub)
             await _wait_for_stop_signal()
             tasks.cancel_scope.cancel()
+
+
+def _game_extension(limits: GameLimits) -> list[Extension]:
+    extension = GameExtension(
+        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+    )
+    return [extension]
 
 
 async def _wait_for_stop_signal() -> None:

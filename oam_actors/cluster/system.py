@@ -38,6 +38,7 @@ from typing import Any, Self, final
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import ray
 
 from ..runtime import (
@@ -366,10 +367,10 @@ class RaySystem(ActorSystem):
             with anyio.CancelScope(shield=True):
                 await self.aclose()
         finally:
-            self._release()
             if self._task_group is not None:
                 self._task_group.cancel_scope.cancel()
                 await self._task_group.__aexit__(None, None, None)
+            self._release()
         return None
 
     def _connect(self) -> None:
@@ -460,8 +461,7 @@ class RaySystem(ActorSystem):
         return next(self._seqs)
 
     async def _stop(self, entry: _Entry) -> None:
-        if not entry.stopping:
-            entry.stopping = True
+        entry.stopping = True
         outcome = _Outcome(entry.address)
         entry.link.send(entry, Stop(self._next_seq(), entry.address), outcome)
         try:

@@ -6,6 +6,10 @@ when it is appended to the history; a compaction right before it replaces the hi
 commit an operation can no longer be cancelled, so a response always agrees with the history.
 
 Control lane (served at once): ``ToolResult``, ``Describe``, ``GetTranscript``.
+
+Checkpoints (``snapshot``/``restore``, used by runtimes with a state store): the committed
+conversation and settings — instructions, context note, tools, history. A model's own progress
+(a scripted model's position in its script) is not part of it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..agent import Agent, ToolChoiceKind
+import msgspec
+
+from ..agent import Agent, ToolChoiceKind, ToolDefinition, parse_tool_definitions
+from ..agent.transcript import Entry
 from ..errors import invalid_params
 from ..runtime import Actor
 from .messages import (
@@ -76,6 +83,23 @@ class SessionActor(Actor):
                 raise TypeError(f"SessionActor cannot handle {type(message).__name__}")
         return {"session": self.session_id}
 
+    def snapshot(self) -> bytes:
+        agent = self.agent
+        state = SessionState(agent.instructions, agent.context_note, [_tool_wire(t) for t in agent.tools], agent.history)
+        return msgspec.json.encode(state)
+
+    def restore(self, state: bytes) -> None:
+        saved = msgspec.json.decode(state, type=SessionState)
+        tools, _ = parse_tool_definitions(saved.tools, path="checkpoint.tools")
+        # Local handlers are code, not state: the rebuilt actor still has them, by tool name.
+        handlers = {tool.name: tool.handler for tool in self.agent.tools}
+        self.agent.instructions = saved.instructions
+        self.agent.context_note = saved.context_note
+        self.agent.tools = [
+            ToolDefinition(t.name, t.description, t.schema, t.timeout, handlers.get(t.name)) for t in tools
+        ]
+        self.agent.history = list(saved.history)
+
     async def handle_control(self, message: Any) -> Any:
         match message:
             case ToolResult(call_id=call_id, output=output):
@@ -127,3 +151,10 @@ class SessionActor(Actor):
         entry["entries"] = len(self.agent.history)
         entry["createdAt"] = self.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         return entry
+
+
+def _tool_wire(tool: ToolDefinition) -> dict[str, Any]:
+    wire = tool.to_wire()
+    if tool.timeout is not None:
+        wire["timeoutSeconds"] = tool.timeout
+    return wire

@@ -11,22 +11,25 @@ Contract
   tenant's namespace (``t:<name>``) as a sharing bridge (see ``Bridge(shared=True)``).
 - :func:`receive_or_idle` ends a connection's input after ``idle_timeout`` seconds without a byte
   in either direction while the bridge has nothing in flight; a long turn is not idleness.
-- With metrics, the system model's inferences are timed (``oam_model_step_seconds``); models a
-  client defines inline (``"model": {"type": "scripted", …}``) are built by the core methods and
-  are not.
+- ``extensions`` makes each new bridge's extensions (one set per connection, as the game
+  extension requires).
+- With metrics, the inferences of the system model and of the registered model types are timed
+  (``oam_model_step_seconds``); inline scripted models (``"model": {"type": "scripted", …}``) are
+  built by the core methods and are not.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 
 from ..agent import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
-from ..bridge import Bridge, BridgeConfig, ModelFactory
+from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
 from ..errors import AgentError, ErrorCode
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics
@@ -61,13 +64,19 @@ class Hub:
         *,
         config: BridgeConfig | None = None,
         system_model: ModelFactory | None = None,
+        extensions: Callable[[], Sequence[Extension]] = tuple,
         metrics: ServerMetrics | None = None,
     ) -> None:
         self.system = system
         self.policy = policy
         self.config = config or BridgeConfig()
+        self.system_model = system_model
+        self.extensions = extensions
         self.metrics = metrics
-        self.system_model = _timed(system_model, metrics) if system_model and metrics else system_model
+        if metrics is not None:
+            self.system_model = _timed(system_model, metrics) if system_model else None
+            types = {name: _timed_type(factory, metrics) for name, factory in self.config.model_types.items()}
+            self.config = msgspec.structs.replace(self.config, model_types=types)
         self.connections = 0
         self._serial = itertools.count(1)
         self._queue_kinds: set[str] = set()
@@ -106,6 +115,7 @@ class Hub:
             write,
             config=self.config,
             system_model=self.system_model,
+            extensions=self.extensions(),
             namespace=namespace + NAMESPACE_SEPARATOR,
             shared=shared,
             metrics=self.metrics,
@@ -164,6 +174,10 @@ async def receive_or_idle(
 
 def _timed(factory: ModelFactory, metrics: ServerMetrics) -> ModelFactory:
     return lambda: _TimedModel(factory(), metrics)
+
+
+def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomModelFactory:
+    return lambda spec, path: _TimedModel(factory(spec, path), metrics)
 
 
 class _TimedModel:

@@ -74,7 +74,8 @@ async def _serve_admitted(connection: _Connection, hub: Hub) -> None:
             hub.refused(TRANSPORT, "auth")
             return
     bridge = hub.open_bridge(connection.write, tenant)
-    await bridge.serve(connection.lines(hub, lambda: bridge.in_flight > 0), drain_on_eof=False)
+    lines = connection.lines(hub.policy.idle_timeout, lambda: bridge.in_flight > 0)
+    await bridge.serve(lines, drain_on_eof=False)
 
 
 async def _authenticate(connection: _Connection, hub: Hub) -> Tenant | None:
@@ -118,8 +119,8 @@ class _Connection:
                 self._ready.extend(self._splitter.finish())
         return self._ready.popleft()
 
-    async def lines(self, hub: Hub, busy: Callable[[], bool]) -> AsyncIterator[bytes | LineTooLong]:
-        while (line := await self.next_line(hub.policy.idle_timeout, busy)) is not None:
+    async def lines(self, idle_timeout: float | None, busy: Callable[[], bool]) -> AsyncIterator[bytes | LineTooLong]:
+        while (line := await self.next_line(idle_timeout, busy)) is not None:
             yield line
 
     async def _receive(self) -> bytes:

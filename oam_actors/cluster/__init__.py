@@ -1,0 +1,9 @@
+"""Running on Ray: ``RaySystem`` (object actors in shard Ray actors), state stores, model actors.
+
+Importing this package imports Ray; nothing else in ``oam_actors`` does.
+"""
+
+from .store import SqliteStore, StateStore
+from .system import LOCAL_RAY_OPTIONS, RaySystem, shard_of
+
+__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "SqliteStore", "StateStore", "shard_of"]
