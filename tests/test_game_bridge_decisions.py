@@ -4,6 +4,7 @@ model call, fallbacks, forwarded client tools with their context, and ordering."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,8 +202,6 @@ def test_content_follows_the_schema_order(bridge: BridgeProcess) -> None:
 
 
 def test_content_schema_as_json_text_and_coercion(bridge: BridgeProcess) -> None:
-    import json
-
     steps = [{"json": {"name": "Bog Lurker", "rarity": "Rare", "damage": "12"}}]
     result = bridge.call("content/generate", {"prompt": "A monster.", "schema": json.dumps(ITEM_SCHEMA), "model": scripted(steps)})
     assert result["content"] == {"name": "Bog Lurker", "rarity": "rare", "damage": 12}

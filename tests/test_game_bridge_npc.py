@@ -335,6 +335,19 @@ def test_reset_clears_the_conversation_and_optionally_memory(bridge: BridgeProce
     assert (memory["facts"], memory["relationship"], memory.get("summary")) == ([], 0, None)
 
 
+def test_compaction_runs_in_the_background_after_the_turn_that_makes_it_due(bridge: BridgeProcess) -> None:
+    steps = [reply("One."), reply("Two."), {"text": "They greeted each other twice."}, reply("Three.")]
+    create(bridge, "cp1", steps, options={"compactAfterTurns": 2, "keepRecentTurns": 1})
+    bridge.call("npc/talk", {"npc": "cp1", "line": "Hi"})
+    assert bridge.call("npc/talk", {"npc": "cp1", "line": "Hi again"})["line"] == "Two."
+    # The NPC's own background work is not a request npc/cancel can cancel.
+    assert bridge.call("npc/cancel", {"npc": "cp1"}) == {"npc": "cp1", "cancelled": 0}
+    state = bridge.call("npc/state", {"npc": "cp1"})["state"]
+    assert state["memory"]["summary"] == "They greeted each other twice."
+    assert entry(bridge, "cp1")["turnCount"] == 1
+    assert bridge.call("npc/talk", {"npc": "cp1", "line": "And now?"})["line"] == "Three."
+
+
 def test_state_is_saved_and_restored_into_a_new_npc(bridge: BridgeProcess) -> None:
     bridge.call("world/create", {"world": "savehaven", "state": {"player": {"name": "Aria"}}})
     options = {"memoryTools": ["rememberFact"], "playerOptionCount": 2, "toolTimeoutSeconds": 30}

@@ -44,7 +44,10 @@ def create_guard(peer: Peer, steps: list | None = None) -> None:
 def test_ping(connect: Callable[[], Peer]) -> None:
     peer = connect()
     assert peer.call("ping") == {}
-    assert peer.call("initialize", {"protocolVersion": "1.0"})["server"]["name"] == "oam-actors"
+    result = peer.call("initialize", {"protocolVersion": "1.0"})
+    assert result["server"]["name"] == "oam-actors"
+    # The same methods as stdio, the game extension's included.
+    assert {"session/respond", "npc/create", "world/create"} <= set(result["capabilities"]["methods"])
 
 
 def test_a_turn_with_a_client_tool_round_trip(connect: Callable[[], Peer]) -> None:

@@ -1,42 +1,66 @@
-"""Entry point of the ``oam-actors`` command."""
+"""Entry point of the ``oam-actors`` command.
+
+Only the chosen subcommand's module is imported, so ``oam-actors stdio`` starts without loading
+the WebSocket server, the simulator or the proxy backends.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
+from types import ModuleType
 
 from .. import __version__
-from . import device, serve, simulate, stdio
 
 __all__ = ["main"]
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "stdio": ("oam_actors.cli.stdio", "serve one bridge over stdin/stdout"),
+    "serve": ("oam_actors.cli.serve", "serve the protocol over TCP and WebSocket"),
+    "simulate": ("oam_actors.cli.simulate", "run a crowd simulation and write a report"),
+    "device": ("oam_actors.cli.device", "run a simulated Nano phone (device protocol)"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _selected(argv: list[str]) -> str | None:
+    """The subcommand: the first argument that is neither an option nor an option's value."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--log-level":
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:
     parser = argparse.ArgumentParser(prog="oam-actors", description="Actor runtime for the bridge protocol v1.0.")
     parser.add_argument("--version", action="version", version=f"oam-actors {__version__}")
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     commands = parser.add_subparsers(dest="command", required=True)
-    stdio.add_arguments(commands.add_parser("stdio", help="serve one bridge over stdin/stdout"))
-    device.add_arguments(commands.add_parser("device", help="run a simulated Nano phone (device protocol)"))
-    simulate.add_arguments(commands.add_parser("simulate", help="run a crowd simulation and write a report"))
-    serve.add_arguments(commands.add_parser("serve", help="serve the protocol over TCP and WebSocket"))
-    return parser
+    chosen = _selected(argv)
+    module = None
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if name == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+    return parser, module
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser, module = build_parser(argv)
+    args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "stdio":
-        return stdio.run(args)
-    if args.command == "device":
-        return device.run(args)
-    if args.command == "simulate":
-        return simulate.run(args)
-    if args.command == "serve":
-        return serve.run(args)
-    return 2
+    if module is None:
+        return 2
+    return int(module.run(args))
 
 
 if __name__ == "__main__":
