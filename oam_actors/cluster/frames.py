@@ -38,11 +38,11 @@ class FrameReader:
     def __init__(self, stream: ByteStream) -> None:
         self._buffered = BufferedByteReceiveStream(stream)
 
-    async def raw(self) -> bytes:
-        """The next frame's payload, not unpickled."""
+    async def raw(self, limit: int = MAX_FRAME_BYTES) -> bytes:
+        """The next frame's payload, not unpickled; ``ValueError`` if it exceeds ``limit``."""
         (size,) = _HEADER.unpack(await self._buffered.receive_exactly(_HEADER.size))
-        if size > MAX_FRAME_BYTES:
-            raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+        if size > limit:
+            raise ValueError(f"frame of {size} bytes exceeds {limit}")
         return await self._buffered.receive_exactly(size)
 
     async def next(self) -> Any:

@@ -1,27 +1,28 @@
 """``ShardHost``: the body of one shard Ray actor — a ``LocalSystem`` hosting many object actors.
 
-The driver (``RaySystem``) talks to it with three calls, each safe to repeat:
+Ray creates, places and restarts it; the one Ray call it serves is ``ping()``, which returns a
+:class:`~oam_actors.cluster.wire.Hello`: its *incarnation* (new after every restart), pid, node,
+and where its data path listens (host, port, token).
 
-- ``ping()`` → :class:`~oam_actors.cluster.wire.Hello`: the shard's *incarnation* (new after every
-  restart of its process), pid and node.
-- ``deliver(incarnation, batch, ops)`` applies a batch of ops in order and returns the shard's
-  incarnation. A batch meant for another incarnation is refused untouched (the driver re-plans
-  it), and a batch number already applied is ignored (a retried call).
-- ``drain(incarnation, acked, wait)`` returns the items numbered after ``acked`` (waiting up to
-  ``wait`` seconds for one) and forgets those up to ``acked``: a lost answer is fetched again.
+The data path is one TCP connection from the driver, framed (:mod:`.frames`); the first frame
+must be the token. Driver → shard: batches of ops, applied in order without awaiting, so per-object
+order is the local mailbox's order. Shard → driver: batches of items, pushed as they appear.
+Everything an actor emits (outlet calls, its checkpoint, its reply) is appended to one item list
+synchronously, in the order it happens, so the driver sees an actor's events and checkpoint before
+its reply. TCP keeps both directions in order; Ray calls would not (async actors run calls out of
+order) and cost about a millisecond each.
 
-Per-object order is the local mailbox's order: ``deliver`` never awaits while applying ops, so
-Ray running async calls out of order cannot reorder them (the driver keeps one ``deliver`` in
-flight). Everything an actor emits (outlet calls, its checkpoint, its reply) is appended to one
-item list synchronously, in the order it happens. The Ray actor is made with ``ray.remote`` in
-:mod:`oam_actors.cluster.system`; this class itself does not import Ray.
+When the connection ends, the shard has lost its driver: the driver restarts it (its actors come
+back from their checkpoints), so this process serves no second connection.
 """
 
 from __future__ import annotations
 
-import collections
+import asyncio
+import hmac
 import logging
 import os
+import secrets
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ import anyio
 import anyio.abc
 
 from ..runtime import ActorRef, ActorStopped, Address, LocalSystem, MailboxFull
+from .frames import FrameReader, encode_frame
 from .outlet import ShardOutlet, provisional_ids
 from .wire import (
     Ask,
@@ -37,7 +39,6 @@ from .wire import (
     CancelOne,
     Control,
     Done,
-    Drained,
     Failure,
     Hello,
     Op,
@@ -57,71 +58,75 @@ _log = logging.getLogger(__name__)
 
 
 class ShardHost:
-    """One shard; ``node_id`` names where it runs (Ray's node id, for placement checks)."""
+    """One shard. ``where()`` gives ``(node_id, host)``: the node and the address to listen on."""
 
-    def __init__(self, index: int, node_id: Callable[[], str] = lambda: "") -> None:
+    def __init__(self, index: int, where: Callable[[], tuple[str, str]] = lambda: ("", "127.0.0.1")) -> None:
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
-        self._node_id = node_id
+        self._token = secrets.token_bytes(16)
+        self._node_id, self._host = where()
+        self._port = 0
         self._system: LocalSystem | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
         self._started: anyio.Event | None = None
-        self._applied = 0  # the last batch number applied
-        self._items: collections.deque[tuple[int, Any]] = collections.deque()
-        self._numbers = 0
+        self._connected = False
+        self._items: list[Any] = []
         self._wakeup: anyio.Event | None = None
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
         self._outlets: dict[int, ShardOutlet] = {}
         self._tool_ids = provisional_ids(self.incarnation)
 
-    # --- the three calls ---------------------------------------------------------------------
-
     async def ping(self) -> Hello:
-        return Hello(self.incarnation, os.getpid(), self._node_id())
-
-    async def deliver(self, incarnation: str, batch: int, ops: list[Op]) -> str:
-        if incarnation != self.incarnation or batch <= self._applied:
-            return self.incarnation
+        """Who this shard is now; starts it on the first call."""
         await self._ensure_started()
-        self._applied = batch
-        for op in ops:
-            self._apply(op)
-        return self.incarnation
-
-    async def drain(self, incarnation: str, acked: int, wait: float) -> Drained:
-        if incarnation != self.incarnation:
-            return Drained(self.incarnation, acked, [])
-        items = self._items
-        while items and items[0][0] <= acked:
-            items.popleft()
-        if not items:
-            self._wakeup = anyio.Event()
-            with anyio.move_on_after(wait):
-                await self._wakeup.wait()
-        return Drained(self.incarnation, self._numbers, [item for _, item in items])
+        return Hello(self.incarnation, os.getpid(), self._node_id, self._host, self._port, self._token)
 
     # --- hosting -----------------------------------------------------------------------------
 
     async def _ensure_started(self) -> None:
         if self._started is None:
             self._started = anyio.Event()
-            # The shard's root task: Ray owns the event loop, so nothing above us could host it;
-            # it lives as long as the process.
-            import asyncio
-
-            asyncio.get_running_loop().create_task(self._host())
+            # The shard's root task: Ray owns this event loop and nothing above us could own
+            # the task; it lives as long as the process.
+            asyncio.get_running_loop().create_task(self._host_forever())
         await self._started.wait()
 
-    async def _host(self) -> None:
+    async def _host_forever(self) -> None:
         assert self._started is not None
-        async with LocalSystem(checkpoint=self._saved) as system, anyio.create_task_group() as tasks:
+        listener = await anyio.create_tcp_listener(local_host=self._host, local_port=0)
+        async with listener, LocalSystem(checkpoint=self._saved) as system, anyio.create_task_group() as tasks:
             self._system, self._tasks = system, tasks
+            self._port = listener.extra(anyio.abc.SocketAttribute.local_port)
             self._started.set()
-            await anyio.sleep_forever()
+            await listener.serve(self._serve_driver, task_group=tasks)
+
+    async def _serve_driver(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            frames = FrameReader(stream)
+            if self._connected or not hmac.compare_digest(await frames.raw(limit=len(self._token)), self._token):
+                _log.warning("shard %d: refused a connection", self.index)
+                return
+            self._connected = True
+            async with anyio.create_task_group() as session:
+                session.start_soon(self._push_items, stream)
+                try:
+                    while True:
+                        for op in await frames.next():
+                            self._apply(op)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    _log.warning("shard %d: the driver went away", self.index)
+                session.cancel_scope.cancel()
+
+    async def _push_items(self, stream: anyio.abc.SocketStream) -> None:
+        while True:
+            if not self._items:
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+            batch, self._items = self._items, []
+            await stream.send(encode_frame(batch))
 
     def _emit(self, item: Any) -> None:
-        self._numbers += 1
-        self._items.append((self._numbers, item))
+        self._items.append(item)
         if self._wakeup is not None:
             self._wakeup.set()
             self._wakeup = None
@@ -138,25 +143,23 @@ class ShardHost:
     # --- ops ---------------------------------------------------------------------------------
 
     def _apply(self, op: Op) -> None:
+        assert self._tasks is not None
         match op:
             case Ask(seq=seq, address=address, message=message):
                 self._ask(seq, address, message)
             case Spawn():
                 self._spawn(op)
             case Control(seq=seq, address=address, message=message):
-                assert self._tasks is not None
                 self._tasks.start_soon(self._control, seq, address, message)
             case Tell(address=address, message=message):
                 self._tell(address, message)
             case CancelOne(seq=seq):
-                reply = self._asks.get(seq)
-                if reply is not None:
+                if (reply := self._asks.get(seq)) is not None:
                     reply.cancel()
             case CancelAll(address=address):
                 if (ref := self._lookup(address)) is not None:
                     ref.cancel_all()
             case Stop(seq=seq, address=address):
-                assert self._tasks is not None
                 self._tasks.start_soon(self._stop, seq, address)
 
     def _lookup(self, address: Address) -> ActorRef | None:
@@ -169,7 +172,7 @@ class ShardHost:
             actor = loads_actor(op.actor, self._outlet)
             if op.state is not None:
                 actor.restore(op.state)
-            # The driver counts its bound; one more here so the two views never disagree.
+            # The driver enforces the bound; one more here so the two views never disagree.
             self._system.spawn(op.address, lambda: actor, max_queue=op.max_queue + 1)
         except Exception as exc:  # noqa: BLE001 - its messages will answer ActorStopped
             _log.error("shard %d: cannot host %s", self.index, op.address, exc_info=exc)
@@ -192,10 +195,9 @@ class ShardHost:
 
     def _tell(self, address: Address, message: bytes) -> None:
         ref = self._lookup(address)
-        if ref is None:
-            _log.info("shard %d: told message for %s dropped (no such actor)", self.index, address)
-            return
         try:
+            if ref is None:
+                raise ActorStopped(address)
             ref.tell_nowait(loads_value(message))
         except (ActorStopped, MailboxFull) as exc:
             _log.info("shard %d: told message dropped: %s", self.index, exc)

@@ -2,8 +2,8 @@
 
 Driver → shard: batches of *ops* (``Spawn``, ``Ask``, ``Tell``, ``Control``, ``CancelOne``,
 ``CancelAll``, ``Stop``), applied by the shard in order. Shard → driver: one ordered stream of
-*items* (``Done``, ``Saved``, ``Out``), drained in batches, so everything an actor produced before
-its reply (events, tool calls, its checkpoint) reaches the driver before that reply.
+*items* (``Done``, ``Saved``, ``Out``), in batches, so everything an actor produced before its
+reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
 Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
 contract asks). Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
@@ -31,7 +31,6 @@ __all__ = [
     "CancelOne",
     "Control",
     "Done",
-    "Drained",
     "Failure",
     "Hello",
     "Op",
@@ -149,21 +148,16 @@ class Out(msgspec.Struct, frozen=True, array_like=True):
     call: Any
 
 
-class Drained(msgspec.Struct, frozen=True, array_like=True):
-    """A shard's answer to ``drain``: its incarnation, the last item number, and the items
-    numbered after the acknowledged one."""
-
-    incarnation: str
-    last: int
-    items: list[Any]
-
-
 class Hello(msgspec.Struct, frozen=True, array_like=True):
-    """A shard's answer to ``ping``: who it is now (a restart changes ``incarnation``)."""
+    """A shard's answer to ``ping``: who it is now (a restart changes ``incarnation``) and where
+    its data path listens (``token`` opens it)."""
 
     incarnation: str
     pid: int
     node_id: str
+    host: str
+    port: int
+    token: bytes
 
 
 # --- values --------------------------------------------------------------------------------------

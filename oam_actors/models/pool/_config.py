@@ -1,0 +1,104 @@
+"""The pool's settings and their start-up checks (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import msgspec
+
+from ..device import DeviceTimeouts
+from ..scheduler import Priority, QuotaLimits
+
+__all__ = ["NANO_QUOTA", "NANO_WINDOW_SECONDS", "PoolConfig", "PoolConfigError", "nano_limits", "normalize_urls"]
+
+NANO_QUOTA = 36  # generations per rolling window before BUSY (a Pixel manages 36-41)
+NANO_WINDOW_SECONDS = 60.0
+# The phone records a generation a little after the pool admits it, so its window frees a little
+# later than ours: a window this much longer keeps the two from disagreeing into a BUSY.
+WINDOW_MARGIN = 0.02
+
+
+class PoolConfigError(ValueError):
+    """The pool cannot start as configured (no devices, duplicate URLs, impossible limits)."""
+
+
+def nano_limits(time_scale: float = 1.0) -> QuotaLimits:
+    """One Nano phone's quota in real seconds: 36 per rolling 60 s, paced one a second, one at a
+    time. ``time_scale`` is real seconds per phone second (a simulated farm runs faster)."""
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise PoolConfigError(f"time_scale must be a positive number; got {time_scale}")
+    return QuotaLimits(
+        window_seconds=NANO_WINDOW_SECONDS * (1 + WINDOW_MARGIN) * time_scale,
+        requests_per_window=NANO_QUOTA,
+        max_concurrency=1,
+        min_interval_seconds=1.0 * time_scale,
+        backoff_seconds=1.0 * time_scale,
+        max_backoff_seconds=NANO_WINDOW_SECONDS * time_scale,
+    )
+
+
+class PoolConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How the pool schedules, fails over and probes. Durations are real seconds.
+
+    ``queue_seconds`` is how long a step may wait for a device, by priority (dialogue, decision,
+    background); past it the step fails ``rate_limited`` with ``retryAfter``.
+    """
+
+    limits: QuotaLimits = nano_limits()
+    queue_seconds: tuple[float, float, float] = (20.0, 60.0, 120.0)
+    max_attempts: int = 3  # devices tried for one step on failures that are not quota refusals
+    dead_after_failures: int = 3  # consecutive transport failures that mark a device dead
+    transient_cooldown_seconds: float = 1.0
+    background_cooldown_seconds: float = 10.0  # after 30 BACKGROUND_USE_BLOCKED (no retry delay)
+    probe_interval_seconds: float = 5.0
+    timeouts: DeviceTimeouts = DeviceTimeouts()
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.queue_seconds) != len(Priority) or not all(_positive(s) for s in self.queue_seconds):
+            raise PoolConfigError(f"queue_seconds needs {len(Priority)} positive numbers; got {self.queue_seconds}")
+        if self.max_attempts < 1 or self.dead_after_failures < 1:
+            raise PoolConfigError("max_attempts and dead_after_failures must be at least 1")
+        for name in ("transient_cooldown_seconds", "background_cooldown_seconds", "probe_interval_seconds"):
+            if not _positive(getattr(self, name)):
+                raise PoolConfigError(f"{name} must be a positive number of seconds")
+
+    def queue_deadline(self, priority: Priority) -> float:
+        return self.queue_seconds[priority]
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def normalize_urls(urls: Sequence[str]) -> list[str]:
+    """The device base URLs, checked: at least one, each ``http(s)://host[:port]``, no duplicates
+    (``http://127.0.0.1:8765/`` and ``HTTP://127.0.0.1:8765`` are the same phone)."""
+    if not urls:
+        raise PoolConfigError("a device pool needs at least one device URL")
+    seen: dict[str, str] = {}
+    result = []
+    for url in urls:
+        key = _url_key(url)
+        if key in seen:
+            raise PoolConfigError(f"device URL {url!r} is listed twice (as {seen[key]!r})")
+        seen[key] = url
+        result.append(url.strip().rstrip("/"))
+    return result
+
+
+def _url_key(url: str) -> str:
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as error:
+        raise PoolConfigError(f"device URL {url!r} is not a valid URL: {error}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise PoolConfigError(f"device URL {url!r} must look like http://HOST:PORT")
+    if parts.query or parts.fragment:
+        raise PoolConfigError(f"device URL {url!r} must not carry a query or fragment")
+    scheme = parts.scheme.lower()
+    port = port or (443 if scheme == "https" else 80)
+    return f"{scheme}://{parts.hostname.lower()}:{port}{parts.path.rstrip('/')}"

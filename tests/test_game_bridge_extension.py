@@ -1,0 +1,59 @@
+"""The :class:`GameExtension` itself, driven in process through a :class:`Bridge` (what the
+subprocess tests cannot see): limits coerced to at least 1, one bridge per extension, and
+``shutdown`` leaving no NPC, world, subscription or request actor behind."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from oam_actors.bridge import Bridge
+from oam_actors.game_methods import GAME_METHODS, GameExtension
+from oam_actors.runtime import LocalSystem
+from oam_actors.sim.client import BridgeClient, RpcError
+
+
+def test_limits_are_at_least_one() -> None:
+    limits = GameExtension(max_npcs=0, max_worlds=-3, max_subscriptions=5).limits
+    assert (limits.max_npcs, limits.max_worlds, limits.max_subscriptions) == (1, 1, 5)
+
+
+def test_the_extension_registers_23_methods_and_serves_one_bridge() -> None:
+    assert len(GAME_METHODS) == 23
+
+    async def write(data: bytes) -> None:
+        return None
+
+    extension = GameExtension()
+    Bridge(LocalSystem(), write, extensions=[extension])
+    with pytest.raises(RuntimeError):
+        Bridge(LocalSystem(), write, extensions=[extension])
+
+
+async def test_shutdown_leaves_nothing_behind() -> None:
+    extension = GameExtension()
+    async with LocalSystem() as system:
+
+        def make(write: Callable[[bytes], Awaitable[None]]) -> Bridge:
+            return Bridge(system, write, extensions=[extension])
+
+        async with BridgeClient(make) as client:
+            await client.request("world/create", {"world": "village", "state": {"time": "dawn"}})
+            await client.request("world/subscribe", {"world": "village"})
+            await client.request("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "world": "village",
+                                                "model": "scripted"})
+            decided = await client.request("decision/decide", {"situation": "x", "options": ["a", "b"],
+                                                               "model": {"type": "scripted", "steps": [
+                                                                   {"json": {"reasoning": "r", "choice": "b", "confidence": 9}}]}})
+            assert decided["optionID"] == "b"
+            state = extension.state
+            assert state is not None
+            assert (list(state.npcs), list(state.worlds), list(state.subscriptions)) == (["gorm"], ["village"], ["sub1"])
+            assert sorted(a.kind for a in system.addresses()) == ["npc", "world"]  # the request actor is gone
+            assert await client.request("shutdown") == {}
+            assert (state.npcs, state.worlds, state.subscriptions) == ({}, {}, {})
+            assert system.addresses() == []
+            with pytest.raises(RpcError) as error:
+                await client.request("npc/list")
+            assert error.value.code == "shut_down"
