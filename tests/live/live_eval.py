@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bridge_process
 
+import bridge_process  # noqa: E402
 from bridge_process import BridgeProcess  # noqa: E402
 
 from oam_actors.agent.envelope import Call, Invalid, Respond, parse_envelope  # noqa: E402
@@ -78,6 +79,8 @@ STRUCTURED_PROMPTS = [
     "A child offers you a fresh apple.",
     "A merchant insults your mother.",
 ]
+# A CPU model step can take a minute; the bridge driver's hang guard must outlast it.
+bridge_process.HANG_GUARD = 600.0
 OPTIONS = {"maxToolRounds": 1, "maxResponseTokens": 60, "toolTimeoutSeconds": 30}
 
 
@@ -190,9 +193,11 @@ class Figures:
     step_seconds: dict[str, list[float]] = field(default_factory=dict)
     turn_seconds: list[float] = field(default_factory=list)
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # line, expected, chosen
+    answers: list[tuple[str, str]] = field(default_factory=list)  # step kind, what the model wrote
 
-    def add_step(self, kind: str, seconds: float) -> None:
-        self.step_seconds.setdefault(kind, []).append(seconds)
+    def add_step(self, kind: str, exchange: Exchange) -> None:
+        self.step_seconds.setdefault(kind, []).append(exchange.seconds)
+        self.answers.append((kind, answer_text(exchange)))
 
     def summary(self) -> dict[str, Any]:
         def rate(part: int, whole: int) -> str:
@@ -226,7 +231,7 @@ def _valid_envelope(text: str) -> Call | Respond | None:
 
 def _judge_decides(figures: Figures, steps: list[dict[str, Any]], exchanges: list[Exchange]) -> None:
     for step, exchange in zip(steps, exchanges, strict=False):
-        figures.add_step(step["kind"] + (" (repair)" if step["isRepair"] else ""), exchange.seconds)
+        figures.add_step(step["kind"] + (" (repair)" if step["isRepair"] else ""), exchange)
         if step["kind"] != "decide":
             continue
         valid = _valid_envelope(answer_text(exchange)) is not None
@@ -294,7 +299,7 @@ def _run_structured(bridge: BridgeProcess, relay: Relay, figures: Figures, index
     figures.structured_valid += 1
     figures.structured_first_valid += not any(s["isRepair"] for s in steps)
     for step, exchange in zip(steps, relay.taken(start), strict=False):
-        figures.add_step(step["kind"] + (" (repair)" if step["isRepair"] else ""), exchange.seconds)
+        figures.add_step(step["kind"] + (" (repair)" if step["isRepair"] else ""), exchange)
     bridge.call("session/delete", {"session": session})
 
 
