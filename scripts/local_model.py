@@ -114,7 +114,7 @@ def assemble(site: Path, target: Path) -> None:
 
 def serve(site: Path, gguf: Path, *, port: int, context: int, threads: int, parallel: int, stdin_stop: bool) -> None:
     sys.path.insert(0, str(site))
-    import xllamacpp  # noqa: PLC0415 (installed by step 1, into a private directory)
+    import xllamacpp
 
     params = xllamacpp.CommonParams()
     params.model.path = str(gguf)

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers" / "http"
 COMPLETE, HANG, HANG_BEFORE_HEADERS, RESET, CLOSE = "complete", "hang", "hang_before_headers", "reset", "close"
@@ -74,11 +74,11 @@ class ProviderServer:
             return self.always
         return Reply(500, {"content-type": "text/plain"}, [b"no reply queued"])
 
-    def __enter__(self) -> ProviderServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.released.set()
         self._http.shutdown()
         self._http.server_close()
@@ -97,7 +97,12 @@ def _handler_for(server: ProviderServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def setup(self) -> None:
+            super().setup()
+            # As real servers do: without it, the small last chunk waits out a delayed ACK.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)
             recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))

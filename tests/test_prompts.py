@@ -206,10 +206,13 @@ def test_decide_task_with_respond() -> None:
         "\n"
         'The user\'s last message: "Two ales, please"\n'
         "\n"
-        "Decide the next step. Use a tool only when it is needed to answer; "
-        "if the conversation already has what you need, choose respond.\n"
-        'Answer with one JSON object only, no other text, in this form: {"action": "check_menu", "arguments": {}}\n'
-        'To answer directly: {"action": "respond", "arguments": {}}'
+        "Decide the next step. If a tool does what the user asks, or looks up what they want to know, "
+        "call it: the tools know things you do not. If no tool fits, or the conversation already has "
+        "what you need, choose respond.\n"
+        "Answer with one JSON object only, no other text. The possible answers:\n"
+        '{"action": "respond", "arguments": {}}\n'
+        '{"action": "check_menu", "arguments": {}}\n'
+        '{"action": "take_order", "arguments": {"item":"ale"}}'
     )
 
 
@@ -220,7 +223,8 @@ def test_decide_task_when_a_tool_is_required() -> None:
         "- check_menu: See the menu. Arguments: {}\n"
         "\n"
         "You must use one of the tools now.\n"
-        'Answer with one JSON object only, no other text, in this form: {"action": "check_menu", "arguments": {}}'
+        "Answer with one JSON object only, no other text. The possible answers:\n"
+        '{"action": "check_menu", "arguments": {}}'
     )
 
 
@@ -231,12 +235,14 @@ def test_decide_task_quotes_at_most_300_characters_of_the_last_message() -> None
     assert quoted.endswith("…") and "  " not in quoted
 
 
-def test_decide_task_example_envelope_is_a_valid_call() -> None:
-    task = prompts.decide_task(TOOLS[1:], allow_respond=False, last_message="")
-    example = task.split("in this form: ")[1]
-    parsed = parse_envelope(example, ["take_order"], allow_respond=False)
-    assert isinstance(parsed, Call)
-    assert not TOOLS[1].schema.validate(parsed.candidates[0])
+def test_decide_task_example_envelopes_are_valid_calls() -> None:
+    task = prompts.decide_task(TOOLS, allow_respond=False, last_message="")
+    examples = task.split("The possible answers:\n")[1].split("\n")
+    assert len(examples) == len(TOOLS)
+    for tool, example in zip(TOOLS, examples, strict=True):
+        parsed = parse_envelope(example, [t.name for t in TOOLS], allow_respond=False)
+        assert isinstance(parsed, Call) and parsed.tool == tool.name
+        assert not tool.schema.validate(parsed.candidates[0])
 
 
 def test_tool_arguments_task() -> None:

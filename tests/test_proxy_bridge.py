@@ -8,7 +8,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-
 from bridge_process import OPEN_GATE, BridgeProcess
 from provider_servers import TEXT, ProviderServer, fixture, stream
 

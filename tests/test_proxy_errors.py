@@ -8,10 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-
-from oam_actors.agent.model import GenerationRequest, StepKind, Usage
-from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel, RateLimitReport
 from provider_servers import (
     HANG,
     HANG_BEFORE_HEADERS,
@@ -23,6 +19,10 @@ from provider_servers import (
     sse,
     stream,
 )
+
+from oam_actors.agent.model import GenerationRequest, StepKind, ToolSpec, Usage
+from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel, RateLimitReport
 
 HANG_GUARD = 10.0  # seconds; only so a broken test fails instead of hanging the suite
 KEYS = {"OPENAI_API_KEY": "sk-test-0P3N41", "ANTHROPIC_API_KEY": "sk-ant-test-9", "GEMINI_API_KEY": "AIza-test-7"}
@@ -107,6 +107,15 @@ async def test_a_429_is_reported_with_its_retry_after(server: ProviderServer) ->
     assert proxy.last_rate_limit == RateLimitReport(429, proxy.last_rate_limit.info, retry_after=13.0)
 
 
+async def test_a_recorded_signed_gemini_call_reads_as_an_envelope(server: ProviderServer) -> None:
+    # Gemini 2.5 signs its calls; the model's own affinity lets the codec decode the signature.
+    server.push(fixture("gemini", "stream_function_call_signed"))
+    gate = ToolSpec("open_gate", "Open a gate.", {"type": "object", "properties": {"gate": {"type": "string"}}})
+    decide = GenerationRequest(kind=StepKind.DECIDE, system="", prompt="Open it", tools=(gate,))
+    pieces = await run_step(model(server, "gemini", native_tools=True), decide)
+    assert pieces == ['{"action":"open_gate","arguments":{"gate":"north"}}', Usage(42, 16, 7)]
+
+
 async def test_a_server_that_ignores_stream_answers_as_json(server: ProviderServer) -> None:
     body = b'{"id":"c1","object":"chat.completion","model":"m1","choices":[{"index":0,"message":{"role":"assistant","content":"Hi."},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}'
     server.push(Reply(200, {"content-type": "application/json"}, [body]))
@@ -164,7 +173,7 @@ async def test_a_401_without_a_key_says_which_variable_to_set(server: ProviderSe
     server.push(fixture("openai", "unauthorized_401"))
     error = await failure(model(server, environ={}))
     assert error.message == (
-        f"OpenAI (127.0.0.1) wants an API key and none was sent: set OPENAI_API_KEY on the server (HTTP 401)."
+        "OpenAI (127.0.0.1) wants an API key and none was sent: set OPENAI_API_KEY on the server (HTTP 401)."
     )
 
 

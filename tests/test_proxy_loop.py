@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from provider_servers import CALL, CLOSE, TEXT, ProviderServer, Reply, stream
 
 from oam_actors.agent import (
     Agent,
@@ -27,7 +28,6 @@ from oam_actors.agent import (
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
 from oam_actors.errors import AgentError, ErrorCode
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig
-from provider_servers import CALL, CLOSE, TEXT, ProviderServer, Reply, stream
 
 PROVIDERS = ["openai", "anthropic", "gemini"]
 SUFFIX = {"openai": "/v1", "anthropic": "", "gemini": ""}

@@ -5,22 +5,46 @@
 ``gemini#gemini-2.5-flash``); ``--base-url`` / ``--model-name`` (``OAM_BASE_URL`` /
 ``OAM_MODEL_NAME``) fill in what the spec leaves out. Sessions may also name proxy models
 themselves (``{"type": "openai", …}``): :func:`models_from_args` registers the three types on one
-shared, pooled HTTP client, whose lifetime the caller owns (``async with setup.backends``).
+shared, pooled HTTP client, whose lifetime the caller owns (``async with setup.backends``). A proxy
+system model queues behind a :class:`~oam_actors.models.scheduler.QuotaScheduler` that its 429s
+and rate-limit headers feed.
+
+A Nano device pool is the system model with ``--device URL`` (repeatable; ``OAM_DEVICES``,
+comma-separated) or ``--model farm:N`` (N simulated phones in this process, running
+``--farm-time-scale`` real seconds per phone second). The pool starts and stops with
+``async with setup.resources``; ``setup.extensions`` adds ``model/status`` (the pool's
+availability and statistics) to each bridge.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+import re
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
-from ..bridge import CustomModelFactory, ModelFactory
+from ..bridge import Bridge, Call, CustomModelFactory, Extension, ModelFactory
 from ..models import ScriptedModel
 from ..models.proxy import ProxyBackends, ProxyConfig, parse_model_spec
 
-__all__ = ["ModelSetup", "add_model_arguments", "models_from_args", "system_model_from_args"]
+if TYPE_CHECKING:
+    from ..models.pool import DevicePool, PoolConfig
+
+__all__ = [
+    "ModelSetup",
+    "ModelStatusExtension",
+    "PoolHost",
+    "add_model_arguments",
+    "models_from_args",
+    "system_model_from_args",
+]
+
+_FARM = re.compile(r"farm:(\d+)")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +52,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=env("OAM_MODEL"),
-        help='the "system" model: "scripted" (answers "(script exhausted)"), a proxy backend '
-        "PROVIDER[:BASE_URL][#MODEL] with PROVIDER openai, anthropic or gemini, or unset for none "
-        "(environment: OAM_MODEL)",
+        help='the "system" model: "scripted" (answers "(script exhausted)"), "farm:N" (a pool of N '
+        "simulated Nano phones), a proxy backend PROVIDER[:BASE_URL][#MODEL] with PROVIDER openai, "
+        "anthropic or gemini, or unset for none (environment: OAM_MODEL)",
     )
     parser.add_argument("--base-url", default=env("OAM_BASE_URL"),
                         help="the proxy system model's base URL (environment: OAM_BASE_URL)")
@@ -45,33 +69,160 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="system model: send structured steps' schemas as the provider's response format")
     parser.add_argument("--context-size", type=int, default=_int(env("OAM_CONTEXT_SIZE")),
                         help="system model: input budget in tokens (default 8192)")
+    parser.add_argument("--device", action="append", metavar="URL",
+                        default=[u for u in (env("OAM_DEVICES") or "").split(",") if u],
+                        help="a Nano phone's device-protocol URL (repeatable): the system model becomes a "
+                        "pool of these phones (environment: OAM_DEVICES, comma-separated)")
+    parser.add_argument("--device-token-env", default=env("OAM_DEVICE_TOKEN_ENV"), metavar="VAR",
+                        help="environment variable holding the phones' bearer token")
+    parser.add_argument("--farm-time-scale", type=float, default=_float(env("OAM_FARM_TIME_SCALE")) or 0.1,
+                        metavar="S", help="--model farm:N: real seconds per phone second (default 0.1: the "
+                        "60 s quota window lasts 6 s)")
     parser.add_argument("--proxy-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
                         "own and loopback (repeatable; environment: OAM_PROXY_ALLOW_HOSTS, comma-separated)")
 
 
+class PoolHost:
+    """Starts the simulated farm (if any) and the device pool, and stops them.
+
+    The pool exists only inside ``async with``; :meth:`model` is the system model factory (every
+    session and NPC gets the one pool, so each phone's quota is enforced once per process).
+    """
+
+    def __init__(self, *, urls: list[str], farm_phones: int = 0, time_scale: float = 0.1,
+                 config: PoolConfig | None = None, token: str | None = None) -> None:
+        from ..models.pool import PoolConfig, PoolConfigError, normalize_urls, scaled_config
+
+        self._farm_phones = farm_phones
+        self._time_scale = time_scale
+        try:
+            if farm_phones < 1:
+                normalize_urls(urls)  # refuse a bad list now, before anything starts
+                self._config = config or PoolConfig(token=token)
+            else:
+                self._config = config or scaled_config(time_scale)
+        except (PoolConfigError, ValueError) as exc:
+            raise SystemExit(f"oam-actors: device pool: {exc}") from None
+        self._urls = urls
+        self._stack = AsyncExitStack()
+        self._pool: DevicePool | None = None
+
+    def model(self) -> DevicePool:
+        if self._pool is None:
+            raise RuntimeError("the device pool is not running (use it inside `async with PoolHost`)")
+        return self._pool
+
+    async def __aenter__(self) -> Self:
+        from ..models.pool import DevicePool, SimulatedFarm, farm_phone_config
+
+        async with AsyncExitStack() as stack:
+            urls, names = self._urls, None
+            if self._farm_phones:
+                farm = await stack.enter_async_context(
+                    SimulatedFarm(self._farm_phones, farm_phone_config(self._time_scale)))
+                urls, names = farm.urls, [f"phone{n + 1}" for n in range(len(farm.urls))]
+            self._pool = await stack.enter_async_context(DevicePool(urls, config=self._config, names=names))
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self._stack.aclose()
+        finally:
+            self._pool = None
+
+
+class ModelStatusExtension:
+    """``model/status``: the system model's availability and its scheduler statistics (a device
+    pool's per-device state, queues and counters). Install one per bridge."""
+
+    def __init__(self, model: ModelFactory) -> None:
+        self._model = model
+
+    def install(self, bridge: Bridge) -> None:
+        bridge.registry.register("model/status", self._status)
+
+    async def _status(self, call: Call) -> Any:
+        model = self._model()
+        statistics = getattr(model, "statistics", None)
+        return {
+            "availability": (await model.availability()).to_wire(),
+            "statistics": msgspec.to_builtins(statistics()) if statistics is not None else None,
+        }
+
+    async def aclose(self) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class ModelSetup:
-    """The system model, the session model types, and the client they share (close it)."""
+    """The system model, the session model types, the client they share (close it), and what
+    must run while serving: ``async with setup.resources`` (a device pool), ``extensions``."""
 
     system_model: ModelFactory | None
     model_types: dict[str, CustomModelFactory]
     backends: ProxyBackends
+    pool: PoolHost | None = None
+    extension_factories: list[Any] = field(default_factory=list)
+
+    @property
+    def resources(self) -> PoolHost | AsyncExitStack:
+        return self.pool if self.pool is not None else AsyncExitStack()
+
+    def extensions(self) -> list[Extension]:
+        """Fresh extensions for one bridge."""
+        return [make() for make in self.extension_factories]
 
 
 def models_from_args(args: argparse.Namespace) -> ModelSetup:
-    """Exits (``SystemExit``) with a readable message for a bad ``--model``."""
+    """Exits (``SystemExit``) with a readable message for a bad ``--model`` or device list."""
     backends = ProxyBackends(allowed_hosts=args.proxy_allow_host)
     system: ModelFactory | None = None
-    if args.model == "scripted":
+    pool = _pool_host(args)
+    if pool is not None:
+        system = pool.model
+    elif args.model == "scripted":
         system = ScriptedModel
     elif args.model:
         config = _proxy_config(args)
         backends.allow_host(config.host)
-        model = backends.model(config)
-        system = lambda: model  # noqa: E731 (one shared instance: it keeps no per-session state)
-    return ModelSetup(system, dict(backends.model_types()), backends)
+        model = _scheduled(backends.model(config))
+        system = lambda: model
+    extensions = [lambda: ModelStatusExtension(system)] if pool is not None and system is not None else []
+    return ModelSetup(system, dict(backends.model_types()), backends, pool, extensions)
+
+
+def _pool_host(args: argparse.Namespace) -> PoolHost | None:
+    farm = _FARM.fullmatch(args.model or "")
+    if args.device and args.model:
+        raise SystemExit("oam-actors: give either --device URL (a pool of phones) or --model, not both")
+    if farm is not None:
+        return PoolHost(urls=[], farm_phones=int(farm.group(1)) or _no_phones(), time_scale=args.farm_time_scale)
+    if (args.model or "").startswith("farm"):
+        raise SystemExit(f"oam-actors: --model {args.model!r}: write farm:N with N phones, e.g. farm:4")
+    if not args.device:
+        return None
+    token = os.environ.get(args.device_token_env) if args.device_token_env else None
+    return PoolHost(urls=list(args.device), token=token)
+
+
+def _no_phones() -> int:
+    raise SystemExit("oam-actors: --model farm:0: a farm needs at least one phone")
+
+
+def _scheduled(model: Any) -> Any:
+    """A proxy model behind its own quota scheduler, fed by its 429s and rate-limit headers."""
+    from ..models.pool import ScheduledModel
+    from ..models.proxy import scheduler_hook
+    from ..models.scheduler import QuotaLimits, QuotaScheduler
+
+    scheduler = QuotaScheduler(QuotaLimits())
+    model.on_rate_limit = scheduler_hook(scheduler)
+    return ScheduledModel(model, scheduler)
 
 
 def system_model_from_args(args: argparse.Namespace) -> ModelFactory | None:
@@ -97,6 +248,13 @@ def _proxy_config(args: argparse.Namespace) -> ProxyConfig:
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def _int(text: str | None) -> int | None:

@@ -141,13 +141,13 @@ async def serve_network(
 ) -> None:
     """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
     HTTP client closes after every connection has ended."""
-    async with models.backends, LocalSystem() as system, AsyncExitStack() as stack:
+    async with models.backends, models.resources, LocalSystem() as system, AsyncExitStack() as stack:
         hub = Hub(
             system,
             policy,
             config=config,
             system_model=models.system_model,
-            extensions=lambda: _game_extension(game),
+            extensions=lambda: [*_game_extension(game), *models.extensions()],
             metrics=ServerMetrics(),
         )
         addresses = []

@@ -7,6 +7,7 @@ exits on end of input and after answering ``shutdown``.
 from __future__ import annotations
 
 import argparse
+import functools
 from contextlib import AsyncExitStack
 
 import anyio
@@ -16,7 +17,8 @@ from ..game_methods import GameExtension, GameLimits
 from ..models.proxy import ProxyBackends
 from ..runtime import LocalSystem
 from ..transports.stdio import MAX_LINE_BYTES, open_stdio, read_lines
-from .models import add_model_arguments, models_from_args
+from .models import ModelSetup, add_model_arguments, models_from_args
+from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = ["add_arguments", "add_game_arguments", "game_limits_from_args", "run", "serve_stdio"]
 
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"longest accepted input line (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
     add_game_arguments(parser)
+    add_runtime_arguments(parser)
 
 
 def add_game_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,20 +54,27 @@ async def serve_stdio(
     max_line_bytes: int = MAX_LINE_BYTES,
     backends: ProxyBackends | None = None,
     game: GameLimits | None = None,
+    runtime: SystemFactory = LocalSystem,
+    *,
+    models: ModelSetup | None = None,
 ) -> None:
     """Serve until end of input or ``shutdown``; ``backends`` (their HTTP client) close after
-    the bridge has finished. The game methods are installed with ``game``'s limits."""
+    the bridge has finished. The game methods are installed with ``game``'s limits; ``models``
+    adds what the system model needs running (a device pool) and its extensions."""
     stdin, write = await open_stdio()
     async with AsyncExitStack() as resources:
         if backends is not None:
             await resources.enter_async_context(backends)
+        if models is not None:
+            await resources.enter_async_context(models.resources)
         await resources.enter_async_context(stdin)
-        system = await resources.enter_async_context(LocalSystem())
+        system = await resources.enter_async_context(runtime())
         limits = game or GameLimits()
         extension = GameExtension(
             max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
         )
-        bridge = Bridge(system, write, config=config, system_model=system_model, extensions=[extension])
+        extensions = [extension, *(models.extensions() if models is not None else ())]
+        bridge = Bridge(system, write, config=config, system_model=system_model, extensions=extensions)
         await bridge.serve(read_lines(stdin, max_line_bytes=max_line_bytes))
 
 
@@ -73,5 +83,7 @@ def run(args: argparse.Namespace) -> int:
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
     )
-    anyio.run(serve_stdio, config, setup.system_model, args.max_line_bytes, setup.backends, game_limits_from_args(args))
+    runtime = system_from_args(args)
+    serve = functools.partial(serve_stdio, models=setup)
+    anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game_limits_from_args(args), runtime)
     return 0

@@ -3,7 +3,18 @@
 Importing this package imports Ray; nothing else in ``oam_actors`` does.
 """
 
+from .models import MODEL_NAMESPACE, RemoteModel, host_model, stop_model
 from .store import SqliteStore, StateStore
 from .system import LOCAL_RAY_OPTIONS, RaySystem, shard_of
 
-__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "SqliteStore", "StateStore", "shard_of"]
+__all__ = [
+    "LOCAL_RAY_OPTIONS",
+    "MODEL_NAMESPACE",
+    "RaySystem",
+    "RemoteModel",
+    "SqliteStore",
+    "StateStore",
+    "host_model",
+    "shard_of",
+    "stop_model",
+]

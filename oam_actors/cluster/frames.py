@@ -11,12 +11,22 @@ import pickle
 import struct
 from typing import Any
 
-from anyio.abc import ByteStream
+import anyio
+from anyio.abc import AnyByteReceiveStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-__all__ = ["MAX_FRAME_BYTES", "FrameReader", "encode_frame", "raw_frame"]
+__all__ = ["CONNECTION_LOST", "MAX_FRAME_BYTES", "FrameReader", "encode_frame", "raw_frame"]
 
 MAX_FRAME_BYTES = 1 << 30
+
+CONNECTION_LOST = (
+    OSError,
+    anyio.EndOfStream,
+    anyio.IncompleteRead,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+"""What reading or writing frames raises when the other end is gone."""
 _HEADER = struct.Struct(">I")
 
 
@@ -35,7 +45,7 @@ def raw_frame(payload: bytes) -> bytes:
 class FrameReader:
     """Reads whole frames from ``stream``; ``anyio.EndOfStream`` when it closes cleanly."""
 
-    def __init__(self, stream: ByteStream) -> None:
+    def __init__(self, stream: AnyByteReceiveStream) -> None:
         self._buffered = BufferedByteReceiveStream(stream)
 
     async def raw(self, limit: int = MAX_FRAME_BYTES) -> bytes:

@@ -1,18 +1,19 @@
 """``ShardLink``: the driver's end of one shard — ordered batches out, one ordered stream back.
 
 Out: callers append ops synchronously (``send``), so the order of ``ask_nowait`` calls is the
-order the shard applies them. One flusher task ships everything queued in one ``deliver`` call,
-one call in flight at a time (Ray may run an async actor's calls out of order). Ops are planned
-at flush time: an actor not yet hosted by the shard's current incarnation gets a ``Spawn`` (with
-its latest checkpoint) just before its first op, so actors come back lazily after a restart.
+order the shard applies them; a writer task ships everything queued as one frame. Ops are planned
+when written: an actor the shard's current incarnation does not host yet gets a ``Spawn`` (with
+its latest checkpoint) right before its first op, so after a restart actors come back lazily.
 
-Back: one drainer task long-polls ``drain`` and handles the items in order: checkpoints are
-written to the store first (one transaction per batch), then outlet calls and outcomes are
-dispatched, so a response is only ever written after its events and its checkpoint.
+Back: a reader task handles item batches in order: checkpoints are written to the store first
+(one transaction per batch), then outlet calls and outcomes are dispatched, so a response is only
+ever written after its events and its checkpoint.
 
-Faults: a failed call or a new incarnation starts one recovery: ping until the shard answers;
-if it restarted, every op delivered to the old incarnation fails with ``HostFailed`` (never
-silence) and queued ops go to the new one; if it is gone for good, everything fails.
+Faults: when the connection ends, the shard (or the way to it) failed. The link finds the shard
+again over Ray (``ping``), restarting it if its process still runs, so that nothing it received
+can still happen; every op written to the old incarnation then fails with ``HostFailed`` (never
+silence), and what is still queued goes to the new one. If Ray says the shard is gone for good,
+everything fails.
 """
 
 from __future__ import annotations
@@ -20,28 +21,28 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import anyio
+import anyio.abc
 import ray
 import ray.exceptions
 
 from ..runtime import Address, HostFailed
-from .wire import Ask, Control, Done, Drained, Hello, Op, Out, Saved, Spawn, Stop, Tell, loads_value
+from .frames import CONNECTION_LOST, FrameReader, encode_frame, raw_frame
+from .wire import Ask, Control, Done, Hello, Op, Out, Saved, Spawn, Stop, Tell, Unhosted, loads_value
 
-__all__ = ["DRAIN_WAIT_SECONDS", "Hosted", "LinkState", "ShardLink", "Waiter"]
+__all__ = ["Hosted", "LinkState", "ShardLink", "Waiter"]
 
 _log = logging.getLogger(__name__)
 
-DRAIN_WAIT_SECONDS = 5.0
-"""How long one ``drain`` call waits for an item; bounds each call, not any latency."""
-
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0
+_REPLACEMENTS = 3  # new shard actors tried in a row before a link gives up
 
 
 class LinkState(enum.Enum):
+    CONNECTING = "connecting"
     UP = "up"
-    RECOVERING = "recovering"
     DEAD = "dead"
 
 
@@ -64,100 +65,94 @@ class Hosted(Protocol):
 
 
 class ShardLink:
-    """One shard as the driver sees it. ``load_state`` and ``save_states`` are the store's
-    ``get``/``put_many``; ``deliver_out`` hands an ``Out`` item to its endpoint."""
+    """One shard as the driver sees it. ``load_state``/``save_states`` are the store's
+    ``get``/``put_many``; ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
+    hears of an actor the shard could not host; ``replacement(index)`` makes a new shard actor
+    when Ray says this one is gone for good (its node died)."""
 
     def __init__(
         self,
         index: int,
         handle: Any,
-        hello: Hello,
         *,
         load_state: Callable[[Address], bytes | None],
         save_states: Callable[[Iterable[tuple[Address, bytes]]], None],
         deliver_out: Callable[[Out], None],
+        unhosted: Callable[[Address, Exception], None],
+        replacement: Callable[[int], Any],
     ) -> None:
         self.index = index
         self.handle = handle
-        self.hello = hello
-        self.state = LinkState.UP
+        self.hello: Hello | None = None
+        self.state = LinkState.CONNECTING
         self.restarts = 0
+        self.up = anyio.Event()  # set while connected
         self._load_state = load_state
         self._save_states = save_states
         self._deliver_out = deliver_out
+        self._unhosted = unhosted
+        self._replacement = replacement
         self._outbound: list[tuple[Hosted | None, Op | None]] = []
         self._waiters: dict[int, Waiter] = {}
-        self._wakeup = anyio.Event()
-        self._up = anyio.Event()
-        self._up.set()
-        self._batch = 0
-        self._acked = 0
+        self._wakeup: anyio.Event | None = None
 
     @property
-    def incarnation(self) -> str:
-        return self.hello.incarnation
+    def incarnation(self) -> str | None:
+        return None if self.hello is None else self.hello.incarnation
 
     # --- sending (synchronous, in call order) --------------------------------------------------
 
     def send(self, hosted: Hosted | None, op: Op | None, waiter: Waiter | None = None) -> None:
         """Queue ``op`` (``None``: only make sure ``hosted`` is hosted); ``waiter`` gets its Done."""
+        if self.state is LinkState.DEAD:
+            if waiter is not None:
+                waiter.settle(None, HostFailed(waiter.address))
+            return
         if waiter is not None:
             self._waiters[_waited(op)] = waiter
         self._outbound.append((hosted, op))
-        self._wakeup.set()
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
 
-    # --- the two tasks -----------------------------------------------------------------------
+    # --- the link's life -----------------------------------------------------------------------
 
-    async def flush_forever(self) -> None:
+    async def run(self) -> None:
+        """Connect, serve, and after every failure find the shard again; returns once it is gone."""
+        while True:
+            hello = await self._reach_new()
+            if hello is None:
+                self._die()
+                return
+            self._adopt(hello)
+            try:
+                await self._serve(hello)
+            except* CONNECTION_LOST as group:
+                _log.warning("shard %d (incarnation %s) lost: %r", self.index, hello.incarnation, group.exceptions[0])
+            self.state = LinkState.CONNECTING
+            self.up = anyio.Event()
+
+    async def _serve(self, hello: Hello) -> None:
+        async with await anyio.connect_tcp(hello.host, hello.port) as stream:
+            await stream.send(raw_frame(hello.token))
+            self.state = LinkState.UP
+            self.up.set()
+            async with anyio.create_task_group() as session:
+                session.start_soon(self._write_forever, stream)
+                await self._read_forever(stream)  # raises when the connection ends
+
+    async def _write_forever(self, stream: anyio.abc.SocketStream) -> None:
         while True:
             if not self._outbound:
                 self._wakeup = anyio.Event()
                 await self._wakeup.wait()
-            await self._up.wait()
-            if self.state is LinkState.DEAD:
-                self._fail_outbound()
-                continue
             batch, self._outbound = self._outbound, []
-            await self._deliver(batch)
+            await stream.send(encode_frame(self._plan(batch)))
 
-    async def drain_forever(self) -> None:
-        while self.state is not LinkState.DEAD:
-            await self._up.wait()
-            asked = self.incarnation
-            try:
-                drained: Drained = await self.handle.drain.remote(asked, self._acked, DRAIN_WAIT_SECONDS)
-            except ray.exceptions.RayError as exc:
-                await self._recover(asked, exc)
-                continue
-            if drained.incarnation != asked:
-                await self._recover(asked, None)
-            elif asked == self.incarnation:
-                self._dispatch(drained.items)
-                self._acked = drained.last
-
-    # --- delivery ------------------------------------------------------------------------------
-
-    async def _deliver(self, batch: list[tuple[Hosted | None, Op | None]]) -> None:
-        asked = self.incarnation
-        ops = self._plan(batch)
-        self._batch += 1
+    async def _read_forever(self, stream: anyio.abc.SocketStream) -> NoReturn:
+        frames = FrameReader(stream)
         while True:
-            try:
-                answer = await self.handle.deliver.remote(asked, self._batch, ops)
-            except ray.exceptions.RayError as exc:
-                await self._recover(asked, exc)
-                if self.incarnation == asked and self.state is LinkState.UP:
-                    continue  # the same shard, briefly unreachable: repeat (it skips a batch it applied)
-                return  # lost with the old incarnation: recovery failed its waiters
-            if answer == asked:
-                return
-            # Refused untouched by a new incarnation: plan it again after recovery, except ops
-            # whose outcome a recovery already settled (HostFailed) - they must not run late.
-            kept = [(hosted, op) for hosted, op in batch if _waited(op) < 0 or _waited(op) in self._waiters]
-            self._unplan(kept, asked)
-            await self._recover(asked, None)
-            self._outbound[:0] = kept
-            return
+            self._dispatch(await frames.next())
 
     def _plan(self, batch: list[tuple[Hosted | None, Op | None]]) -> list[Op]:
         ops: list[Op] = []
@@ -171,19 +166,6 @@ class ShardLink:
                 if (waiter := self._waiters.get(_waited(op))) is not None:
                     waiter.sent_to = incarnation
         return ops
-
-    def _unplan(self, batch: list[tuple[Hosted | None, Op | None]], incarnation: str) -> None:
-        for hosted, op in batch:
-            if hosted is not None and hosted.placed == incarnation:
-                hosted.placed = None
-            if (waiter := self._waiters.get(_waited(op))) is not None:
-                waiter.sent_to = None
-
-    def _fail_outbound(self) -> None:
-        batch, self._outbound = self._outbound, []
-        for _, op in batch:
-            if (waiter := self._waiters.pop(_waited(op), None)) is not None:
-                waiter.settle(None, HostFailed(waiter.address))
 
     # --- what comes back -----------------------------------------------------------------------
 
@@ -200,6 +182,8 @@ class ShardLink:
                     self._settle(item)
                 elif isinstance(item, Out):
                     self._deliver_out(item)
+                elif isinstance(item, Unhosted):
+                    self._unhosted(item.address, item.failure.to_exception())
             except Exception as exc:  # noqa: BLE001 - one bad item must not stop the stream
                 _log.error("shard %d: item not delivered: %r", self.index, item, exc_info=exc)
 
@@ -214,60 +198,62 @@ class ShardLink:
 
     # --- faults --------------------------------------------------------------------------------
 
-    async def _recover(self, asked: str, cause: BaseException | None) -> None:
-        if self.incarnation != asked or self.state is LinkState.DEAD:
-            return  # someone already dealt with that incarnation
-        if self.state is LinkState.RECOVERING:
-            await self._up.wait()
-            return
-        self.state = LinkState.RECOVERING
-        self._up = anyio.Event()
-        _log.warning("shard %d (incarnation %s) failed: %s", self.index, asked, cause or "restarted")
-        hello = await self._reach()
-        if hello is None:
-            self._die()
-        elif hello.incarnation != asked:
-            self._restarted(hello)
-        if self.state is LinkState.RECOVERING:
-            self.state = LinkState.UP
-        self._up.set()
-
-    async def _reach(self) -> Hello | None:
+    async def _reach_new(self) -> Hello | None:
+        """A shard incarnation this link has not served yet (restarting the old one if it still
+        runs: it may hold ops whose outcome we are about to declare failed; replacing it if Ray
+        gave up on it); ``None`` if replacements die too."""
+        old = self.incarnation
+        killed = False
+        replaced = 0
         delay = _RETRY_FIRST
         while True:
             try:
-                return await self.handle.ping.remote()
+                hello: Hello = await self.handle.ping.remote()
             except ray.exceptions.ActorDiedError as exc:
-                _log.error("shard %d is gone for good: %s", self.index, exc)
-                return None
+                if replaced == _REPLACEMENTS:
+                    _log.error("shard %d is gone for good: %s", self.index, exc)
+                    return None
+                _log.warning("shard %d died for good (%s); starting a replacement", self.index, exc)
+                self.handle = self._replacement(self.index)
+                replaced += 1
+                continue
             except ray.exceptions.RayError:
-                await anyio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX)
+                hello = None  # type: ignore[assignment]  # restarting: ask again
+            if hello is not None and hello.incarnation != old:
+                return hello
+            if hello is not None and not killed:
+                ray.kill(self.handle, no_restart=False)
+                killed = True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX)
 
-    def _restarted(self, hello: Hello) -> None:
+    def _adopt(self, hello: Hello) -> None:
         old = self.incarnation
         self.hello = hello
+        if old is None:
+            return
         self.restarts += 1
-        self._batch = self._acked = 0
         lost = [seq for seq, waiter in self._waiters.items() if waiter.sent_to == old]
-        _log.warning("shard %d restarted (pid %d); failing %d operations in flight", self.index, hello.pid, len(lost))
+        _log.warning("shard %d restarted (pid %d); %d operations in flight fail", self.index, hello.pid, len(lost))
         for seq in lost:
             waiter = self._waiters.pop(seq)
             waiter.settle(None, HostFailed(waiter.address))
 
     def _die(self) -> None:
         self.state = LinkState.DEAD
+        self.up.set()  # nobody waits for a connection that will not come
         waiters, self._waiters = self._waiters, {}
+        self._outbound = []
         for waiter in waiters.values():
             waiter.settle(None, HostFailed(waiter.address))
 
-    def fail_all(self) -> None:
+    def close(self) -> None:
         """The system is closing: nothing more will be answered."""
         self._die()
 
 
 def _waited(op: Op | None) -> int:
-    """The number of the outcome ``op`` is waited on by, or -1 (tells, cancels, activations)."""
+    """The number the outcome of ``op`` is waited on by, or -1 (tells, cancels, activations)."""
     return op.seq if isinstance(op, Ask | Control | Stop) else -1
 
 

@@ -8,11 +8,14 @@ turns each call into an item of the shard's ordered output stream; the driver ha
 ``tool/call`` ids are ``t-<n>`` per connection, and only the bridge can number them. So the shard
 answers ``call_tool`` with a provisional id (``<incarnation>.<n>``), and the relay maps it to the
 bridge's id when the call arrives: it rewrites the ``id`` of ``tool/cancel`` notifications and
-translates ``release_tool``. Provisional ids never reach the client.
+translates ``release_tool``. Provisional ids never reach the client. A ``tool/cancel`` may follow
+its call's release (a timeout reports the completion first, then cancels), always right after it
+in the same stream, so the relay remembers the last :data:`RELEASED_KEPT` released ids.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import weakref
 from collections.abc import Callable
@@ -24,7 +27,19 @@ from ..agent import ToolCall
 from ..objects import Outlet, RequestId
 from ..runtime import Address
 
-__all__ = ["CallTool", "Notify", "OutletRelay", "Release", "ShardOutlet", "is_outlet"]
+__all__ = [
+    "RELEASED_KEPT",
+    "CallTool",
+    "Notify",
+    "OutletCall",
+    "OutletRelay",
+    "Release",
+    "ShardOutlet",
+    "is_outlet",
+    "provisional_ids",
+]
+
+RELEASED_KEPT = 1024
 
 _OUTLET_METHODS = ("notify", "call_tool", "release_tool")
 _outlet_types: dict[type, bool] = {}
@@ -93,6 +108,7 @@ class OutletRelay:
     def __init__(self, outlet: Outlet) -> None:
         self._outlet = weakref.ref(outlet)
         self._ids: dict[str, str] = {}  # provisional id -> the bridge's t-<n>
+        self._released: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     def deliver(self, call: OutletCall) -> None:
         outlet = self._outlet()
@@ -104,8 +120,13 @@ class OutletRelay:
             case CallTool(provisional=provisional, params_head=head, request_id=request_id, call=tool_call, target=target):
                 self._ids[provisional] = outlet.call_tool(head, request_id, tool_call, target=target)
             case Release(tool_request_id=provisional):
-                outlet.release_tool(self._ids.pop(provisional, provisional))
+                real = self._ids.pop(provisional, provisional)
+                self._released[provisional] = real
+                if len(self._released) > RELEASED_KEPT:
+                    self._released.popitem(last=False)
+                outlet.release_tool(real)
 
     def _with_real_id(self, params: dict[str, Any]) -> dict[str, Any]:
-        real = self._ids.get(params.get("id"))  # type: ignore[arg-type]
+        provisional = params.get("id")
+        real = self._ids.get(provisional) or self._released.get(provisional)  # type: ignore[arg-type]
         return params if real is None else {**params, "id": real}

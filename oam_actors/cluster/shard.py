@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 
 from ..runtime import ActorRef, ActorStopped, Address, LocalSystem, MailboxFull
-from .frames import FrameReader, encode_frame
+from .frames import CONNECTION_LOST, FrameReader, encode_frame
 from .outlet import ShardOutlet, provisional_ids
 from .wire import (
     Ask,
@@ -47,6 +47,7 @@ from .wire import (
     Spawn,
     Stop,
     Tell,
+    Unhosted,
     dumps_value,
     loads_actor,
     loads_value,
@@ -113,7 +114,7 @@ class ShardHost:
                     while True:
                         for op in await frames.next():
                             self._apply(op)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                except CONNECTION_LOST:
                     _log.warning("shard %d: the driver went away", self.index)
                 session.cancel_scope.cancel()
 
@@ -174,15 +175,16 @@ class ShardHost:
                 actor.restore(op.state)
             # The driver enforces the bound; one more here so the two views never disagree.
             self._system.spawn(op.address, lambda: actor, max_queue=op.max_queue + 1)
-        except Exception as exc:  # noqa: BLE001 - its messages will answer ActorStopped
+        except Exception as exc:  # noqa: BLE001 - reported; its messages will answer ActorStopped
             _log.error("shard %d: cannot host %s", self.index, op.address, exc_info=exc)
+            self._emit(Unhosted(op.address, Failure.of(exc)))
 
     def _ask(self, seq: int, address: Address, message: bytes) -> None:
         ref = self._lookup(address)
         try:
             if ref is None:
                 raise ActorStopped(address)
-            reply = ref.ask_nowait(loads_value(message))
+            reply = ref.ask_nowait(loads_value(message, self._outlet))
         except (ActorStopped, MailboxFull) as exc:
             self._emit(Done(seq, failure=Failure.of(exc)))
             return
@@ -198,7 +200,7 @@ class ShardHost:
         try:
             if ref is None:
                 raise ActorStopped(address)
-            ref.tell_nowait(loads_value(message))
+            ref.tell_nowait(loads_value(message, self._outlet))
         except (ActorStopped, MailboxFull) as exc:
             _log.info("shard %d: told message dropped: %s", self.index, exc)
 
@@ -207,7 +209,7 @@ class ShardHost:
         try:
             if ref is None:
                 raise ActorStopped(address)
-            value = await ref.ask_control(loads_value(message))
+            value = await ref.ask_control(loads_value(message, self._outlet))
         except Exception as exc:  # noqa: BLE001 - the caller's error, sent back
             self._emit(Done(seq, failure=Failure.of(exc)))
         else:

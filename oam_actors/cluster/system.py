@@ -2,7 +2,8 @@
 
 Placement: ``shards`` Ray actors (each a ``LocalSystem``, see :mod:`.shard`) host every actor;
 an address goes to shard ``crc32(str(address)) % shards``. Shards belong to this system (their
-owner is this driver process: they end with it) and are spread over the cluster's nodes.
+owner is this driver process: they end with it) and go round robin over the cluster's nodes.
+Data flows over one TCP connection per shard (:mod:`.link`); Ray places, restarts and finds them.
 
 The ``ActorSystem`` contract holds with these differences, all because the actor is elsewhere:
 
@@ -14,8 +15,9 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
   order with everything sent before; the count (the bool) they return is this side's view: a
   message committing at that very moment is counted although it will deliver its result.
 - ``statistics`` counts this side's view (sent and not answered = queued + running).
-- A shard whose process dies is restarted by Ray. Messages, control calls and stops it had
-  received resolve with ``HostFailed``; what was still queued here goes to the new process. An
+- A shard whose process dies is restarted by Ray (on another node if its node is gone).
+  Messages, control calls and stops it had received resolve with ``HostFailed``; what was still
+  queued here goes to the new process. An
   actor is re-created there when next used: from the pickled original, then ``restore`` of its
   last checkpoint. Checkpoints (``Actor.snapshot`` after each committed message) are written to
   ``store`` here before the message's reply resolves, so no answered commit is ever lost.
@@ -40,6 +42,8 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import ray
+import ray.util
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..runtime import (
     DEFAULT_MAX_QUEUE,
@@ -74,10 +78,8 @@ LOCAL_RAY_OPTIONS: Mapping[str, Any] = {
 
 _SHARD_OPTIONS: Mapping[str, Any] = {
     "max_restarts": -1,  # a dead shard process is always replaced
-    "max_task_retries": 0,  # a call that died with it fails: the link decides what to resend
-    "max_concurrency": 64,  # deliver, drain and ping overlap (it is an async actor)
+    "max_task_retries": 0,  # a ping that died with it fails: the link asks again
     "num_cpus": 0,
-    "scheduling_strategy": "SPREAD",
 }
 
 
@@ -86,8 +88,9 @@ def shard_of(address: Address, shards: int) -> int:
     return zlib.crc32(str(address).encode()) % shards
 
 
-def _node_id() -> str:
-    return ray.get_runtime_context().get_node_id()
+def _where() -> tuple[str, str]:
+    """Run in a shard: its node id and the address its data path listens on."""
+    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
 
 _ShardActor = ray.remote(ShardHost)
@@ -219,7 +222,7 @@ class _RayRef(ActorRef):
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        payload = dumps_value(message)
+        payload = dumps_value(message, self._system._endpoints.id_of)
         reply = _RayReply(self._system._next_seq(), entry)
         entry.outstanding[reply.seq] = reply
         entry.link.send(entry, Ask(reply.seq, self.address, payload), reply)
@@ -229,12 +232,14 @@ class _RayRef(ActorRef):
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        entry.link.send(entry, Tell(self.address, dumps_value(message)))
+        entry.link.send(entry, Tell(self.address, dumps_value(message, self._system._endpoints.id_of)))
 
     async def ask_control(self, message: Any) -> Any:
         entry = self._live_entry()
         outcome = _Outcome(self.address)
-        entry.link.send(entry, Control(self._system._next_seq(), self.address, dumps_value(message)), outcome)
+        entry.link.send(
+            entry, Control(self._system._next_seq(), self.address, dumps_value(message, self._system._endpoints.id_of)), outcome
+        )
         return await outcome.wait()
 
     def cancel_all(self) -> int:
@@ -301,7 +306,8 @@ class RaySystem(ActorSystem):
 
     ``address``: ``None`` starts a private local Ray instance (``ray_options``, by default
     :data:`LOCAL_RAY_OPTIONS`); ``"auto"`` or ``"HOST:PORT"`` joins a running cluster. ``store``
-    keeps checkpoints (default: an in-memory :class:`SqliteStore`; it is closed on exit).
+    keeps checkpoints (default: an in-memory :class:`SqliteStore`, closed on exit; a store given here
+    stays open for its owner).
     ``shard_options`` are extra Ray actor options for the shards (``num_cpus``, resources…).
     """
 
@@ -322,6 +328,7 @@ class RaySystem(ActorSystem):
         self.shards = shards
         self.address = address
         self.store: StateStore = store if store is not None else SqliteStore()
+        self._owns_store = store is None
         self._max_queue = max_queue
         self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
         self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
@@ -339,21 +346,26 @@ class RaySystem(ActorSystem):
         if self._state is not _State.NEW:
             raise RuntimeError("a RaySystem can be entered only once")
         self._connect()
-        handles = [_ShardActor.options(**self._shard_options).remote(index, _node_id) for index in range(self.shards)]
-        hellos: list[Hello] = [await handle.ping.remote() for handle in handles]
+        placements = self._placements()
         self._links = [
             ShardLink(
-                index, handle, hello,
-                load_state=self._load_state, save_states=self._save_states, deliver_out=self._endpoints.deliver,
+                index,
+                _ShardActor.options(**placements[index], **self._shard_options).remote(index, _where),
+                load_state=self._load_state,
+                save_states=self._save_states,
+                deliver_out=self._endpoints.deliver,
+                unhosted=self._unhosted,
+                replacement=self._replacement,
             )
-            for index, (handle, hello) in enumerate(zip(handles, hellos, strict=True))
+            for index in range(self.shards)
         ]
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
-        for link in self._links:
-            task_group.start_soon(link.flush_forever, name=f"shard {link.index} flusher")
-            task_group.start_soon(link.drain_forever, name=f"shard {link.index} drainer")
         self._task_group = task_group
+        for link in self._links:
+            task_group.start_soon(link.run, name=f"shard {link.index} link")
+        for link in self._links:
+            await link.up.wait()
         self._state = _State.OPEN
         return self
 
@@ -379,17 +391,33 @@ class RaySystem(ActorSystem):
         # Workers' prints must never reach this process's stdout (it may carry the protocol).
         options: dict[str, Any] = {"log_to_driver": False}
         if self.address is None:
-            options.update(self._ray_options)
+            options.update(self._ray_options, address="local")  # never a cluster found lying around
         else:
             options["address"] = self.address
         ray.init(**options)
         self._started_ray = True
 
+    def _placements(self) -> list[dict[str, Any]]:
+        """Shard ``i`` pinned to the ``i``-th alive node, round robin (Ray's SPREAD is only a
+        hint, and a soft affinity gives way too easily). A pinned shard whose node is gone is
+        re-created unpinned (``_replacement``)."""
+        if "scheduling_strategy" in self._shard_options:
+            return [{} for _ in range(self.shards)]
+        nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+        return [
+            {"scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False)}
+            for index in range(self.shards)
+        ]
+
+    def _replacement(self, index: int) -> Any:
+        return _ShardActor.options(**self._shard_options).remote(index, _where)
+
     def _release(self) -> None:
         for link in self._links:
-            link.fail_all()
+            link.close()
             ray.kill(link.handle, no_restart=True)
-        self.store.close()
+        if self._owns_store:
+            self.store.close()
         if self._started_ray:
             ray.shutdown()
 
@@ -448,7 +476,7 @@ class RaySystem(ActorSystem):
     # --- more ----------------------------------------------------------------------------------
 
     async def shard_hellos(self) -> list[Hello]:
-        """Ask every shard who it is now (pid, node, incarnation); for operators and tests."""
+        """Ask every shard who it is now (incarnation, pid, node); for operators and tests."""
         return [await link.handle.ping.remote() for link in self._links]
 
     def shard_restarts(self) -> list[int]:
@@ -472,6 +500,13 @@ class RaySystem(ActorSystem):
             if self._entries.get(entry.address) is entry:
                 del self._entries[entry.address]
                 self.store.delete(str(entry.address))
+
+    def _unhosted(self, address: Address, error: Exception) -> None:
+        # As when on_start fails locally: the address is free again; its messages were refused.
+        _log.error("%s could not be hosted by its shard; it is gone: %s", address, error)
+        entry = self._entries.pop(address, None)
+        if entry is not None:
+            entry.stopping = True
 
     def _load_state(self, address: Address) -> bytes | None:
         return self.store.get(str(address))

@@ -2,7 +2,7 @@
 
 Driver → shard: batches of *ops* (``Spawn``, ``Ask``, ``Tell``, ``Control``, ``CancelOne``,
 ``CancelAll``, ``Stop``), applied by the shard in order. Shard → driver: one ordered stream of
-*items* (``Done``, ``Saved``, ``Out``), in batches, so everything an actor produced before its
+*items* (``Done``, ``Saved``, ``Out``, ``Unhosted``), in batches, so everything an actor produced before its
 reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
 Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
@@ -39,6 +39,7 @@ __all__ = [
     "Spawn",
     "Stop",
     "Tell",
+    "Unhosted",
     "dumps_actor",
     "dumps_value",
     "loads_actor",
@@ -141,6 +142,13 @@ class Saved(msgspec.Struct, frozen=True, array_like=True):
     state: bytes
 
 
+class Unhosted(msgspec.Struct, frozen=True, array_like=True):
+    """The shard could not host the actor at ``address`` (unpickling, ``restore`` or spawn failed)."""
+
+    address: Address
+    failure: Failure
+
+
 class Out(msgspec.Struct, frozen=True, array_like=True):
     """A call an actor made on the driver-side object behind ``endpoint`` (an outlet)."""
 
@@ -163,16 +171,33 @@ class Hello(msgspec.Struct, frozen=True, array_like=True):
 # --- values --------------------------------------------------------------------------------------
 
 
-def dumps_value(value: Any) -> bytes:
-    """A message or result; raises ``TypeError`` naming what does not pickle."""
+def dumps_value(value: Any, endpoint_of: Callable[[Any], int | None] | None = None) -> bytes:
+    """A message or result; ``endpoint_of`` as for :func:`dumps_actor` (messages may name the
+    connection to answer, an outlet). Raises ``TypeError`` naming what does not pickle."""
+    buffer = io.BytesIO()
     try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        if endpoint_of is None:
+            pickle.dump(value, buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            _ValuePickler(buffer, endpoint_of).dump(value)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise TypeError(f"{type(value).__name__} cannot cross to another process: {exc}") from exc
+    return buffer.getvalue()
 
 
-def loads_value(data: bytes) -> Any:
-    return pickle.loads(data)
+def loads_value(data: bytes, resolve: Callable[[int], Any] | None = None) -> Any:
+    if resolve is None:
+        return pickle.loads(data)
+    return _Unpickler(io.BytesIO(data), resolve).load()
+
+
+class _ValuePickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, endpoint_of: Callable[[Any], int | None]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._endpoint_of = endpoint_of
+
+    def persistent_id(self, obj: Any) -> int | None:
+        return self._endpoint_of(obj)
 
 
 class _ActorPickler(cloudpickle.Pickler):
@@ -186,7 +211,7 @@ class _ActorPickler(cloudpickle.Pickler):
         return self._endpoint_of(obj)
 
 
-class _ActorUnpickler(pickle.Unpickler):
+class _Unpickler(pickle.Unpickler):
     def __init__(self, file: io.BytesIO, resolve: Callable[[int], Any]) -> None:
         super().__init__(file)
         self._resolve = resolve
@@ -213,7 +238,7 @@ def dumps_actor(actor: Actor, endpoint_of: Callable[[Any], int | None]) -> bytes
 
 def loads_actor(data: bytes, resolve: Callable[[int], Any]) -> Actor:
     """The actor ``dumps_actor`` pickled; ``resolve(id)`` gives the stand-in for each endpoint."""
-    actor = _ActorUnpickler(io.BytesIO(data), resolve).load()
+    actor = _Unpickler(io.BytesIO(data), resolve).load()
     if not isinstance(actor, Actor):
         raise TypeError(f"expected an Actor, got {type(actor).__name__}")
     return actor

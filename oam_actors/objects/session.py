@@ -37,12 +37,21 @@ from .messages import (
 from .outlet import Outlet
 from .relay import TurnRelay
 
-__all__ = ["NAMESPACE_SEPARATOR", "SessionActor"]
+__all__ = ["NAMESPACE_SEPARATOR", "SessionActor", "SessionState"]
 
 NAMESPACE_SEPARATOR = "\x1f"
 """Ends a non-empty address namespace (U+001F, unit separator): an address id is
 ``<namespace><separator><id>``. Protocol ids never contain control characters, so the part after
 the last separator is the id the client chose."""
+
+
+class SessionState(msgspec.Struct, frozen=True):
+    """A session's checkpoint: what its ordered operations commit."""
+
+    instructions: str | None
+    context_note: str | None
+    tools: list[dict[str, Any]]  # wire definitions, with their timeouts
+    history: list[Entry]
 
 
 class SessionActor(Actor):

@@ -1,19 +1,38 @@
-"""Backends a simulation can run on. Each tells the bridge which model sessions use and reports
-its own counters (quota events, per-device utilisation) for the final report."""
+"""Backends a simulation can run on. Each tells the bridge which model sessions and NPCs use and
+reports its own counters (quota events, per-device utilisation) for the final report.
+
+- ``farm`` (the default): simulated phones in this process on loopback, behind a device pool. The
+  phones run at a time scale (0.1: the 60 s quota window lasts 6 s) and differ like real ones: one
+  manages fewer generations per window than the pool assumes, one goes to the background for a
+  while, and streams break now and then, so quota refusals and fail-over show within a minute.
+- ``devices``: real phones (``--device URL``) behind a device pool.
+- ``proxy``: an OpenAI-compatible server (``--proxy URL[#MODEL]``) behind one quota scheduler.
+- ``scripted``: scripted sessions with latency, no model at all.
+
+Use a backend as ``async with make_backend(config) as backend``.
+"""
 
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import msgspec
 
 from ..bridge import ModelFactory
 from .config import SimConfig
 
-__all__ = ["Backend", "ScriptedBackend", "make_backend"]
+__all__ = ["Backend", "DevicesBackend", "FarmBackend", "ProxyBackend", "ScriptedBackend", "make_backend"]
 
 
 class Backend(Protocol):
     name: str
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
 
     def system_model(self) -> ModelFactory | None:
         """The bridge's ``"system"`` model, or None when sessions name their own."""
@@ -21,10 +40,14 @@ class Backend(Protocol):
     def session_model(self, index: int) -> Any:
         """The ``model`` param of session ``index`` (None = the system model)."""
 
+    def npc_model(self, index: int) -> Any:
+        """The ``model`` param of NPC ``index`` (None = the system model)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """A cheap look at the backend for the live display (may be empty)."""
+
     async def statistics(self) -> dict[str, Any]:
         """Backend counters for the report."""
-
-    async def aclose(self) -> None: ...
 
 
 class ScriptedBackend:
@@ -36,15 +59,18 @@ class ScriptedBackend:
         self.config = config
         self.rng = random.Random(config.seed)
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
     def system_model(self) -> ModelFactory | None:
         return None
 
     def session_model(self, index: int) -> Any:
-        turns = int(self.config.duration_seconds / max(0.05, self.config.think_seconds) * 2) + 10
-        latency_ms = int(self.config.model_latency_seconds * 1000)
         steps: list[dict[str, Any]] = []
-        for _ in range(turns):
-            delay = self.rng.randint(latency_ms // 2, latency_ms * 3 // 2) if latency_ms else 0
+        for delay in self._delays():
             if self.rng.random() < 0.5:
                 tool = self.rng.choice(["open_gate", "check_inventory"])
                 arguments = {"gate": "north"} if tool == "open_gate" else {"item": "ale"}
@@ -54,14 +80,188 @@ class ScriptedBackend:
                 steps.append({"text": "Welcome, traveller. The road is quiet today.", "delayMs": delay})
         return {"type": "scripted", "steps": steps}
 
+    def npc_model(self, index: int) -> Any:
+        line = {"emotion": "neutral", "line": "Aye. What do you need?", "player_options": ["Goodbye."],
+                "ends_conversation": False}
+        return {"type": "scripted", "steps": [{"json": line, "delayMs": delay} for delay in self._delays()]}
+
+    def _delays(self) -> list[int]:
+        turns = int(self.config.duration_seconds / max(0.05, self.config.think_seconds) * 2) + 10
+        latency_ms = int(self.config.model_latency_seconds * 1000)
+        return [self.rng.randint(latency_ms // 2, latency_ms * 3 // 2) if latency_ms else 0 for _ in range(turns)]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
     async def statistics(self) -> dict[str, Any]:
         return {"backend": self.name}
 
-    async def aclose(self) -> None:
+
+class _PoolBackend:
+    """A device pool as the system model; subclasses say where the phones are."""
+
+    name = "devices"
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self._stack = AsyncExitStack()
+        self._pool: Any = None
+
+    async def _open_pool(self, stack: AsyncExitStack) -> Any:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            self._pool = await self._open_pool(stack)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def system_model(self) -> ModelFactory | None:
+        pool = self._pool
+        return lambda: pool
+
+    def session_model(self, index: int) -> Any:
         return None
+
+    def npc_model(self, index: int) -> Any:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        stats = self._pool.statistics()
+        return {"ready": stats.ready, "cooling": stats.cooling, "dead": stats.dead, "queued": stats.queued,
+                "absorbed": stats.quota_events_absorbed, "surfaced": stats.quota_events_surfaced}
+
+    async def statistics(self) -> dict[str, Any]:
+        return {"backend": self.name, **msgspec.to_builtins(self._pool.statistics())}
+
+
+class DevicesBackend(_PoolBackend):
+    """Real phones (``--device URL``, repeatable)."""
+
+    name = "devices"
+
+    async def _open_pool(self, stack: AsyncExitStack) -> Any:
+        from ..models.pool import DevicePool, PoolConfigError
+
+        try:
+            pool = DevicePool(self.config.device_urls)
+        except PoolConfigError as exc:
+            raise SystemExit(f"oam-actors simulate: --backend devices: {exc} (give --device URL)") from None
+        return await stack.enter_async_context(pool)
+
+
+class FarmBackend(_PoolBackend):
+    """``phones`` simulated phones in this process; see the module docstring."""
+
+    name = "farm"
+
+    def __init__(self, config: SimConfig) -> None:
+        super().__init__(config)
+        self.farm: Any = None
+
+    async def _open_pool(self, stack: AsyncExitStack) -> Any:
+        from ..models.pool import DevicePool, PoolConfigError, SimulatedFarm, scaled_config
+
+        config = self.config
+        if config.phones < 1:
+            raise SystemExit(f"oam-actors simulate: --phones must be at least 1; got {config.phones}")
+        try:
+            pool_config = scaled_config(config.time_scale)
+        except PoolConfigError as exc:
+            raise SystemExit(f"oam-actors simulate: {exc}") from None
+        self.farm = farm = SimulatedFarm([demo_phone_config(n, config) for n in range(config.phones)])
+        await stack.enter_async_context(farm)
+        names = [f"phone{n + 1}" for n in range(config.phones)]
+        return await stack.enter_async_context(DevicePool(farm.urls, config=pool_config, names=names))
+
+    async def statistics(self) -> dict[str, Any]:
+        stats = await super().statistics()
+        phones = {f"phone{n + 1}": msgspec.to_builtins(p.statistics()) for n, p in enumerate(self.farm.phones)}
+        return {**stats, "phones": phones}
+
+
+def demo_phone_config(index: int, config: SimConfig) -> Any:
+    """Phone ``index`` of the demo farm: phone 2 manages only 30 generations per window (the pool
+    assumes 36 and learns from its BUSY), phone 3 goes to the background from 20 % to 35 % of the
+    run, and every phone breaks about one stream in a hundred."""
+    from ..models.pool import farm_phone_config
+
+    seconds = config.duration_seconds / config.time_scale  # the run in phone seconds
+    overrides: dict[str, Any] = {"seed": config.seed + index, "fault_disconnect": 0.005, "fault_garbage": 0.005}
+    if index == 1:
+        overrides["quota_requests"] = 30
+    if index == 2:
+        overrides["background_periods"] = ((0.2 * seconds, 0.35 * seconds),)
+    return farm_phone_config(config.time_scale, **overrides)
+
+
+class ProxyBackend:
+    """An OpenAI-compatible server (``--proxy URL[#MODEL]``) behind one quota scheduler."""
+
+    name = "proxy"
+
+    def __init__(self, config: SimConfig) -> None:
+        from ..models.pool import ScheduledModel
+        from ..models.proxy import ProxyBackends, parse_model_spec, scheduler_hook
+        from ..models.scheduler import QuotaLimits, QuotaScheduler
+
+        if not config.proxy:
+            raise SystemExit("oam-actors simulate: --backend proxy needs --proxy URL[#MODEL]")
+        try:
+            spec = parse_model_spec(f"openai:{config.proxy}", model="default")
+        except ValueError as exc:
+            raise SystemExit(f"oam-actors simulate: --proxy: {exc}") from None
+        assert spec is not None  # "openai" is a provider
+        self._backends = ProxyBackends()
+        self._backends.allow_host(spec.host)
+        self._scheduler = QuotaScheduler(QuotaLimits())
+        proxy = self._backends.model(spec)
+        proxy.on_rate_limit = scheduler_hook(self._scheduler)
+        self._model = ScheduledModel(proxy, self._scheduler)
+
+    async def __aenter__(self) -> Self:
+        await self._backends.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
+        await self._backends.__aexit__(exc_type, exc, tb)
+
+    def system_model(self) -> ModelFactory | None:
+        model = self._model
+        return lambda: model
+
+    def session_model(self, index: int) -> Any:
+        return None
+
+    def npc_model(self, index: int) -> Any:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        stats = self._scheduler.statistics()
+        return {"queued": sum(stats.queued), "throttles": stats.throttles}
+
+    async def statistics(self) -> dict[str, Any]:
+        return {"backend": self.name, "scheduler": msgspec.to_builtins(self._scheduler.statistics())}
+
+
+_BACKENDS: dict[str, type[Any]] = {
+    "farm": FarmBackend,
+    "devices": DevicesBackend,
+    "proxy": ProxyBackend,
+    "scripted": ScriptedBackend,
+}
 
 
 def make_backend(config: SimConfig) -> Backend:
-    if config.backend == "scripted":
-        return ScriptedBackend(config)
-    raise SystemExit(f"oam-actors simulate: backend {config.backend!r} is not available yet")
+    """The backend ``config.backend`` names; exits with a readable message for a bad one."""
+    kind = _BACKENDS.get(config.backend)
+    if kind is None:
+        raise SystemExit(f"oam-actors simulate: unknown backend {config.backend!r} ({', '.join(_BACKENDS)})")
+    backend: Backend = kind(config)
+    return backend

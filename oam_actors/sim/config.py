@@ -13,7 +13,11 @@ class SimConfig(msgspec.Struct, kw_only=True):
     phones: int = 4
     device_urls: list[str] = msgspec.field(default_factory=list)
     proxy: str | None = None
+    time_scale: float = 0.1
+    """Simulated phones: real seconds per phone second (0.1: the 60 s quota window lasts 6 s)."""
     sessions: int = 40
+    npcs: int | None = None
+    """NPCs on one shared world; ``None``: 16 on the simulated farm, none otherwise."""
     duration_seconds: float = 60.0
     think_seconds: float = 1.0
     cancel_rate: float = 0.05
@@ -23,3 +27,9 @@ class SimConfig(msgspec.Struct, kw_only=True):
     model_latency_seconds: float = 0.3
     seed: int = 7
     report_dir: str = "reports"
+
+    @property
+    def npc_count(self) -> int:
+        if self.npcs is not None:
+            return self.npcs
+        return 16 if self.backend == "farm" else 0

@@ -1,7 +1,8 @@
 """The load generator of ``oam-actors simulate``: conversations driven through a real bridge.
 
-Every conversation is one owner (a session, or an NPC once the game layer is there) that loops
-until the deadline: send a player line, wait for the reply, pause. The simulated game engine
+Every conversation is one owner (a session, or an NPC on the shared world ``village``) that loops
+until the deadline: send a player line (``session/respond`` or ``npc/talk``), wait for the reply,
+pause. The simulated game engine
 answers ``tool/call`` requests — except a configurable share it leaves unanswered to exercise tool
 timeouts — and a configurable share of turns is cancelled while in flight.
 """
@@ -20,7 +21,7 @@ from .backends import Backend
 from .client import BridgeClient, RpcError
 from .config import SimConfig
 
-__all__ = ["Conversation", "SimRun", "TurnSample", "run_simulation"]
+__all__ = ["Conversation", "SimRun", "Talker", "TurnSample", "run_simulation"]
 
 PLAYER_LINES = (
     "Open the north gate, please.",
@@ -47,12 +48,36 @@ TOOLS = [
 ]
 
 
+ROLES = ("the village blacksmith", "the innkeeper", "a gate guard", "the herbalist", "a travelling merchant")
+
+
+@dataclass(frozen=True)
+class Talker:
+    """One conversation partner: a session or an NPC."""
+
+    owner: str
+    kind: str  # "session" or "npc"
+
+    @property
+    def talk_method(self) -> str:
+        return "session/respond" if self.kind == "session" else "npc/talk"
+
+    def talk_params(self, line: str) -> dict[str, Any]:
+        if self.kind == "session":
+            return {"session": self.owner, "prompt": line}
+        return {"npc": self.owner, "line": line}
+
+    @property
+    def cancel_method(self) -> str:
+        return f"{self.kind}/cancel"
+
+
 @dataclass(frozen=True)
 class TurnSample:
     owner: str
     started: float
     latency: float
-    outcome: str  # "ok" or the error's data.code
+    outcome: str  # "ok", "fallback" (an NPC's canned line) or the error's data.code
     tool_calls: int = 0
     tool_errors: int = 0
 
@@ -95,12 +120,12 @@ async def run_simulation(
     rng = random.Random(config.seed)
     async with make_client() as client:
         client.on_tool_call = _game_engine(client, run, random.Random(rng.random()), config)
-        owners = await _create_sessions(client, config, backend)
+        talkers = await _create_sessions(client, config, backend) + await _create_npcs(client, config, backend)
         deadline = time.monotonic() + config.duration_seconds
         async with anyio.create_task_group() as tg:
-            for index, owner in enumerate(owners):
-                run.conversations[owner] = Conversation(owner)
-                tg.start_soon(_converse, client, run, owner, deadline, random.Random(config.seed * 1000 + index))
+            for index, talker in enumerate(talkers):
+                run.conversations[talker.owner] = Conversation(talker.owner)
+                tg.start_soon(_converse, client, run, talker, deadline, random.Random(config.seed * 1000 + index))
             if on_tick is not None:
                 tg.start_soon(_ticker, run, on_tick, deadline)
         run.finished = time.monotonic()
@@ -109,7 +134,7 @@ async def run_simulation(
     return run
 
 
-async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Backend) -> list[str]:
+async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Backend) -> list[Talker]:
     owners = []
     for index in range(config.sessions):
         owner = f"player{index + 1}"
@@ -123,13 +148,38 @@ async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Bac
         if model is not None:
             params["model"] = model
         await client.request("session/create", params)
-        owners.append(owner)
+        owners.append(Talker(owner, "session"))
     return owners
 
 
-async def _converse(client: BridgeClient, run: SimRun, owner: str, deadline: float, rng: random.Random) -> None:
+async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend) -> list[Talker]:
+    """The crowd: NPCs on one shared world, with the same client tools as the sessions."""
+    if config.npc_count < 1:
+        return []
+    await client.request("world/create", {"world": "village", "state": {"time": "morning", "gate": "closed"}})
+    npcs = []
+    for index in range(config.npc_count):
+        npc = f"villager{index + 1}"
+        params: dict[str, Any] = {
+            "npc": npc,
+            "persona": {"name": f"Villager {index + 1}", "role": ROLES[index % len(ROLES)],
+                        "personality": "Friendly, a little gossipy.", "speakingStyle": "Short sentences."},
+            "world": "village",
+            "tools": TOOLS,
+            "options": {"toolTimeoutSeconds": config.tool_timeout_seconds},
+        }
+        model = backend.npc_model(index)
+        if model is not None:
+            params["model"] = model
+        await client.request("npc/create", params)
+        npcs.append(Talker(npc, "npc"))
+    return npcs
+
+
+async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline: float, rng: random.Random) -> None:
     # Spread the first turns so the crowd does not start in lock step.
     await anyio.sleep(rng.random() * run.config.think_seconds)
+    owner = talker.owner
     conversation = run.conversations[owner]
     while time.monotonic() < deadline:
         started = time.monotonic()
@@ -137,11 +187,13 @@ async def _converse(client: BridgeClient, run: SimRun, owner: str, deadline: flo
         tool_calls = tool_errors = 0
         async with anyio.create_task_group() as tg:
             if rng.random() < run.config.cancel_rate:
-                tg.start_soon(_cancel_later, client, run, owner, rng.random() * 0.5)
+                tg.start_soon(_cancel_later, client, run, talker, rng.random() * 0.5)
             try:
-                result = await client.request("session/respond", {"session": owner, "prompt": rng.choice(PLAYER_LINES)})
+                result = await client.request(talker.talk_method, talker.talk_params(rng.choice(PLAYER_LINES)))
                 tool_calls = len(result.get("toolCalls", []))
                 tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
+                if result.get("isFallback"):
+                    outcome = "fallback"
             except RpcError as exc:
                 outcome = exc.code
             tg.cancel_scope.cancel()
@@ -154,10 +206,10 @@ async def _converse(client: BridgeClient, run: SimRun, owner: str, deadline: flo
         await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
 
-async def _cancel_later(client: BridgeClient, run: SimRun, owner: str, delay: float) -> None:
+async def _cancel_later(client: BridgeClient, run: SimRun, talker: Talker, delay: float) -> None:
     await anyio.sleep(delay)
     run.cancels_sent += 1
-    await client.notify("session/cancel", {"session": owner})
+    await client.notify(talker.cancel_method, {talker.kind: talker.owner})
 
 
 def _game_engine(client: BridgeClient, run: SimRun, rng: random.Random, config: SimConfig) -> Callable[[dict[str, Any]], Any]:

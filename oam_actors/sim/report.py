@@ -53,6 +53,7 @@ def build_report(run: SimRun) -> dict[str, Any]:
             "okTurnsMin": min(per_owner, default=0),
             "okTurnsMax": max(per_owner, default=0),
         },
+        "queueWait": backend.get("queueWait", {}),
         "throughputTimeline": _timeline(run),
         "backend": backend,
     }
@@ -109,10 +110,20 @@ def render_html(report: dict[str, Any]) -> str:
             "Device utilisation (share of the run spent generating)",
             _bar_chart([(d["name"], round(100 * d.get("utilisation", 0.0), 1)) for d in devices], unit="%"),
         ))
+        sections.append(_section("Devices", _rows(
+            ["device", "state", "ok", "busy", "errors", "utilisation"],
+            [[d["name"], d["state"], d["ok"], d["busy"], d["errors"], f"{100 * d['utilisation']:.1f}%"] for d in devices],
+        )))
+    waits = report.get("queueWait") or {}
+    if waits:
+        sections.append(_section("Queue wait for a device, by priority (ms)", _rows(
+            ["priority", "steps", "p50", "p90", "p99", "max"],
+            [[name, w["count"], w["p50Ms"], w["p90Ms"], w["p99Ms"], w["maxMs"]] for name, w in waits.items()],
+        )))
     sections.append(_section("Latency of ok turns", _table(report["latency"]["ok"])))
     sections.append(_section("Tools and cancels", _table({**report["tools"], **report["cancels"]})))
     config = report["config"]
-    title = f"oam-actors simulate — {config['backend']} backend, {config['sessions']} conversations, {report['elapsedSeconds']} s"
+    title = f"oam-actors simulate — {config['backend']} backend, {fairness['owners']} conversations, {report['elapsedSeconds']} s"
     card_html = "".join(
         f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>' for k, v in cards
     )
@@ -141,6 +152,12 @@ def _section(title: str, body: str) -> str:
 def _table(values: dict[str, Any]) -> str:
     rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in values.items())
     return f"<table>{rows}</table>"
+
+
+def _rows(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<td><b>{html.escape(h)}</b></td>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _bar_chart(items: list[tuple[str, float]], *, unit: str = "") -> str:

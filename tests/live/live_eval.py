@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import statistics
 import sys
 import threading
@@ -29,11 +30,11 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bridge_process
 
-import bridge_process  # noqa: E402
-from bridge_process import BridgeProcess  # noqa: E402
+import bridge_process
+from bridge_process import BridgeProcess
 
-from oam_actors.agent.envelope import Call, Invalid, Respond, parse_envelope  # noqa: E402
-from oam_actors.models.codecs import TextDelta, codec_for  # noqa: E402
+from oam_actors.agent.envelope import Call, Invalid, Respond, parse_envelope
+from oam_actors.models.codecs import CodecError, TextDelta, codec_for
 
 GUARD = (
     "You are Gorm, the gate guard of Oakvale. You speak in short, gruff sentences. "
@@ -102,7 +103,7 @@ class Relay:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.prefix = parts.path.rstrip("/")
         self.exchanges: list[Exchange] = []
-        self._lock = threading.Lock()
+        self._recorded = threading.Condition()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _relay_handler(self))
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True).start()
@@ -113,12 +114,16 @@ class Relay:
         return f"http://{host}:{port}{self.prefix}"
 
     def record(self, exchange: Exchange) -> None:
-        with self._lock:
+        with self._recorded:
             self.exchanges.append(exchange)
+            self._recorded.notify_all()
 
-    def taken(self, start: int) -> list[Exchange]:
-        with self._lock:
-            return self.exchanges[start:]
+    def taken(self, start: int, count: int) -> list[Exchange]:
+        """The ``count`` exchanges from ``start`` on, once recorded (the relay records an exchange
+        just after its last byte, which may be after the bridge has answered)."""
+        with self._recorded:
+            self._recorded.wait_for(lambda: len(self.exchanges) >= start + count, timeout=30)
+            return self.exchanges[start : start + count]
 
     def close(self) -> None:
         self._http.shutdown()
@@ -129,7 +134,11 @@ def _relay_handler(relay: Relay) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
             started = time.perf_counter()
             upstream = http.client.HTTPConnection(*relay.upstream, timeout=600)
@@ -165,12 +174,12 @@ def answer_text(exchange: Exchange) -> str:
     """The model's text in a recorded SSE answer (what it wrote up to where it was read)."""
     decoder = codec_for("openai").new_stream()
     text: list[str] = []
-    try:
-        for event in decoder.feed(exchange.answer):
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-    except Exception:  # a cut stream: keep what decoded
-        pass
+    for frame in exchange.answer.split(b"\n\n"):  # frame by frame: a cut stream keeps what decoded
+        try:
+            events = decoder.feed(frame + b"\n\n")
+        except CodecError:
+            break
+        text.extend(e.text for e in events if isinstance(e, TextDelta))
     return "".join(text)
 
 
@@ -277,7 +286,7 @@ def _run_line(bridge: BridgeProcess, relay: Relay, figures: Figures, index: int,
     figures.right_action += chosen == expected
     figures.right_arguments += chosen == expected and all(
         str(chosen_arguments.get(k, "")).lower() == str(v).lower() for k, v in arguments.items())
-    _judge_decides(figures, result["steps"], relay.taken(start))
+    _judge_decides(figures, result["steps"], relay.taken(start, len(result["steps"])))
     bridge.call("session/delete", {"session": session})
 
 
@@ -298,7 +307,7 @@ def _run_structured(bridge: BridgeProcess, relay: Relay, figures: Figures, index
     steps = reply["result"]["steps"]
     figures.structured_valid += 1
     figures.structured_first_valid += not any(s["isRepair"] for s in steps)
-    for step, exchange in zip(steps, relay.taken(start), strict=False):
+    for step, exchange in zip(steps, relay.taken(start, len(steps)), strict=False):
         figures.add_step(step["kind"] + (" (repair)" if step["isRepair"] else ""), exchange)
     bridge.call("session/delete", {"session": session})
 

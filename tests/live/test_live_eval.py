@@ -46,10 +46,12 @@ def base_url() -> Iterator[str]:
 
 def test_live_sessions_choose_well_and_answer_in_form(base_url: str) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from live_eval import run_eval  # noqa: PLC0415 (needs the path above)
+    from live_eval import run_eval
 
     figures = run_eval(base_url, model_name=os.environ.get("OAM_LIVE_MODEL", "qwen"))
     print(json.dumps(figures.summary(), indent=2))
+    for kind, text in figures.answers:
+        print(f"{kind:18} | {' '.join(text.split())[:160]}")
     assert figures.lines and not [e for e in figures.errors if "structured" not in e]
     assert figures.right_action >= 0.7 * figures.lines
     assert figures.decide_first_valid >= 0.8 * figures.decide_first

@@ -11,7 +11,16 @@ import msgspec
 from ..device import DeviceTimeouts
 from ..scheduler import Priority, QuotaLimits
 
-__all__ = ["NANO_QUOTA", "NANO_WINDOW_SECONDS", "PoolConfig", "PoolConfigError", "nano_limits", "normalize_urls"]
+__all__ = [
+    "NANO_QUOTA",
+    "NANO_WINDOW_SECONDS",
+    "PoolConfig",
+    "PoolConfigError",
+    "nano_limits",
+    "normalize_urls",
+    "priority_of",
+    "scaled_config",
+]
 
 NANO_QUOTA = 36  # generations per rolling window before BUSY (a Pixel manages 36-41)
 NANO_WINDOW_SECONDS = 60.0
@@ -53,6 +62,7 @@ class PoolConfig(msgspec.Struct, frozen=True, kw_only=True):
     transient_cooldown_seconds: float = 1.0
     background_cooldown_seconds: float = 10.0  # after 30 BACKGROUND_USE_BLOCKED (no retry delay)
     probe_interval_seconds: float = 5.0
+    probe_timeout_seconds: float = 5.0
     timeouts: DeviceTimeouts = DeviceTimeouts()
     token: str | None = None
 
@@ -61,12 +71,33 @@ class PoolConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise PoolConfigError(f"queue_seconds needs {len(Priority)} positive numbers; got {self.queue_seconds}")
         if self.max_attempts < 1 or self.dead_after_failures < 1:
             raise PoolConfigError("max_attempts and dead_after_failures must be at least 1")
-        for name in ("transient_cooldown_seconds", "background_cooldown_seconds", "probe_interval_seconds"):
+        for name in ("transient_cooldown_seconds", "background_cooldown_seconds", "probe_interval_seconds",
+                     "probe_timeout_seconds"):
             if not _positive(getattr(self, name)):
                 raise PoolConfigError(f"{name} must be a positive number of seconds")
 
     def queue_deadline(self, priority: Priority) -> float:
         return self.queue_seconds[priority]
+
+
+def scaled_config(time_scale: float, **overrides: object) -> PoolConfig:
+    """A pool config for phones running ``time_scale`` real seconds per phone second (a simulated
+    farm): the quota, cool-downs and probes follow the phones' clock; queue times (what clients
+    wait) and HTTP timeouts stay real."""
+    fields: dict[str, object] = {
+        "limits": nano_limits(time_scale),
+        "transient_cooldown_seconds": 1.0 * time_scale,
+        "background_cooldown_seconds": 10.0 * time_scale,
+        # Probing costs real work, however fast the phones' clock runs.
+        "probe_interval_seconds": max(1.0, 5.0 * time_scale),
+        **overrides,
+    }
+    return PoolConfig(**fields)  # type: ignore[arg-type]
+
+
+def priority_of(hint: str) -> Priority:
+    """The scheduling class of a request's ``priority`` hint (unknown hints count as dialogue)."""
+    return Priority.__members__.get(hint.upper(), Priority.DIALOGUE)
 
 
 def _positive(value: float) -> bool:

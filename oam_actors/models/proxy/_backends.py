@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -71,7 +71,7 @@ class ProxyBackends:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def __aenter__(self) -> ProxyBackends:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

@@ -15,9 +15,10 @@ closes that connection.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx
@@ -119,8 +120,10 @@ class ProxyModel:
         try:
             response = await self._send(encoded, deadline)
             try:
-                async for piece in self._read(response, reader, deadline):
-                    yield piece
+                # aclosing: an early close of this stream closes the reader at once, not at GC.
+                async with aclosing(self._read(response, reader, deadline)) as pieces:
+                    async for piece in pieces:
+                        yield piece
             finally:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
@@ -136,7 +139,7 @@ class ProxyModel:
         if self._owns_client:
             await self._client.aclose()
 
-    async def __aenter__(self) -> ProxyModel:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -163,7 +166,7 @@ class ProxyModel:
             content=encoded.body,
             timeout=self._timeout,
         )
-        with self._step_deadline(deadline):
+        with _step_deadline(deadline, self.config):
             response = await self._client.send(request, stream=True)
         if response.is_success:
             self._report(response, None)
@@ -171,7 +174,7 @@ class ProxyModel:
 
     async def _read(
         self, response: httpx.Response, reader: StepReader, deadline: float
-    ) -> AsyncIterator[str | Usage]:
+    ) -> AsyncGenerator[str | Usage, None]:
         if not response.is_success:
             body = await self._body(response, deadline, _ERROR_BODY_LIMIT)
             error = self._codec.decode_error(response.status_code, response.headers.multi_items(), body)
@@ -195,11 +198,10 @@ class ProxyModel:
             for piece in reader.finish(decoder.finish()):
                 yield piece
         finally:
-            with anyio.CancelScope(shield=True):
-                await chunks.aclose()
+            await _close(chunks)
 
     async def _next(self, chunks: AsyncIterator[bytes], deadline: float) -> bytes | None:
-        with self._step_deadline(deadline):
+        with _step_deadline(deadline, self.config):
             return await anext(chunks, None)
 
     async def _body(self, response: httpx.Response, deadline: float, limit: int) -> bytes:
@@ -210,12 +212,8 @@ class ProxyModel:
             while len(body) < limit and (chunk := await self._next(chunks, deadline)) is not None:
                 body += chunk
         finally:
-            with anyio.CancelScope(shield=True):
-                await chunks.aclose()
+            await _close(chunks)
         return bytes(body[:limit])
-
-    def _step_deadline(self, deadline: float) -> _StepDeadline:
-        return _StepDeadline(deadline, self.config)
 
     def _report(self, response: httpx.Response, retry_after: float | None) -> None:
         info = parse_rate_limit_headers(response.headers.multi_items())
@@ -226,22 +224,22 @@ class ProxyModel:
                 self.on_rate_limit(report)
 
 
-class _StepDeadline:
+async def _close(chunks: AsyncIterator[bytes]) -> None:
+    """Close httpx's body iterator (an async generator) even while being cancelled."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+@contextmanager
+def _step_deadline(deadline: float, config: ProxyConfig) -> Iterator[None]:
     """``fail_after`` up to the step's deadline, raising the step-timeout AgentError."""
-
-    def __init__(self, deadline: float, config: ProxyConfig) -> None:
-        self._scope = anyio.fail_after(max(0.0, deadline - anyio.current_time()))
-        self._config = config
-
-    def __enter__(self) -> None:
-        self._scope.__enter__()
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> bool:
-        try:
-            self._scope.__exit__(kind, value, tb)
-        except TimeoutError as exc:
-            raise timeout_failure(self._config, step=True) from exc
-        return False
+    try:
+        with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+            yield
+    except TimeoutError as exc:
+        raise timeout_failure(config, step=True) from exc
 
 
 def _codec(config: ProxyConfig, environ: Mapping[str, str]) -> ProviderCodec:

@@ -1,0 +1,58 @@
+"""``ScheduledModel``: any :class:`~oam_actors.agent.LanguageModel` behind one QuotaScheduler.
+
+For backends that are one quota each (a proxy's API key): every step queues by its owner and
+priority, waits at most its queue time, and a ``rate_limited`` answer cools the scheduler down
+(the proxy's ``scheduler_hook`` adds what its rate-limit headers say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
+from ...errors import AgentError, ErrorCode
+from ..scheduler import PolicyStatistics, QuotaScheduler
+from ._config import priority_of
+
+__all__ = ["ScheduledModel"]
+
+
+class ScheduledModel:
+    """``model`` with admission by ``scheduler``; ``queue_seconds`` by priority as in
+    :class:`~oam_actors.models.pool.PoolConfig`. Queue expiry raises ``rate_limited``."""
+
+    def __init__(self, model: LanguageModel, scheduler: QuotaScheduler, *,
+                 queue_seconds: tuple[float, float, float] = (20.0, 60.0, 120.0)) -> None:
+        self.model = model
+        self.scheduler = scheduler
+        self._queue_seconds = queue_seconds
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self.model.capabilities
+
+    async def availability(self) -> Availability:
+        return await self.model.availability()
+
+    def statistics(self) -> PolicyStatistics:
+        return self.scheduler.statistics()
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        priority = priority_of(request.priority)
+        tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+        async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
+                                        deadline_seconds=self._queue_seconds[priority]) as admission:
+            pieces = self.model.stream(request)
+            try:
+                async for piece in pieces:
+                    if isinstance(piece, Usage):
+                        admission.tokens_used = piece.input_tokens + piece.output_tokens
+                    yield piece
+            except AgentError as error:
+                if error.code is ErrorCode.RATE_LIMITED:
+                    self.scheduler.throttled(retry_after=error.retry_after)
+                raise
+            finally:
+                aclose = getattr(pieces, "aclose", None)
+                if aclose is not None:
+                    await aclose()

@@ -1,0 +1,483 @@
+"""RaySystem on a real local Ray instance (``ray.init``): the ActorSystem contract across processes,
+the bridge's ordering guarantees over it, checkpoints, and a shard killed during turns.
+
+Every wait has a hang guard; no assertion is about elapsed time. Tests share one Ray instance and
+one two-shard system (distinct addresses each); the fault test gets a system of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import cloudpickle
+import msgspec
+import pytest
+import pytest_asyncio
+import ray
+import ray.cloudpickle
+
+from oam_actors.bridge import Bridge
+from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, SqliteStore, host_model, shard_of, stop_model
+from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.runtime import (
+    Actor,
+    ActorExists,
+    ActorStopped,
+    Address,
+    HostFailed,
+    MailboxFull,
+    MessageCancelled,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
+
+# Shards cannot import this test module: what it defines travels by value (actors through our
+# pickler, model factories through Ray's own).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[None]:
+    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def system(ray_instance: None) -> AsyncIterator[RaySystem]:
+    # Entered and left on one task of its own: a task group cannot span fixture setup and teardown.
+    opened: list[RaySystem] = []
+    ready, done = anyio.Event(), anyio.Event()
+
+    async def host() -> None:
+        async with RaySystem(shards=2) as ray_system:
+            opened.append(ray_system)
+            ready.set()
+            await done.wait()
+
+    task = asyncio.get_running_loop().create_task(host())
+    await ready.wait()
+    yield opened[0]
+    done.set()
+    await task
+
+
+# --- actors used below -----------------------------------------------------------------------------
+
+
+class Echo(Actor):
+    """Replies ``(message, how many it handled)``; control ``"pid"`` names its process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def handle(self, message: Any) -> Any:
+        self.count += 1
+        return [message, self.count]
+
+    async def handle_control(self, message: Any) -> Any:
+        return os.getpid() if message == "pid" else ["control", message, self.count]
+
+
+class Gate(Actor):
+    """Each ordered message waits until a control ``"open"`` arrives (or it is cancelled)."""
+
+    async def on_start(self) -> None:
+        self.opened = anyio.Event()  # made here: events live in the shard, they do not pickle
+
+    async def handle(self, message: Any) -> Any:
+        await self.opened.wait()
+        self.opened = anyio.Event()
+        return message
+
+    async def handle_control(self, message: Any) -> Any:
+        self.opened.set()
+        return "opened"
+
+
+class Failing(Actor):
+    async def handle(self, message: Any) -> Any:
+        if message == "agent":
+            raise AgentError(ErrorCode.RATE_LIMITED, "Slow down.", retry_after=2)
+        raise ValueError(f"bad {message}")
+
+    async def on_stop(self) -> None:
+        raise KeyError("on_stop failed")
+
+
+class Counter(Actor):
+    """Commits every addition; checkpoints its total."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def handle(self, message: Any) -> Any:
+        if message == "slow":
+            await anyio.sleep_forever()
+        self.commit()
+        self.total += message
+        return self.total
+
+    async def handle_control(self, message: Any) -> Any:
+        return self.total if message == "total" else os.getpid()
+
+    def snapshot(self) -> bytes:
+        return str(self.total).encode()
+
+    def restore(self, state: bytes) -> None:
+        self.total = int(state)
+
+
+def spread(kind: str, count: int, shards: int = 2) -> list[Address]:
+    """``count`` addresses of ``kind`` on each of the shards."""
+    chosen: dict[int, list[Address]] = {index: [] for index in range(shards)}
+    for number in range(1000):
+        address = Address(kind, str(number))
+        placed = chosen[shard_of(address, shards)]
+        if len(placed) < count:
+            placed.append(address)
+    return [address for addresses in chosen.values() for address in addresses]
+
+
+# --- the ActorSystem contract ----------------------------------------------------------------------
+
+
+async def test_each_actor_handles_its_messages_in_order_on_its_shard(system: RaySystem) -> None:
+    addresses = spread("echo", 3)
+    refs = [system.spawn(address, Echo) for address in addresses]
+    replies = [(ref, n, ref.ask_nowait(n)) for n in range(20) for ref in refs]
+    with anyio.fail_after(HANG_GUARD):
+        for _, n, reply in replies:
+            assert await reply.wait() == [n, n + 1]
+        pids = {await ref.ask_control("pid") for ref in refs}
+    assert len(pids) == 2 and os.getpid() not in pids  # two shard processes, neither this one
+    assert system.addresses("echo") == addresses and system.lookup(addresses[0]) is not None
+    with pytest.raises(ActorExists):
+        system.spawn(addresses[0], Echo)
+
+
+async def test_control_calls_overtake_a_running_message(system: RaySystem) -> None:
+    ref = system.spawn(Address("gate", "control"), Gate)
+    first, second = ref.ask_nowait("first"), ref.ask_nowait("second")
+    with anyio.fail_after(HANG_GUARD):
+        assert await ref.ask_control("open") == "opened"
+        assert await first.wait() == "first"
+        assert not second.done()
+        assert await ref.ask_control("open") == "opened"
+        assert await second.wait() == "second"
+
+
+async def test_cancel_all_cancels_the_running_and_queued_messages_only(system: RaySystem) -> None:
+    ref = system.spawn(Address("gate", "cancel"), Gate)
+    queued = [ref.ask_nowait(n) for n in range(3)]
+    assert ref.cancel_all() == 3 and ref.cancel_all() == 0
+    after = ref.ask_nowait("after")
+    with anyio.fail_after(HANG_GUARD):
+        for reply in queued:
+            with pytest.raises(MessageCancelled):
+                await reply.wait()
+        await ref.ask_control("open")
+        assert await after.wait() == "after"
+    one, two = ref.ask_nowait(1), ref.ask_nowait(2)
+    assert two.cancel() and not two.cancel()
+    with anyio.fail_after(HANG_GUARD):
+        await ref.ask_control("open")
+        assert await one.wait() == 1
+        with pytest.raises(MessageCancelled):
+            await two.wait()
+    assert ref.statistics().cancelled == 4 and ref.statistics().processed == 2
+
+
+async def test_a_full_mailbox_refuses_at_once(system: RaySystem) -> None:
+    ref = system.spawn(Address("gate", "full"), Gate, max_queue=2)
+    replies = [ref.ask_nowait(n) for n in range(3)]  # one running, two queued
+    with pytest.raises(MailboxFull):
+        ref.ask_nowait("one too many")
+    assert ref.statistics().queued == 2
+    ref.cancel_all()
+    with anyio.fail_after(HANG_GUARD):
+        for reply in replies:
+            with pytest.raises(MessageCancelled):
+                await reply.wait()
+
+
+async def test_errors_reach_the_asker_as_they_were_raised(system: RaySystem) -> None:
+    ref = system.spawn(Address("failing", "f"), Failing)
+    with anyio.fail_after(HANG_GUARD):
+        with pytest.raises(AgentError) as agent_error:
+            await ref.ask("agent")
+        with pytest.raises(ValueError, match="bad other"):
+            await ref.ask("other")
+        assert agent_error.value.to_wire()["data"]["retryAfterSeconds"] == 2
+        with pytest.raises(KeyError, match="on_stop failed"):
+            await system.stop(ref.address)
+    assert system.lookup(ref.address) is None
+    with pytest.raises(ActorStopped):
+        ref.ask_nowait("late")
+
+
+async def test_what_does_not_pickle_is_refused_where_it_is_sent(system: RaySystem) -> None:
+    class Holder(Echo):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lock = threading.Lock()
+
+    with pytest.raises(TypeError, match="cannot move to a shard"):
+        system.spawn(Address("echo", "lock"), Holder)
+    ref = system.spawn(Address("echo", "fn"), Echo)
+    with pytest.raises(TypeError, match="cannot cross to another process"):
+        ref.ask_nowait(threading.Lock())
+
+
+async def test_committed_messages_are_checkpointed_before_they_answer(system: RaySystem) -> None:
+    ref = system.spawn(Address("counter", "store"), Counter)
+    with anyio.fail_after(HANG_GUARD):
+        assert await ref.ask(5) == 5
+        assert system.store.get("counter:store") == b"5"
+        assert await ref.ask(2) == 7
+        assert system.store.get("counter:store") == b"7"
+        assert await system.stop(ref.address)
+    assert system.store.get("counter:store") is None
+
+
+# --- the bridge over RaySystem ---------------------------------------------------------------------
+
+
+class Wire:
+    """One in-process bridge over a system; ``log`` holds every message it wrote, in order."""
+
+    def __init__(self) -> None:
+        self.bridge: Bridge | None = None  # set by open_wire
+        self.log: list[dict[str, Any]] = []
+        self._changed = anyio.Event()
+        self._lines, self._input = anyio.create_memory_object_stream[bytes](1000)
+        self._ids = 0
+
+    async def write(self, data: bytes) -> None:
+        self.log.extend(msgspec.json.decode(line) for line in data.split(b"\n"))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._lines.send_nowait(msgspec.json.encode({"jsonrpc": "2.0", **message}))
+
+    def request(self, method: str, params: dict[str, Any]) -> int:
+        self._ids += 1
+        self.send({"id": self._ids, "method": method, "params": params})
+        return self._ids
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
+        with anyio.fail_after(HANG_GUARD):
+            while True:
+                for index, message in enumerate(self.log):
+                    if predicate(message):
+                        return index
+                await self._changed.wait()
+
+    async def response(self, request_id: Any) -> dict[str, Any]:
+        return self.log[await self.wait_for(lambda m: m.get("id") == request_id and "method" not in m)]
+
+    async def result(self, request_id: Any) -> Any:
+        message = await self.response(request_id)
+        assert "result" in message, message
+        return message["result"]
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        return await self.result(self.request(method, params))
+
+
+@asynccontextmanager
+async def open_wire(system: RaySystem) -> AsyncIterator[Wire]:
+    wire = Wire()
+    bridge = wire.bridge = Bridge(system, wire.write)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(bridge.serve, wire._input)
+        yield wire
+        wire._lines.close()
+
+
+OPEN_GATE = {
+    "name": "open_gate",
+    "description": "Ask the game to open a gate.",
+    "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]},
+}
+
+
+def check_invariants(log: list[dict[str, Any]]) -> None:
+    """Events before responses and one response per id, over a whole run."""
+    answered: set[Any] = set()
+    for message in log:
+        if "method" not in message:
+            assert message["id"] not in answered, f"two responses for {message['id']!r}"
+            answered.add(message["id"])
+        elif isinstance(message.get("params"), dict) and "requestId" in message["params"]:
+            assert message["params"]["requestId"] not in answered, f"{message} came after its response"
+
+
+async def test_sessions_on_two_shards_keep_every_ordering_guarantee(system: RaySystem) -> None:
+    sessions = [f"s{n}" for n in range(8)]
+    async with open_wire(system) as wire:
+        turns: dict[str, list[int]] = {}
+        for session in sessions:  # pipelined: create, then three turns, without waiting
+            steps = [{"text": f"{session} says {n}"} for n in range(3)]
+            wire.request("session/create", {"session": session, "model": {"type": "scripted", "steps": steps}})
+            turns[session] = [wire.request("session/respond", {"session": session, "prompt": f"p{n}", "stream": True})
+                              for n in range(3)]
+        for session, ids in turns.items():
+            for n, request_id in enumerate(ids):
+                assert (await wire.result(request_id))["text"] == f"{session} says {n}"
+            order = [wire.log.index(await wire.response(request_id)) for request_id in ids]
+            assert order == sorted(order)
+        shards = {shard_of(Address("session", s), 2) for s in sessions}
+        check_invariants(wire.log)
+    assert shards == {0, 1}
+
+
+async def test_a_client_tool_round_trip_uses_the_connections_ids(system: RaySystem) -> None:
+    model = {"type": "scripted", "steps": [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]},
+                                           {"template": "Done: {toolOutput}"}]}
+    async with open_wire(system) as wire:
+        await wire.call("session/create", {"session": "tools", "tools": [OPEN_GATE], "model": model})
+        turn = wire.request("session/respond", {"session": "tools", "prompt": "open it", "stream": True})
+        call = wire.log[await wire.wait_for(lambda m: m.get("method") == "tool/call")]
+        assert call["id"] == "t-1" and call["params"]["call"]["arguments"] == {"gate": "north"}
+        wire.send({"id": "t-1", "result": {"output": "the gate is open"}})
+        assert (await wire.result(turn))["text"] == "Done: the gate is open"
+        started = await wire.wait_for(lambda m: m.get("params", {}).get("event", {}).get("type") == "toolCallStarted")
+        assert started < wire.log.index(call) < wire.log.index(await wire.response(turn))
+        check_invariants(wire.log)
+
+
+async def test_a_tool_timeout_cancels_with_the_connections_id(system: RaySystem) -> None:
+    tool = {**OPEN_GATE, "timeoutSeconds": 0.2}
+    model = {"type": "scripted", "steps": [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "west"}}]},
+                                           {"text": "Gave up."}]}
+    async with open_wire(system) as wire:
+        await wire.call("session/create", {"session": "timeout", "tools": [tool], "model": model})
+        turn = wire.request("session/respond", {"session": "timeout", "prompt": "open it"})
+        assert (await wire.result(turn))["text"] == "Gave up."
+        cancel = wire.log[await wire.wait_for(lambda m: m.get("method") == "tool/cancel")]
+        call = wire.log[await wire.wait_for(lambda m: m.get("method") == "tool/call")]
+        assert cancel["params"]["id"] == call["id"] == "t-1"
+        check_invariants(wire.log)
+
+
+async def test_session_cancel_counts_and_answers_in_queue_order(system: RaySystem) -> None:
+    slow = {"type": "scripted", "steps": [{"text": "slow", "delayMs": 60000}, {"text": "after the cancel"}]}
+    async with open_wire(system) as wire:
+        await wire.call("session/create", {"session": "slow", "model": slow})
+        one = wire.request("session/respond", {"session": "slow", "prompt": "one", "stream": True})
+        await wire.wait_for(lambda m: m.get("params", {}).get("requestId") == one)
+        two = wire.request("session/respond", {"session": "slow", "prompt": "two"})
+        assert await wire.call("session/cancel", {"session": "slow"}) == {"session": "slow", "cancelled": 2}
+        for request_id in (one, two):
+            assert (await wire.response(request_id))["error"]["data"]["code"] == "cancelled"
+        three = wire.request("session/respond", {"session": "slow", "prompt": "three"})
+        assert (await wire.result(three))["text"] == "after the cancel"
+        listing = await wire.call("session/list", {})
+        assert [(s["session"], s["entries"], s["busy"]) for s in listing["sessions"]] == [("slow", 2, False)]
+        check_invariants(wire.log)
+
+
+# --- faults ------------------------------------------------------------------------------------------
+
+
+async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_state(
+    ray_instance: None, tmp_path: Any
+) -> None:
+    store = SqliteStore(str(tmp_path / "state.sqlite"))
+    # Scripts are not checkpointed (only the conversation is): an echoing fallback answers the
+    # same before and after a restart.
+    echo = {"type": "scripted", "fallback": {"template": "echo {prompt}"}}
+    wait = {"name": "wait_for_player", "description": "Wait until the player is ready.",
+            "parameters": {"type": "object", "properties": {}}, "timeoutSeconds": 0}
+    async with RaySystem(shards=2, store=store) as fault_system, open_wire(fault_system) as wire:
+        victim = next(s for s in (f"v{n}" for n in range(50)) if shard_of(Address("session", s), 2) == 0)
+        bystander = next(s for s in (f"b{n}" for n in range(50)) if shard_of(Address("session", s), 2) == 1)
+        await wire.call("session/create", {"session": victim, "model": echo, "tools": [wait],
+                                           "instructions": "Be brief."})
+        await wire.call("session/create", {"session": bystander, "model": echo})
+        assert (await wire.result(wire.request("session/respond", {"session": victim, "prompt": "first"})))["text"] == "echo first"
+        await wire.call("session/setContextNote", {"session": victim, "note": "It is night."})
+        # A turn waiting for the client's tool answer is running when the shard dies under it.
+        running = wire.request("session/respond", {"session": victim, "prompt": "second",
+                                                   "toolChoice": {"tool": "wait_for_player"}})
+        await wire.wait_for(lambda m: m.get("method") == "tool/call")
+        queued = wire.request("session/respond", {"session": victim, "prompt": "third"})
+        before = (await fault_system.shard_hellos())[0]
+        os.kill(before.pid, signal.SIGKILL)
+        for request_id in (running, queued):
+            error = (await wire.response(request_id))["error"]
+            assert (error["code"], error["data"]["code"]) == (-32603, "internal_error")
+            assert "failed" in error["message"]
+        # The next use brings the session back from its checkpoint on the new process.
+        again = wire.request("session/respond", {"session": victim, "prompt": "fourth"})
+        assert (await wire.result(again))["text"] == "echo fourth"
+        transcript = (await wire.call("session/transcript", {"session": victim}))["transcript"]["transcript"]
+        assert transcript["instructions"] == "Be brief." and transcript["contextNote"] == "It is night."
+        assert [entry["text"] for entry in transcript["entries"]] == ["first", "echo first", "fourth", "echo fourth"]
+        # The other shard never noticed.
+        other = wire.request("session/respond", {"session": bystander, "prompt": "hi"})
+        assert (await wire.result(other))["text"] == "echo hi"
+        after = await fault_system.shard_hellos()
+        assert after[0].pid != before.pid and after[0].incarnation != before.incarnation
+        assert fault_system.shard_restarts() == [1, 0]
+        check_invariants(wire.log)
+    assert store.get(f"session:{victim}") is None  # deleted with the session when the bridge closed
+
+
+async def test_a_killed_shard_fails_asks_with_host_failed_and_keeps_the_actor(ray_instance: None) -> None:
+    async with RaySystem(shards=1) as one_shard:
+        ref = one_shard.spawn(Address("counter", "c"), Counter)
+        with anyio.fail_after(HANG_GUARD):
+            assert await ref.ask(3) == 3
+            pid = await ref.ask_control("pid")
+            stuck = ref.ask_nowait("slow")
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(HostFailed):
+                await stuck.wait()
+            assert await ref.ask(4) == 7  # restored from the checkpoint (3), not from zero
+            assert await ref.ask_control("pid") != pid
+
+
+# --- model actors --------------------------------------------------------------------------------
+
+
+def three_turns_an_hour() -> Any:
+    """A scripted echo behind a quota of three requests an hour, waiting half a second for room."""
+    from oam_actors.models import ScriptedModel, ScriptStep
+    from oam_actors.models.pool import ScheduledModel
+    from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler
+
+    limits = QuotaLimits(requests_per_window=3, window_seconds=3600)
+    return ScheduledModel(ScriptedModel(fallback=ScriptStep.template("echo {prompt}")), QuotaScheduler(limits),
+                          queue_seconds=(0.5, 0.5, 0.5))
+
+
+async def test_a_model_actor_enforces_one_quota_for_sessions_on_every_shard(system: RaySystem) -> None:
+    model = host_model("quota-test", three_turns_an_hour)
+    try:
+        async with open_wire(system) as wire:
+            wire.bridge.system_model = lambda: model
+            sessions = spread("session", 2)  # two sessions on each shard, one quota between them
+            for address in sessions:  # one attempt per step: a refused step is not retried
+                await wire.call("session/create", {"session": address.id, "options": {"maxAttempts": 1}})
+            replies = [await wire.response(wire.request("session/respond", {"session": a.id, "prompt": a.id}))
+                       for a in sessions]
+        assert [r["result"]["text"] for r in replies[:3]] == [f"echo {a.id}" for a in sessions[:3]]
+        assert replies[3]["error"]["data"]["code"] == "rate_limited"
+        statistics = await model.statistics()
+        assert (statistics["admitted"], statistics["expired"]) == (3, 1)
+    finally:
+        assert stop_model("quota-test")

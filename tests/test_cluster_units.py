@@ -1,0 +1,256 @@
+"""The cluster package's pure parts, without Ray running: the state store, what crosses the
+boundary (errors, actors, messages, frames), the outlet relay, placement and checkpoints."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from oam_actors.agent import ToolCall
+from oam_actors.cluster import SqliteStore, StateStore, shard_of
+from oam_actors.cluster.frames import FrameReader, encode_frame, raw_frame
+from oam_actors.cluster.outlet import CallTool, Notify, OutletRelay, Release, ShardOutlet, is_outlet, provisional_ids
+from oam_actors.cluster.wire import Failure, dumps_actor, dumps_value, loads_actor, loads_value
+from oam_actors.errors import AgentError, ErrorCode, ProtocolError
+from oam_actors.runtime import Actor, ActorStopped, Address, LocalSystem, MailboxFull
+
+
+# --- the state store -------------------------------------------------------------------------------
+
+
+def test_sqlite_store_puts_gets_replaces_and_deletes(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "state.sqlite"))
+    assert isinstance(store, StateStore)
+    store.put_many([("session:a", b"1"), ("npc:b", b"2")])
+    store.put_many([("session:a", b"3")])
+    assert (store.get("session:a"), store.get("npc:b"), store.get("world:c")) == (b"3", b"2", None)
+    store.delete("npc:b")
+    store.delete("never:there")
+    assert store.keys() == ["session:a"]
+    store.close()
+
+
+def test_a_sqlite_file_keeps_checkpoints_after_close(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.sqlite")
+    first = SqliteStore(path)
+    first.put("session:a", b"turn 1")
+    first.close()
+    second = SqliteStore(path)
+    assert second.get("session:a") == b"turn 1"
+    second.close()
+
+
+# --- placement -------------------------------------------------------------------------------------
+
+
+def test_placement_is_stable_and_uses_every_shard() -> None:
+    addresses = [Address("npc", f"n{i}") for i in range(64)]
+    placed = [shard_of(address, 4) for address in addresses]
+    assert placed == [shard_of(address, 4) for address in addresses]
+    assert set(placed) == {0, 1, 2, 3}
+    assert shard_of(Address("session", "guard"), 1) == 0
+
+
+# --- errors across the boundary --------------------------------------------------------------------
+
+
+def test_protocol_errors_cross_with_code_message_and_data() -> None:
+    error = AgentError(ErrorCode.RATE_LIMITED, "Slow down.", retry_after=3)
+    copy = pickle.loads(pickle.dumps(Failure.of(error))).to_exception()
+    assert type(copy) is AgentError
+    assert copy.to_wire() == error.to_wire()
+    missing = Failure.of(ProtocolError(ErrorCode.SESSION_NOT_FOUND, "No.", session="a")).to_exception()
+    assert (type(missing), missing.to_wire()) == (
+        ProtocolError,
+        {"code": -32020, "message": "No.", "data": {"code": "session_not_found", "session": "a"}},
+    )
+
+
+def test_runtime_and_builtin_errors_cross_pickled() -> None:
+    stopped = Failure.of(ActorStopped(Address("npc", "gorm"))).to_exception()
+    assert type(stopped) is ActorStopped and stopped.address == Address("npc", "gorm")
+    full = Failure.of(MailboxFull(Address("npc", "gorm"), 3)).to_exception()
+    assert str(full) == "npc:gorm: mailbox full (3 messages queued)"
+    assert repr(Failure.of(ValueError("bad")).to_exception()) == "ValueError('bad')"
+
+
+class _NeedsTwo(Exception):
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(a + b)
+
+
+def test_an_exception_that_does_not_load_crosses_as_text() -> None:
+    copy = Failure.of(_NeedsTwo(1, 2)).to_exception()
+    assert (type(copy), str(copy)) == (RuntimeError, "_NeedsTwo: 3")
+
+
+# --- actors and messages across the boundary -------------------------------------------------------
+
+
+class _Outlet:
+    """A driver-side outlet that records what reaches it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.counter = 0
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.calls.append(("notify", method, params))
+
+    def call_tool(self, params_head: dict[str, Any], request_id: Any, call: ToolCall, *, target: Address) -> str:
+        self.counter += 1
+        self.calls.append(("call", params_head, request_id, call.name, target))
+        return f"t-{self.counter}"
+
+    def release_tool(self, tool_request_id: str) -> None:
+        self.calls.append(("release", tool_request_id))
+
+
+class _Talker(Actor):
+    def __init__(self, outlet: Any, greeting: str) -> None:
+        self.outlet = outlet
+        self.greeting = greeting
+        self.shout = lambda text: text.upper()  # functions travel by value
+
+
+def test_an_actor_crosses_with_its_outlet_kept_by_reference() -> None:
+    outlet = _Outlet()
+    blob = dumps_actor(_Talker(outlet, "hi"), lambda obj: 7 if obj is outlet else None)
+    seen: list[int] = []
+    actor = loads_actor(blob, lambda endpoint: seen.append(endpoint) or "the stand-in")
+    assert isinstance(actor, _Talker)
+    assert (actor.outlet, actor.greeting, actor.shout("hi"), seen) == ("the stand-in", "hi", "HI", [7])
+
+
+def test_an_actor_whose_state_does_not_pickle_is_refused_by_name() -> None:
+    actor = _Talker(None, "hi")
+    actor.greeting = threading.Lock()  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="_Talker cannot move to a shard"):
+        dumps_actor(actor, lambda obj: None)
+
+
+def test_messages_cross_with_outlets_by_reference_and_refuse_functions() -> None:
+    outlet = _Outlet()
+    data = dumps_value({"prompt": "hi", "outlet": outlet}, lambda obj: 3 if obj is outlet else None)
+    assert loads_value(data, lambda endpoint: f"outlet {endpoint}") == {"prompt": "hi", "outlet": "outlet 3"}
+    with pytest.raises(TypeError, match="cannot cross to another process"):
+        dumps_value(lambda: None)
+
+
+def test_is_outlet_recognises_the_outlet_methods() -> None:
+    assert is_outlet(_Outlet()) and not is_outlet(object()) and not is_outlet("notify")
+
+
+# --- the outlet relay ------------------------------------------------------------------------------
+
+
+def test_tool_ids_are_the_connections_and_cancels_name_them() -> None:
+    outlet = _Outlet()
+    relay = OutletRelay(outlet)
+    emitted: list[Any] = []
+    shard_side = ShardOutlet(emitted.append, provisional_ids("inc1"))
+    call = ToolCall("call_1", "open_gate", {"gate": "north"})
+    target = Address("session", "a")
+    provisional = shard_side.call_tool({"session": "a"}, 5, call, target=target)
+    shard_side.notify("tool/cancel", {"session": "a", "requestId": 5, "id": provisional, "callId": "call_1"})
+    shard_side.release_tool(provisional)
+    shard_side.notify("session/event", {"session": "a", "requestId": 5, "event": {"type": "text"}})
+    assert provisional == "inc1.1"
+    assert [type(item) for item in emitted] == [CallTool, Notify, Release, Notify]
+    for item in emitted:
+        relay.deliver(item)
+    assert outlet.calls == [
+        ("call", {"session": "a"}, 5, "open_gate", target),
+        ("notify", "tool/cancel", {"session": "a", "requestId": 5, "id": "t-1", "callId": "call_1"}),
+        ("release", "t-1"),
+        ("notify", "session/event", {"session": "a", "requestId": 5, "event": {"type": "text"}}),
+    ]
+
+
+def test_a_cancel_after_the_release_still_names_the_connections_id() -> None:
+    outlet = _Outlet()
+    relay = OutletRelay(outlet)
+    relay.deliver(CallTool("inc1.1", {"npc": "gorm"}, "r1", ToolCall("call_1", "wave", {}), Address("npc", "gorm")))
+    relay.deliver(Release("inc1.1"))  # the timeout's toolCallCompleted comes first
+    relay.deliver(Notify("tool/cancel", {"npc": "gorm", "id": "inc1.1"}))
+    assert outlet.calls[1:] == [("release", "t-1"), ("notify", "tool/cancel", {"npc": "gorm", "id": "t-1"})]
+
+
+def test_a_relay_drops_calls_once_its_connection_is_gone() -> None:
+    outlet = _Outlet()
+    relay = OutletRelay(outlet)
+    del outlet
+    relay.deliver(Notify("session/event", {}))  # nothing to write to: no error
+
+
+# --- frames ----------------------------------------------------------------------------------------
+
+
+async def test_frames_carry_values_in_order_and_refuse_oversized_ones() -> None:
+    send, receive = anyio.create_memory_object_stream[bytes](100)
+    whole = raw_frame(b"token") + encode_frame([1, "two"]) + encode_frame({"three": 3}) + raw_frame(b"x" * 100)
+    for start in range(0, len(whole), 7):  # frames arrive split anywhere
+        send.send_nowait(whole[start:start + 7])
+    reader = FrameReader(receive)
+    assert await reader.raw(limit=5) == b"token"
+    assert await reader.next() == [1, "two"]
+    assert await reader.next() == {"three": 3}
+    with pytest.raises(ValueError, match="exceeds 10"):
+        await reader.raw(limit=10)
+    send.close()
+    receive.close()
+
+
+# --- checkpoints in the runtime --------------------------------------------------------------------
+
+
+class _Counter(Actor):
+    """Counts committed additions; ``peek`` messages do not commit."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def handle(self, message: Any) -> Any:
+        if message == "peek":
+            return self.total
+        self.commit()
+        self.total += message
+        return self.total
+
+    def snapshot(self) -> bytes:
+        return str(self.total).encode()
+
+    def restore(self, state: bytes) -> None:
+        self.total = int(state)
+
+
+async def test_local_system_checkpoints_committed_messages_before_their_replies() -> None:
+    saved: list[tuple[str, bytes]] = []
+    async with LocalSystem(checkpoint=lambda address, state: saved.append((str(address), state))) as system:
+        ref = system.spawn(Address("counter", "c"), _Counter)
+        reply = ref.ask_nowait(2)
+        reply.add_done_callback(lambda value, error: saved.append(("reply", str(value).encode())))
+        assert await reply.wait() == 2
+        assert await ref.ask("peek") == 2
+        assert await ref.ask(3) == 5
+    assert saved == [("counter:c", b"2"), ("reply", b"2"), ("counter:c", b"5")]
+
+
+async def test_without_a_checkpoint_sink_nothing_is_snapshotted() -> None:
+    class Loud(_Counter):
+        def snapshot(self) -> bytes:
+            raise AssertionError("snapshot called")
+
+    async with LocalSystem() as system:
+        assert await system.spawn(Address("counter", "c"), Loud).ask(1) == 1
+
+
+def test_a_restored_actor_continues_from_its_checkpoint() -> None:
+    actor = _Counter()
+    actor.restore(b"41")
+    assert actor.total == 41 and actor.snapshot() == b"41"

@@ -1,0 +1,123 @@
+"""Who the pool serves first, on a virtual clock: fair queuing across owners, priorities, queue
+deadlines, cancellation of queued steps, and steps moving off a phone that stops serving.
+
+Each pool here paces its phones at one admission per virtual second, so after one warm-up step
+every other step queues, and each ``clock.advance(1.0)`` lets exactly one more start."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import msgspec
+import pytest
+
+from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.models.pool import DeviceState
+from oam_actors.models.scheduler import QuotaLimits
+
+from test_pool_errors import CONFIG, Farm, ask, farm, generate, phone
+
+PACED = msgspec.structs.replace(CONFIG, limits=QuotaLimits(max_concurrency=1, min_interval_seconds=1.0))
+
+
+async def served_in_order(f: Farm, steps: Sequence[tuple[str, str, str]]) -> list[str]:
+    """Queue ``(label, owner, priority)`` steps in this order behind a warm-up step, then let one
+    start per virtual second; returns the labels in the order they finished."""
+    await generate(f.pool)  # the warm-up: the next admission may start at t = 1
+    send, receive = anyio.create_memory_object_stream[str](len(steps))
+
+    async def step(label: str, owner: str, priority: str) -> None:
+        await generate(f.pool, ask(owner=owner, priority=priority))
+        await send.send(label)
+
+    order = []
+    async with anyio.create_task_group() as group:
+        for label, owner, priority in steps:
+            group.start_soon(step, label, owner, priority)
+            await anyio.wait_all_tasks_blocked()  # queued before the next one arrives
+        assert f.pool.statistics().queued == len(steps)
+        for _ in steps:
+            f.clock.advance(1.0)
+            order.append(await receive.receive())
+    return order
+
+
+async def test_owners_take_turns_however_much_each_has_queued() -> None:
+    steps = [("a1", "npc:a", "background"), ("a2", "npc:a", "background"), ("a3", "npc:a", "background"),
+             ("a4", "npc:a", "background"), ("b1", "npc:b", "background"), ("b2", "npc:b", "background"),
+             ("c1", "npc:c", "background")]
+    async with farm(phone(), config=PACED) as f:
+        order = await served_in_order(f, steps)
+    assert order == ["a1", "b1", "c1", "a2", "b2", "a3", "a4"]
+
+
+async def test_dialogue_goes_before_decisions_before_background_work() -> None:
+    steps = [("bark1", "npc:a", "background"), ("bark2", "npc:b", "background"), ("bark3", "npc:a", "background"),
+             ("decide", "npc:c", "decision"), ("talk", "npc:d", "dialogue")]
+    async with farm(phone(), config=PACED) as f:
+        order = await served_in_order(f, steps)
+        waits = f.pool.statistics().queue_wait
+    assert order == ["talk", "decide", "bark1", "bark2", "bark3"]
+    assert waits["dialogue"].p99_ms < waits["background"].p99_ms  # virtual seconds, as milliseconds
+    assert (waits["dialogue"].count, waits["decision"].count, waits["background"].count) == (2, 1, 3)
+
+
+async def test_a_step_that_cannot_start_within_its_queue_time_fails_rate_limited() -> None:
+    config = msgspec.structs.replace(PACED, queue_seconds=(30.0, 30.0, 2.0),
+                                     limits=QuotaLimits(max_concurrency=1, min_interval_seconds=5.0))
+    async with farm(phone(), config=config) as f:
+        await generate(f.pool)
+        async with anyio.create_task_group() as group:
+            errors: list[AgentError] = []
+
+            async def bark() -> None:
+                with pytest.raises(AgentError) as caught:
+                    await generate(f.pool, ask(priority="background"))
+                errors.append(caught.value)
+
+            group.start_soon(bark)
+            await anyio.wait_all_tasks_blocked()
+            f.clock.advance(3.0)  # past its 2 s; the phone could take it only at t = 5
+        stats = f.pool.statistics()
+    [error] = errors
+    assert error.code is ErrorCode.RATE_LIMITED and "within 2 s" in error.message
+    assert error.retry_after is not None and error.retry_after >= 1.0
+    assert (stats.quota_events_surfaced, stats.queued, f.admitted()) == (1, 0, [1])
+
+
+async def test_cancelling_a_queued_step_removes_it_at_once_and_the_phone_never_sees_it() -> None:
+    async with farm(phone(), config=PACED) as f:
+        await generate(f.pool)
+        async with anyio.create_task_group() as group:
+            group.start_soon(generate, f.pool, ask(owner="npc:a"))
+            await anyio.wait_all_tasks_blocked()
+            assert f.pool.statistics().queued == 1
+            group.cancel_scope.cancel()
+        assert f.pool.statistics().queued == 0  # before any time passes
+        f.clock.advance(5.0)
+        assert await generate(f.pool, ask(owner="npc:b"))  # the slot it held is free
+    assert f.admitted() == [2]
+
+
+async def test_steps_queued_on_a_phone_that_stops_serving_move_to_another_and_it_recovers() -> None:
+    async with farm(phone(), phone(), config=PACED) as f:
+        await generate(f.pool, ask(owner="npc:w1"))  # warm-up on phone 1
+        await generate(f.pool, ask(owner="npc:w2"))  # warm-up on phone 2
+        async with anyio.create_task_group() as group:
+            for owner in ("npc:a", "npc:b"):
+                group.start_soon(generate, f.pool, ask(owner=owner))
+                await anyio.wait_all_tasks_blocked()
+            assert [d.queued for d in f.pool.statistics().devices] == [1, 1]
+            f.phones[0].set_foreground(False)
+            await f.pool.probe()  # phone 1 is in the background: its queue moves to phone 2
+            await anyio.wait_all_tasks_blocked()
+            assert [d.queued for d in f.pool.statistics().devices] == [0, 2]
+            f.clock.advance(1.0)
+            await anyio.wait_all_tasks_blocked()
+            f.clock.advance(1.0)
+        assert f.admitted() == [1, 3]
+        assert f.pool.statistics().devices[0].state is DeviceState.COOLING
+        f.phones[0].set_foreground(True)
+        await f.pool.probe()
+        assert f.pool.statistics().devices[0].state is DeviceState.READY
