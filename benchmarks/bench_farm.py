@@ -1,16 +1,16 @@
 """Device-pool benchmark: a farm of simulated phones over real HTTP on loopback, 1,000 NPCs.
 
-Run: ``PYTHONPATH=. python3 benchmarks/bench_farm.py [--phones 8] [--npcs 1000] [--windows 40]
-[--time-scale 0.05]`` (about two minutes; the phones' HTTP costs real CPU, so a faster time scale
-measures the machine rather than the pool). Not a test.
+Run: ``PYTHONPATH=. python3 benchmarks/bench_farm.py [--phones 8] [--npcs 1000]
+[--windows 40] [--time-scale 0.05]`` (about two minutes; the phones' HTTP costs real CPU, so a
+faster time scale measures the machine rather than the pool). Not a test.
 
 The phones behave like a Pixel on nano-v3 (36 generations per rolling 60 s window, then BUSY
 with a retry delay; 0.3 s to answer; one generation at a time), sped up by ``--time-scale`` (real
 seconds per phone second). One :class:`~oam_actors.models.pool.DevicePool` serves every NPC. The
 NPCs offer twice the farm's quota capacity, each the same demand at a steady pace with a random
 phase, cycling through its own shuffle of 10% dialogue, 25% decisions and 65% background work,
-with queue times of 20, 60 and 120 phone seconds. A step not admitted within its queue time fails ``rate_limited``; every other outcome
-is a served step.
+with queue times of 20, 60 and 120 phone seconds. A step not admitted within its queue time
+fails ``rate_limited``; every other outcome is a served step.
 
 Goals (exit status 1 if missed), as the issue states them:
 

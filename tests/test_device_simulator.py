@@ -180,8 +180,9 @@ def test_unknown_config_keys_are_errors() -> None:
 def test_the_cli_merges_the_file_and_the_flags(tmp_path: Path) -> None:
     path = tmp_path / "phone.json"
     path.write_text(json.dumps({"seed": 3, "quota_requests": 10, "model_name": "nano-v2"}))
-    args = build_parser().parse_args(["device", "--simulate", "--config", str(path), "--quota", "5",
-                                      "--block", "dragon", "--block", "troll:15", "--background", "10:20"])
+    argv = ["device", "--simulate", "--config", str(path), "--quota", "5",
+            "--block", "dragon", "--block", "troll:15", "--background", "10:20"]
+    args = build_parser(argv)[0].parse_args(argv)
     config = cli.config_from_args(args)
     assert (config.seed, config.quota_requests, config.model_name) == (3, 5, "nano-v2")
     assert config.blocked_words == {"dragon": 4, "troll": 15}
@@ -189,6 +190,7 @@ def test_the_cli_merges_the_file_and_the_flags(tmp_path: Path) -> None:
 
 
 def test_the_cli_rejects_a_bad_configuration() -> None:
-    args = build_parser().parse_args(["device", "--simulate", "--fault-hang", "2"])
+    argv = ["device", "--simulate", "--fault-hang", "2"]
+    args = build_parser(argv)[0].parse_args(argv)
     with pytest.raises(SystemExit, match="invalid phone configuration"):
         cli.config_from_args(args)

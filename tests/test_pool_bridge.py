@@ -79,7 +79,8 @@ def test_an_unreachable_device_is_reported_and_each_turn_fails_model_unavailable
         assert bridge.close() == 0
     assert (availability["available"], availability["reason"]) == (False, "unknown")
     assert availability["detail"] == "0 of 1 devices ready, 0 cooling down, 1 dead."
-    assert error["data"]["code"] == ErrorCode.MODEL_UNAVAILABLE.wire and "device1: status check failed" in error["message"]
+    assert error["data"]["code"] == ErrorCode.MODEL_UNAVAILABLE.wire
+    assert "device1: status check failed" in error["message"]
     assert status["statistics"]["devices"][0]["state"] == "dead"
     assert f"127.0.0.1:{port}" in bridge.stderr  # logged at start-up
 

@@ -54,11 +54,13 @@ class Farm:
 
 
 @asynccontextmanager
-async def farm(*configs: PhoneConfig, config: PoolConfig = CONFIG, extra_urls: Sequence[str] = ()) -> AsyncIterator[Farm]:
+async def farm(*configs: PhoneConfig, config: PoolConfig = CONFIG,
+               extra_urls: Sequence[str] = ()) -> AsyncIterator[Farm]:
     with anyio.fail_after(GUARD):
         async with AsyncExitStack() as stack:
             clocks = [ManualClock() for _ in configs]
-            phones = [await stack.enter_async_context(SimulatedPhone(c, clock=k)) for c, k in zip(configs, clocks, strict=True)]
+            phones = [await stack.enter_async_context(SimulatedPhone(c, clock=k))
+                      for c, k in zip(configs, clocks, strict=True)]
             clock = PoolClock()
             pool = await stack.enter_async_context(
                 DevicePool([p.url for p in phones] + list(extra_urls), config=config, clock=clock))

@@ -106,7 +106,8 @@ def test_an_owner_stays_on_its_home_device_unless_it_is_much_busier_or_not_ready
 
 
 def available(context: int = 4000, output: int | None = 256) -> Availability:
-    return Availability(available=True, contextSize=context, variant="nano-v3", status="available", maxOutputTokens=output)
+    return Availability(available=True, contextSize=context, variant="nano-v3", status="available",
+                        maxOutputTokens=output)
 
 
 def test_pool_availability_is_available_if_any_live_device_is_with_the_smallest_limits() -> None:

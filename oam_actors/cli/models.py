@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -167,7 +168,7 @@ class ModelSetup:
     model_types: dict[str, CustomModelFactory]
     backends: ProxyBackends
     pool: PoolHost | None = None
-    extension_factories: list[Any] = field(default_factory=list)
+    extension_factories: list[Callable[[], Extension]] = field(default_factory=list)
 
     @property
     def resources(self) -> PoolHost | AsyncExitStack:
@@ -191,7 +192,7 @@ def models_from_args(args: argparse.Namespace) -> ModelSetup:
         config = _proxy_config(args)
         backends.allow_host(config.host)
         model = _scheduled(backends.model(config))
-        system = lambda: model
+        system = lambda: model  # noqa: E731 (one shared instance, so one quota scheduler)
     extensions = [lambda: ModelStatusExtension(system)] if pool is not None and system is not None else []
     return ModelSetup(system, dict(backends.model_types()), backends, pool, extensions)
 
@@ -201,17 +202,16 @@ def _pool_host(args: argparse.Namespace) -> PoolHost | None:
     if args.device and args.model:
         raise SystemExit("oam-actors: give either --device URL (a pool of phones) or --model, not both")
     if farm is not None:
-        return PoolHost(urls=[], farm_phones=int(farm.group(1)) or _no_phones(), time_scale=args.farm_time_scale)
+        phones = int(farm.group(1))
+        if phones < 1:
+            raise SystemExit(f"oam-actors: --model {args.model}: a farm needs at least one phone")
+        return PoolHost(urls=[], farm_phones=phones, time_scale=args.farm_time_scale)
     if (args.model or "").startswith("farm"):
         raise SystemExit(f"oam-actors: --model {args.model!r}: write farm:N with N phones, e.g. farm:4")
     if not args.device:
         return None
     token = os.environ.get(args.device_token_env) if args.device_token_env else None
     return PoolHost(urls=list(args.device), token=token)
-
-
-def _no_phones() -> int:
-    raise SystemExit("oam-actors: --model farm:0: a farm needs at least one phone")
 
 
 def _scheduled(model: Any) -> Any:

@@ -85,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
     )
     runtime = system_from_args(args)
     serve = functools.partial(serve_stdio, models=setup)
-    anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game_limits_from_args(args), runtime)
+    game = game_limits_from_args(args)
+    anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game, runtime)
     return 0

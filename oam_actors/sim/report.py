@@ -112,7 +112,8 @@ def render_html(report: dict[str, Any]) -> str:
         ))
         sections.append(_section("Devices", _rows(
             ["device", "state", "ok", "busy", "errors", "utilisation"],
-            [[d["name"], d["state"], d["ok"], d["busy"], d["errors"], f"{100 * d['utilisation']:.1f}%"] for d in devices],
+            [[d["name"], d["state"], d["ok"], d["busy"], d["errors"], f"{100 * d['utilisation']:.1f}%"]
+             for d in devices],
         )))
     waits = report.get("queueWait") or {}
     if waits:

@@ -325,10 +325,12 @@ class DevicePool:
             seconds = self._config.background_cooldown_seconds if background else limits.backoff_seconds
         seconds = max(seconds, limits.min_interval_seconds)  # a zero delay must not spin
         stats = device.scheduler.statistics()
-        # BUSY means the phone's window is full: what ours holds besides this step is its limit.
-        # Other quotas say nothing about the rate; keep the limit as it is.
+        # BUSY means the phone's window is full: what ours holds besides this step is its limit,
+        # unless the phone frees a slot within a pace or two (its window merely lags ours a
+        # little). Other quotas say nothing about the rate; the limit stays as it is.
         rate = error.mlkit_code == MlKitCode.BUSY or (error.mlkit_code is None and error.http_status == 429)
-        observed = max(1, stats.requests_in_window - 1) if rate else stats.requests_limit
+        lag = seconds <= 2 * limits.min_interval_seconds
+        observed = max(1, stats.requests_in_window - 1) if rate and not lag else stats.requests_limit
         device.scheduler.throttled(retry_after=seconds, observed_limit=observed)
         self._cool(device, seconds, cause, background=background)
 
