@@ -5,6 +5,7 @@ errors for a misconfigured pool on the command line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from typing import Any
@@ -102,3 +103,24 @@ def test_a_misconfigured_pool_refuses_to_start_with_a_clear_message() -> None:
         completed = run_stdio(*args)
         assert completed.returncode != 0 and message in completed.stderr, (args, completed.stderr)
         assert completed.stdout == ""
+
+
+def test_simulate_on_the_farm_reports_devices_queue_waits_and_quota_events(tmp_path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "oam_actors", "simulate", "--phones", "2", "--sessions", "4", "--npcs", "3",
+         "--duration", "4", "--think", "0.2", "--report-dir", str(tmp_path), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    backend = report["backend"]
+    assert report["config"]["backend"] == "farm" and report["fairness"]["owners"] == 7
+    assert report["turns"]["byOutcome"].get("ok", 0) > 0
+    assert [d["name"] for d in backend["devices"]] == ["phone1", "phone2"]
+    assert all(0 < d["utilisation"] <= 1 for d in backend["devices"])
+    assert backend["stepsOk"] == sum(d["ok"] for d in backend["devices"])
+    assert report["quota"]["absorbedByScheduler"] == backend["quotaEventsAbsorbed"]
+    assert set(report["queueWait"]) == {"dialogue", "decision", "background"}
+    assert report["queueWait"]["dialogue"]["count"] > 0
+    html = (tmp_path / "report.html").read_text()
+    assert "Device utilisation" in html and "Queue wait for a device" in html

@@ -12,6 +12,8 @@ Only the tools offered in the step can match; a declared tool always wins over a
 
 from __future__ import annotations
 
+import functools
+
 import re
 from collections.abc import Sequence
 from typing import Any, Final
@@ -92,8 +94,10 @@ class _Match(msgspec.Struct, frozen=True):
     tool: str | None
 
 
+@functools.lru_cache(maxsize=4096)
 def _normal_key(text: str) -> str:
-    """``tool_name`` → ``toolname``: lower-case letters and digits only."""
+    """``tool_name`` → ``toolname``: lower-case letters and digits only (memoised: the same
+    few keys come back in every envelope)."""
     return "".join(char for char in text.lower() if char.isalnum())
 
 

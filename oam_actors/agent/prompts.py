@@ -174,7 +174,7 @@ def _catalog(tools: Sequence[ToolDefinition]) -> list[str]:
 def _example_arguments(tool: ToolDefinition) -> str:
     """A concrete, valid arguments object to show in the example envelope: small models copy
     the example's shape, so a placeholder such as ``{…}`` would be copied literally."""
-    return compact_json(example_value(tool.schema.generation_schema))
+    return tool.schema.derived("example", lambda schema: compact_json(example_value(schema)))
 
 
 def example_value(schema: Any, depth: int = 0) -> Any:

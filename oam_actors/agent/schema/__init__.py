@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -107,12 +108,20 @@ class Schema:
         return (coerced, found) if found else (self.order(coerced), found)
 
     def render_compact(self) -> str:
-        """The one-line form for tool catalogs (§5.7)."""
-        return render_compact(self.generation_schema)
+        """The one-line form for tool catalogs (§5.7). Computed once: every decide step shows it."""
+        return self.derived("compact", render_compact)
 
     def render_lines(self) -> str:
-        """The key-per-line form for argument and structured steps (§5.7)."""
-        return render_lines(self.generation_schema)
+        """The key-per-line form for argument and structured steps (§5.7). Computed once."""
+        return self.derived("lines", render_lines)
+
+    def derived(self, name: str, compute: Callable[[Any], Any]) -> Any:
+        """``compute(generation_schema)``, memoised under ``name``: the schema is immutable, so
+        texts derived from it (renderings, prompt examples) are computed once per schema."""
+        cache = self.__dict__.setdefault("_derived", {})
+        if name not in cache:
+            cache[name] = compute(self.generation_schema)
+        return cache[name]
 
     @property
     def is_empty_object(self) -> bool:
