@@ -129,7 +129,7 @@ class Echo(Actor):
 async def per_message(make_system: Callable[[], ActorSystem], asks: int) -> tuple[float, float]:
     """(p50 round trip in ms, pipelined asks per second) for one echo actor."""
     async with make_system() as system:
-        ref = system.spawn(Address("echo", "e"), Echo)
+        ref = system.spawn(Address("echo", "e"), Echo, max_queue=asks)
         samples = []
         for n in range(asks // 10 + 20):
             started = time.perf_counter()

@@ -1,0 +1,104 @@
+"""Run every benchmark of the project, one after another, and write ``benchmarks/RESULTS.md``.
+
+Each benchmark is its own script (runnable alone); this entry point runs them in one session on
+one machine so that the figures and the ratios they print are measured side by side. Benchmarks
+that need something absent (a live model) are skipped and say so.
+
+Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...] [--output benchmarks/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# name, script, arguments (full run), arguments (--quick), what it measures
+BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
+    ("agent", "bench_agent.py", [], ["--turns", "1000"],
+     "one scripted turn with one tool round; parse / validate / render per step"),
+    ("jsonrpc", "bench_jsonrpc.py", [], [], "ping decode + encode in the JSON-RPC codec"),
+    ("runtime", "bench_runtime.py", [], ["--asks", "20000"], "asks per second through LocalSystem actors"),
+    ("stdio", "bench_stdio.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
+     "the real `oam-actors stdio` subprocess: pipelined pings, tool-round turns at 1/100/1000 sessions"),
+    ("tcp", "bench_tcp.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
+     "the same over TCP, next to stdio"),
+    ("crowd", "bench_crowd.py", [], ["--npcs", "1000"], "10,000 NPCs on one world, one grounded turn each"),
+    ("cluster", "bench_cluster.py", [], ["--turns", "1000", "--latency-turns", "100", "--asks", "1000", "--naive", "4"],
+     "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline"),
+    ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
+    ("farm", "bench_farm.py", [], ["--windows", "10"], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
+    ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
+    ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
+]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def run_one(script: str, arguments: list[str], timeout: float) -> tuple[str, float, int]:
+    started = time.perf_counter()
+    try:
+        completed = subprocess.run(
+            [sys.executable, str(HERE / script), *arguments],
+            cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        output = completed.stdout.strip() or completed.stderr.strip()[-2000:]
+        code = completed.returncode
+    except subprocess.TimeoutExpired as exc:
+        output = f"(timed out after {timeout:.0f} s)\n{(exc.stdout or b'')[-2000:]!r}"
+        code = -1
+    return output, time.perf_counter() - started, code
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (minutes instead of longer)")
+    parser.add_argument("--only", nargs="*", help="run only these benchmarks")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    args = parser.parse_args()
+    sections = []
+    for name, script, full, quick, what in BENCHMARKS:
+        if args.only and name not in args.only:
+            continue
+        if not (HERE / script).exists():
+            sections.append(f"## {name}\n\n{what}\n\n(not present in this checkout)\n")
+            continue
+        print(f"running {name} …", file=sys.stderr, flush=True)
+        output, seconds, code = run_one(script, quick if args.quick else full, args.timeout)
+        status = "" if code == 0 else f" — exit status {code}"
+        sections.append(
+            f"## {name}\n\n{what}. Command: `python3 benchmarks/{script} {' '.join(quick if args.quick else full)}`"
+            f" ({seconds:.0f} s{status})\n\n```text\n{output}\n```\n"
+        )
+    header = (
+        "# Benchmark results\n\n"
+        f"Measured {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}, "
+        f"all in one run of `python3 benchmarks/run_all.py{' --quick' if args.quick else ''}`. "
+        "Shared machines are noisy: compare figures within this file, not across runs.\n"
+    )
+    Path(args.output).write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
