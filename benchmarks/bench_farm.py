@@ -1,8 +1,8 @@
 """Device-pool benchmark: a farm of simulated phones over real HTTP on loopback, 1,000 NPCs.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_farm.py [--phones 8] [--npcs 1000]
-[--windows 40] [--time-scale 0.05]`` (about two minutes; the phones' HTTP costs real CPU, so a
-faster time scale measures the machine rather than the pool). Not a test.
+[--windows 30] [--time-scale 0.1]`` (three minutes; the phones' HTTP costs real CPU, so a faster
+time scale measures the machine rather than the pool). Not a test.
 
 The phones behave like a Pixel on nano-v3 (36 generations per rolling 60 s window, then BUSY
 with a retry delay; 0.3 s to answer; one generation at a time), sped up by ``--time-scale`` (real
@@ -146,9 +146,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
-    parser.add_argument("--windows", type=int, default=40,
+    parser.add_argument("--windows", type=int, default=30,
                         help="quota windows to run (each 60 phone seconds); fairness needs ~20 steps per NPC")
-    parser.add_argument("--time-scale", type=float, default=0.05, help="real seconds per phone second")
+    parser.add_argument("--time-scale", type=float, default=0.1, help="real seconds per phone second")
     parser.add_argument("--admissions", type=int, default=200_000, help="for the overhead run")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()

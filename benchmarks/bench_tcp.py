@@ -22,9 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import msgspec
-
 import bench_stdio
+import msgspec
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode

@@ -9,7 +9,6 @@ message into ``log``; waits have a hang guard (never a timing assertion).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 HANG_GUARD = 20.0  # seconds; only to fail a hung test instead of blocking the suite
@@ -96,10 +95,10 @@ class ServeProcess:
             self.proc.kill()
             raise
 
-    def __enter__(self) -> ServeProcess:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -108,7 +107,8 @@ class ServeProcess:
 def run_serve(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
     """``oam-actors serve ARGS`` expected to exit by itself (start-up refusals)."""
     return subprocess.run(
-        [sys.executable, "-m", "oam_actors", "serve", *args], capture_output=True, text=True, timeout=HANG_GUARD
+        [sys.executable, "-m", "oam_actors", "serve", *args],
+        capture_output=True, text=True, timeout=HANG_GUARD, check=False,
     )
 
 
@@ -219,10 +219,10 @@ class Peer:
         self._taken_tool_calls.add(self.log[index]["id"])
         return self.log[index]
 
-    def __enter__(self) -> Peer:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from scenarios import Scenario, load_all, replay  # noqa: E402
-from serve_process import Peer, ServeProcess  # noqa: E402
+from scenarios import Scenario, load_all, replay
+from serve_process import Peer, ServeProcess
 
 SCENARIOS = load_all()
 STDIO_ONLY = {

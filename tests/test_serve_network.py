@@ -9,7 +9,16 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from serve_process import OPEN_GATE, TOOL_ROUND, Peer, ServeProcess, TcpPeer, WsPeer, metric, scripted  # noqa: E402
+from serve_process import (
+    OPEN_GATE,
+    TOOL_ROUND,
+    Peer,
+    ServeProcess,
+    TcpPeer,
+    WsPeer,
+    metric,
+    scripted,
+)
 
 MAX_LINE = 4096
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from serve_process import OPEN_GATE, TOOL_ROUND, ServeProcess, metric, scripted  # noqa: E402
+from serve_process import OPEN_GATE, TOOL_ROUND, ServeProcess, metric, scripted
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,15 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from websockets.exceptions import InvalidStatus  # noqa: E402
-
-from serve_process import OPEN_GATE, TOOL_ROUND, ServeProcess, TcpPeer, run_serve, scripted  # noqa: E402
+from serve_process import (
+    OPEN_GATE,
+    TOOL_ROUND,
+    ServeProcess,
+    TcpPeer,
+    run_serve,
+    scripted,
+)
+from websockets.exceptions import InvalidStatus
 
 ALICE, BOB = "alice-secret", "bob-secret"
 
@@ -153,7 +159,7 @@ def test_connections_beyond_the_limit_are_refused() -> None:
                 }
                 extra.wait_closed()
                 extra.close()
-            assert server.get("/health")[2] == '{"status": "ok", "connections": 2, "sessions": 0}\n'
+            assert server.get("/health")[2] == '{"status":"ok","connections":2,"sessions":0}'
         assert server.stop() == 0
 
 

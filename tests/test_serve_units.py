@@ -10,7 +10,14 @@ import pytest
 
 from oam_actors.cli.serve import Endpoint, exposure_error, parse_endpoint
 from oam_actors.observability.metrics import MetricsRegistry, ServerMetrics
-from oam_actors.transports.auth import ANONYMOUS, Tenant, TokenTable, bearer_token, check_auth_line, is_loopback
+from oam_actors.transports.auth import (
+    ANONYMOUS,
+    Tenant,
+    TokenTable,
+    bearer_token,
+    check_auth_line,
+    is_loopback,
+)
 from oam_actors.transports.stdio import LineTooLong
 
 # --- metrics --------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ import argparse
 import importlib.util
 import signal
 import sys
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from anyio.abc import SocketAttribute
@@ -30,6 +32,7 @@ from ..transports.hub import Hub, ServePolicy
 from ..transports.stdio import MAX_LINE_BYTES
 from ..transports.tcp import serve_tcp
 from .models import ModelSetup, add_model_arguments, models_from_args
+from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 from .stdio import add_game_arguments, game_limits_from_args
 
 __all__ = ["Endpoint", "add_arguments", "exposure_error", "parse_endpoint", "run", "serve_network"]
@@ -87,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"longest accepted message (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
     add_game_arguments(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
     )
     try:
-        anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws)
+        anyio.run(
+            serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, system_from_args(args)
+        )
     except (OSError, ExceptionGroup) as exc:
         bind_error = _os_error(exc)
         if bind_error is None:
@@ -138,10 +144,11 @@ async def serve_network(
     game: GameLimits,
     tcp: Endpoint | None,
     ws: Endpoint | None,
+    runtime: SystemFactory = LocalSystem,
 ) -> None:
     """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
     HTTP client closes after every connection has ended."""
-    async with models.backends, models.resources, LocalSystem() as system, AsyncExitStack() as stack:
+    async with models.backends, models.resources, runtime() as system, AsyncExitStack() as stack:
         hub = Hub(
             system,
             policy,
@@ -155,15 +162,13 @@ async def serve_network(
         if tcp is not None:
             listener = await anyio.create_tcp_listener(local_host=tcp.host or None, local_port=tcp.port)
             stack.push_async_callback(listener.aclose)
-            host, port = listener.extra(SocketAttribute.local_address)[:2]
-            addresses.append(f"tcp://{_bracket(host)}:{port}")
+            addresses.append(_url("tcp", listener.extra(SocketAttribute.local_address)))
         if ws is not None:
             # Imported here: the websockets package is needed only by this transport.
             from ..transports.websocket import WS_PATH, websocket_server
 
             server = await stack.enter_async_context(websocket_server(hub, ws.host or None, ws.port))
-            host, port = server.sockets[0].getsockname()[:2]
-            addresses.append(f"ws://{_bracket(host)}:{port}{WS_PATH}")
+            addresses.append(_url("ws", server.sockets[0].getsockname(), WS_PATH))
         print(*addresses, sep="\n", flush=True)
         async with anyio.create_task_group() as tasks:
             if listener is not None:
@@ -183,6 +188,12 @@ async def _wait_for_stop_signal() -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             return
+
+
+def _url(scheme: str, address: Sequence[Any], path: str = "") -> str:
+    """``scheme://host:port/path`` of a bound socket's address (IPv4 or IPv6)."""
+    host, port = address[0], address[1]
+    return f"{scheme}://{_bracket(host)}:{port}{path}"
 
 
 def _bracket(host: str) -> str:

@@ -21,6 +21,7 @@ from ..runtime import LocalSystem
 from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
 from ..sim.backends import Backend, make_backend
 from ..sim.client import BridgeClient
+from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = ["add_arguments", "run"]
 
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--report-dir", default=defaults.report_dir)
     parser.add_argument("--no-progress", action="store_true", help="no live display")
+    add_runtime_arguments(parser)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -57,10 +59,10 @@ def _config(args: argparse.Namespace) -> SimConfig:
     )
 
 
-async def _main(config: SimConfig, progress: bool) -> dict:
+async def _main(config: SimConfig, progress: bool, runtime: SystemFactory = LocalSystem) -> dict:
     display = None
     try:
-        async with make_backend(config) as backend, LocalSystem() as system:
+        async with make_backend(config) as backend, runtime() as system:
             display = _Progress(config, backend) if progress else None
 
             def make_client() -> BridgeClient:
@@ -114,7 +116,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     config = _config(args)
     started = time.monotonic()
-    report = anyio.run(_main, config, not args.no_progress and sys.stderr.isatty())
+    report = anyio.run(_main, config, not args.no_progress and sys.stderr.isatty(), system_from_args(args))
     json_path, html_path = write_report(report, config.report_dir)
     turns = report["turns"]
     latency = report["latency"]["ok"]

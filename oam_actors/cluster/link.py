@@ -30,7 +30,22 @@ import ray.exceptions
 
 from ..runtime import Address, HostFailed
 from .frames import CONNECTION_LOST, FrameReader, encode_frame, raw_frame
-from .wire import Ask, Control, Done, Hello, Op, Out, Saved, Spawn, Stop, Tell, Unhosted, loads_value
+from .wire import (
+    Ask,
+    Control,
+    Done,
+    Hello,
+    Op,
+    Out,
+    Resolve,
+    Saved,
+    SharedRef,
+    Spawn,
+    Stop,
+    Tell,
+    Unhosted,
+    loads_value,
+)
 
 __all__ = ["Hosted", "LinkState", "ShardLink", "Waiter"]
 
@@ -56,19 +71,23 @@ class Waiter(Protocol):
 
 
 class Hosted(Protocol):
-    """What the link needs to know of a spawned actor."""
+    """What the link needs to know of a spawned actor (``owners``: actors whose state it holds
+    by reference, ``shares`` those references)."""
 
     address: Address
     blob: bytes
     max_queue: int
     placed: str | None
+    owners: list[Hosted]
+    shares: list[SharedRef]
 
 
 class ShardLink:
     """One shard as the driver sees it. ``load_state``/``save_states`` are the store's
     ``get``/``put_many``; ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
     hears of an actor the shard could not host; ``replacement(index)`` makes a new shard actor
-    when Ray says this one is gone for good (its node died)."""
+    when Ray says this one is gone for good (its node died); ``resolve_reply`` turns a shared
+    object's reference in a reply into the driver's copy."""
 
     def __init__(
         self,
@@ -80,6 +99,7 @@ class ShardLink:
         deliver_out: Callable[[Out], None],
         unhosted: Callable[[Address, Exception], None],
         replacement: Callable[[int], Any],
+        resolve_reply: Resolve,
     ) -> None:
         self.index = index
         self.handle = handle
@@ -92,6 +112,7 @@ class ShardLink:
         self._deliver_out = deliver_out
         self._unhosted = unhosted
         self._replacement = replacement
+        self._resolve_reply = resolve_reply
         self._outbound: list[tuple[Hosted | None, Op | None]] = []
         self._waiters: dict[int, Waiter] = {}
         self._wakeup: anyio.Event | None = None
@@ -159,13 +180,20 @@ class ShardLink:
         incarnation = self.incarnation
         for hosted, op in batch:
             if hosted is not None and hosted.placed != incarnation and _needs_actor(op):
-                ops.append(Spawn(hosted.address, hosted.blob, hosted.max_queue, self._load_state(hosted.address)))
+                for owner in hosted.owners:  # what it shares must be there first
+                    if owner.placed != incarnation:
+                        ops.append(self._spawn(owner))
+                        owner.placed = incarnation
+                ops.append(self._spawn(hosted))
                 hosted.placed = incarnation
             if op is not None:
                 ops.append(op)
                 if (waiter := self._waiters.get(_waited(op))) is not None:
                     waiter.sent_to = incarnation
         return ops
+
+    def _spawn(self, hosted: Hosted) -> Spawn:
+        return Spawn(hosted.address, hosted.blob, hosted.max_queue, self._load_state(hosted.address), hosted.shares)
 
     # --- what comes back -----------------------------------------------------------------------
 
@@ -194,7 +222,7 @@ class ShardLink:
         if done.failure is not None:
             waiter.settle(None, done.failure.to_exception())
         else:
-            waiter.settle(None if done.value is None else loads_value(done.value), None)
+            waiter.settle(None if done.value is None else loads_value(done.value, self._resolve_reply), None)
 
     # --- faults --------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
 
 - ``spawn`` runs ``factory()`` here and ships the actor pickled (cloudpickle); ``TypeError``
   if its state does not pickle. An :class:`~oam_actors.objects.Outlet` it holds (a connection's
-  bridge) stays here: the shard gets a stand-in that relays, in order (:mod:`.outlet`).
+  bridge) stays here: the shard gets a stand-in that relays, in order (:mod:`.outlet`). State it
+  shares with another actor (a world's document, :mod:`.shared`) places it on that actor's shard.
   Messages and replies are pickled too (``ask_nowait`` raises ``TypeError`` for one that is not).
 - ``cancel_all`` and ``Reply.cancel`` decide *which* messages are cancelled in the shard, in
   order with everything sent before; the count (the bool) they return is this side's view: a
@@ -63,7 +64,21 @@ from .link import ShardLink
 from .outlet import OutletRelay, is_outlet
 from .shard import ShardHost
 from .store import SqliteStore, StateStore
-from .wire import Ask, CancelAll, CancelOne, Control, Hello, Out, Stop, Tell, dumps_actor, dumps_value
+from .shared import SharedCopies
+from .wire import (
+    Ask,
+    CancelAll,
+    CancelOne,
+    Control,
+    Hello,
+    Out,
+    SharedRef,
+    Stop,
+    Tell,
+    dumps_actor,
+    dumps_value,
+    loads_value,
+)
 
 __all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "shard_of"]
 
@@ -106,14 +121,18 @@ class _State(enum.Enum):
 class _Entry:
     """One spawned actor as this side knows it."""
 
-    __slots__ = ("address", "blob", "cancelled", "failed", "link", "max_queue", "outstanding", "placed",
-                 "processed", "stopping")
+    __slots__ = ("address", "blob", "cancelled", "failed", "link", "max_queue", "outstanding", "owners", "placed",
+                 "processed", "shares", "stopping")
 
-    def __init__(self, address: Address, blob: bytes, max_queue: int, link: ShardLink) -> None:
+    def __init__(
+        self, address: Address, blob: bytes, max_queue: int, link: ShardLink, shares: list[tuple[_Entry, SharedRef]]
+    ) -> None:
         self.address = address
         self.blob = blob
         self.max_queue = max_queue
         self.link = link
+        self.owners = [owner for owner, _ in shares]  # hosted before it, on its shard
+        self.shares = [ref for _, ref in shares]
         self.placed: str | None = None  # the shard incarnation hosting it, once sent there
         self.outstanding: dict[int, _RayReply] = {}
         self.stopping = False
@@ -335,6 +354,7 @@ class RaySystem(ActorSystem):
         self._entries: dict[Address, _Entry] = {}
         self._links: list[ShardLink] = []
         self._endpoints = _Endpoints()
+        self._copies = SharedCopies()
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._started_ray = False
@@ -356,6 +376,7 @@ class RaySystem(ActorSystem):
                 deliver_out=self._endpoints.deliver,
                 unhosted=self._unhosted,
                 replacement=self._replacement,
+                resolve_reply=self._resolve_reply,
             )
             for index in range(self.shards)
         ]
@@ -434,8 +455,14 @@ class RaySystem(ActorSystem):
         actor = factory()
         if not isinstance(actor, Actor):
             raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
-        blob = dumps_actor(actor, self._endpoints.id_of)
-        entry = self._entries[address] = _Entry(address, blob, max_queue, self._links[shard_of(address, self.shards)])
+        shares: list[tuple[_Entry, SharedRef]] = []
+        blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares))
+        link = self._links[shard_of(address, self.shards)]
+        if shares:  # it holds another actor's state by reference: it lives where that actor does
+            link = shares[0][0].link
+            if any(owner.link is not link for owner, _ in shares):
+                raise TypeError(f"{address} shares state with actors on different shards")
+        entry = self._entries[address] = _Entry(address, blob, max_queue, link, shares)
         entry.link.send(entry, None)  # host it now (on_start runs), not at its first message
         return _RayRef(self, entry)
 
@@ -500,6 +527,21 @@ class RaySystem(ActorSystem):
             if self._entries.get(entry.address) is entry:
                 del self._entries[entry.address]
                 self.store.delete(str(entry.address))
+
+    def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]]) -> Any:
+        endpoint = self._endpoints.id_of(obj)
+        if endpoint is not None:
+            return endpoint
+        ref = self._copies.reference(obj)
+        owner = None if ref is None else self._entries.get(ref.owner)
+        if ref is None or owner is None or owner.stopping:
+            return None  # not shared, or its owner is gone: it travels as the copy it is
+        shares.append((owner, ref))
+        return ref
+
+    def _resolve_reply(self, reference: Any) -> Any:
+        _, ref, payload = reference  # ("shared", SharedRef, a detached copy) from a shard
+        return self._copies.remember(loads_value(payload), ref)
 
     def _unhosted(self, address: Address, error: Exception) -> None:
         # As when on_start fails locally: the address is free again; its messages were refused.

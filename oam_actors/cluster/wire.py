@@ -7,9 +7,10 @@ reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
 Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
 contract asks). Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
-the caller's factory and ships it; objects the driver must keep (a connection's outlet) are
-replaced by *endpoint ids* and resolved shard-side to a proxy. Exceptions travel as
-:class:`Failure`, because the protocol's errors do not pickle.
+the caller's factory and ships it. Some objects travel *by reference* (``persistent_id``): a
+connection's outlet (an endpoint number; the shard gets a relaying stand-in), and state one actor
+shares with others in its process (a :class:`SharedRef`; the shard gets the live object).
+Exceptions travel as :class:`Failure`, because the protocol's errors do not pickle.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ __all__ = [
     "Hello",
     "Op",
     "Out",
+    "Reference",
+    "Resolve",
     "Saved",
+    "SharedRef",
     "Spawn",
     "Stop",
     "Tell",
@@ -49,13 +53,23 @@ __all__ = [
 # --- ops: driver → shard -------------------------------------------------------------------------
 
 
+class SharedRef(msgspec.Struct, frozen=True, array_like=True):
+    """The object the actor at ``owner`` hands out for control ``message`` (pickled), shared by
+    reference with actors on its shard (a world's document with its NPCs)."""
+
+    owner: Address
+    message: bytes
+
+
 class Spawn(msgspec.Struct, frozen=True, array_like=True):
-    """Host the pickled ``actor`` at ``address``; ``state`` (a checkpoint) is restored first."""
+    """Host the pickled ``actor`` at ``address``; ``state`` (a checkpoint) is restored first;
+    ``shares`` are the objects of other actors it holds by reference."""
 
     address: Address
     actor: bytes
     max_queue: int
     state: bytes | None = None
+    shares: list[SharedRef] = []
 
 
 class Ask(msgspec.Struct, frozen=True, array_like=True):
@@ -171,48 +185,56 @@ class Hello(msgspec.Struct, frozen=True, array_like=True):
 # --- values --------------------------------------------------------------------------------------
 
 
-def dumps_value(value: Any, endpoint_of: Callable[[Any], int | None] | None = None) -> bytes:
-    """A message or result; ``endpoint_of`` as for :func:`dumps_actor` (messages may name the
+Reference = Callable[[Any], Any]
+"""``persistent_id`` of our picklers: for an object to keep by reference, the reference (an
+endpoint number, a :class:`SharedRef`…); ``None`` to pickle it by value."""
+
+Resolve = Callable[[Any], Any]
+"""``persistent_load``: the object standing for a reference on this side."""
+
+
+def dumps_value(value: Any, reference: Reference | None = None) -> bytes:
+    """A message or result; ``reference`` as for :func:`dumps_actor` (messages may name the
     connection to answer, an outlet). Raises ``TypeError`` naming what does not pickle."""
     buffer = io.BytesIO()
     try:
-        if endpoint_of is None:
+        if reference is None:
             pickle.dump(value, buffer, protocol=pickle.HIGHEST_PROTOCOL)
         else:
-            _ValuePickler(buffer, endpoint_of).dump(value)
+            _ValuePickler(buffer, reference).dump(value)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise TypeError(f"{type(value).__name__} cannot cross to another process: {exc}") from exc
     return buffer.getvalue()
 
 
-def loads_value(data: bytes, resolve: Callable[[int], Any] | None = None) -> Any:
+def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
     if resolve is None:
         return pickle.loads(data)
     return _Unpickler(io.BytesIO(data), resolve).load()
 
 
 class _ValuePickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, endpoint_of: Callable[[Any], int | None]) -> None:
+    def __init__(self, file: io.BytesIO, reference: Reference) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._endpoint_of = endpoint_of
+        self._reference = reference
 
-    def persistent_id(self, obj: Any) -> int | None:
-        return self._endpoint_of(obj)
+    def persistent_id(self, obj: Any) -> Any:
+        return self._reference(obj)
 
 
 class _ActorPickler(cloudpickle.Pickler):
-    """cloudpickle (actors may hold functions), with driver-side endpoints kept by reference."""
+    """cloudpickle (actors may hold functions), with some objects kept by reference."""
 
-    def __init__(self, file: io.BytesIO, endpoint_of: Callable[[Any], int | None]) -> None:
+    def __init__(self, file: io.BytesIO, reference: Reference) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._endpoint_of = endpoint_of
+        self._reference = reference
 
-    def persistent_id(self, obj: Any) -> int | None:
-        return self._endpoint_of(obj)
+    def persistent_id(self, obj: Any) -> Any:
+        return self._reference(obj)
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, resolve: Callable[[int], Any]) -> None:
+    def __init__(self, file: io.BytesIO, resolve: Resolve) -> None:
         super().__init__(file)
         self._resolve = resolve
 
@@ -220,14 +242,14 @@ class _Unpickler(pickle.Unpickler):
         return self._resolve(pid)
 
 
-def dumps_actor(actor: Actor, endpoint_of: Callable[[Any], int | None]) -> bytes:
-    """Pickle ``actor``; ``endpoint_of(obj)`` returns an id for objects to keep by reference.
+def dumps_actor(actor: Actor, reference: Reference) -> bytes:
+    """Pickle ``actor``; ``reference(obj)`` names the objects to keep by reference.
 
     Raises ``TypeError`` naming the actor when some part of its state does not pickle.
     """
     buffer = io.BytesIO()
     try:
-        _ActorPickler(buffer, endpoint_of).dump(actor)
+        _ActorPickler(buffer, reference).dump(actor)
     except Exception as exc:
         raise TypeError(
             f"{type(actor).__name__} cannot move to a shard: {exc}. On RaySystem an actor's state must "
@@ -236,8 +258,8 @@ def dumps_actor(actor: Actor, endpoint_of: Callable[[Any], int | None]) -> bytes
     return buffer.getvalue()
 
 
-def loads_actor(data: bytes, resolve: Callable[[int], Any]) -> Actor:
-    """The actor ``dumps_actor`` pickled; ``resolve(id)`` gives the stand-in for each endpoint."""
+def loads_actor(data: bytes, resolve: Resolve) -> Actor:
+    """The actor ``dumps_actor`` pickled; ``resolve(reference)`` gives what stands for each one."""
     actor = _Unpickler(io.BytesIO(data), resolve).load()
     if not isinstance(actor, Actor):
         raise TypeError(f"expected an Actor, got {type(actor).__name__}")

@@ -18,6 +18,8 @@ Contract
   ``tool/call`` / ``tool/cancel`` with the head ``{"npc": id}``, all before the talk's reply.
 - :class:`UpdateNPC` carries RFC 7386 merge patches, applied to the current JSON form when the
   update runs, all or nothing (errors are ``-32602 invalid_params``).
+- Checkpoints (``snapshot``/``restore``, for runtimes with a state store): what ``npc/state``
+  saves (persona, memory, complete turns) plus the current options and client tools.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "DescribeNPC",
     "GetPersona",
     "NPCActor",
+    "NPCCheckpoint",
     "ResetNPC",
     "RunCompaction",
     "SaveNPC",
@@ -100,6 +103,14 @@ class GetPersona(msgspec.Struct, frozen=True):
     pass
 
 
+class NPCCheckpoint(msgspec.Struct, frozen=True):
+    """An NPC actor's checkpoint, as wire values."""
+
+    state: dict[str, Any]
+    options: dict[str, Any]
+    tools: list[Any]
+
+
 class NPCActor(Actor):
     """See the module docstring. ``tools_wire`` are the client tool definitions as sent (saved
     by ``npc/state``); ``default_tool_timeout`` replaces a ``toolTimeoutSeconds`` an update
@@ -142,6 +153,20 @@ class NPCActor(Actor):
                 self.npc.reset(clear_memory=clear_memory)
                 return {"npc": self.npc_id}
         raise TypeError(f"NPCActor cannot handle {type(message).__name__}")
+
+    def snapshot(self) -> bytes:
+        npc = self.npc
+        return msgspec.json.encode(NPCCheckpoint(npc.save_state().to_wire(), npc.options.to_wire(), self.tools_wire))
+
+    def restore(self, state: bytes) -> None:
+        saved = msgspec.json.decode(state, type=NPCCheckpoint)
+        tools, _ = parse_tool_definitions(saved.tools, path="checkpoint.tools")
+        npc = self.npc
+        self.npc = NPC.restore(
+            NPCSaveState.from_wire(saved.state, "checkpoint.state"), npc.model, tools=tools, world=npc.world,
+            options=NPCOptions.from_wire(saved.options, "checkpoint.options").value, owner=npc.owner,
+        )
+        self.tools_wire = list(saved.tools)
 
     async def handle_control(self, message: Any) -> Any:
         match message:

@@ -13,6 +13,8 @@ Contract
   caused it — a world method or an NPC's ``update_world_state`` call during a turn.
 - :class:`WorldShare` (control lane) hands out the document itself to NPCs hosted in the same
   process, which read and write it directly through their world tools.
+- Checkpoints (``snapshot``/``restore``, for runtimes with a state store): the document and its
+  version, after every change through the world methods. Subscriptions are not part of them.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ class WorldActor(Actor):
         return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
 
     async def handle(self, message: Any) -> Any:
+        if isinstance(message, _CHANGES):
+            self.commit()  # one synchronous step: checkpointed once it is done
         try:
             return self._apply(message)
         except WorldStateError as error:
@@ -153,11 +157,20 @@ class WorldActor(Actor):
                 return ended
         raise TypeError(f"WorldActor cannot handle {type(message).__name__}")
 
+    def snapshot(self) -> bytes:
+        return msgspec.json.encode(self.state.to_json())
+
+    def restore(self, state: bytes) -> None:
+        self.state = WorldState.from_json(msgspec.json.decode(state))
+
     async def on_stop(self) -> None:
         # NPCs may keep the document after the world is gone; its subscribers must not hear more.
         for observation in self._subscriptions.values():
             observation.cancel()
         self._subscriptions.clear()
+
+
+_CHANGES = (WorldSet, WorldMerge, WorldRemove)
 
 
 def _notifier(outlet: Outlet, world: str, subscription: str) -> Callable[[Change], None]:

@@ -155,7 +155,7 @@ class Histogram(_Instrument):
 class _Series:
     """One label set of a histogram: hits per bucket (not cumulative), sum and count."""
 
-    __slots__ = ("hits", "total", "count")
+    __slots__ = ("count", "hits", "total")
 
     def __init__(self, size: int) -> None:
         self.hits = [0] * size

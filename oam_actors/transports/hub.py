@@ -28,7 +28,13 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from ..agent import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
+from ..agent import (
+    Availability,
+    GenerationRequest,
+    LanguageModel,
+    ModelCapabilities,
+    Usage,
+)
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
 from ..errors import AgentError, ErrorCode
 from ..objects.session import NAMESPACE_SEPARATOR

@@ -57,7 +57,7 @@ async def serve_tcp_connection(stream: anyio.abc.ByteStream, hub: Hub) -> None:
             hub.release(TRANSPORT)
     except _GONE:
         pass  # the client went away while we wrote to it
-    except Exception:  # one connection's failure must not end the server's other connections
+    except Exception:  # noqa: BLE001 -- one connection's failure must not end the server's others
         _log.exception("TCP connection failed")
     finally:
         with anyio.CancelScope(shield=True):
@@ -70,9 +70,9 @@ async def _serve_admitted(connection: _Connection, hub: Hub) -> None:
         tenant = None
         with anyio.move_on_after(hub.policy.auth_timeout):
             tenant = await _authenticate(connection, hub)
-        if tenant is None:
-            hub.refused(TRANSPORT, "auth")
-            return
+    if tenant is None:
+        hub.refused(TRANSPORT, "auth")
+        return
     bridge = hub.open_bridge(connection.write, tenant)
     lines = connection.lines(hub.policy.idle_timeout, lambda: bridge.in_flight > 0)
     await bridge.serve(lines, drain_on_eof=False)

@@ -21,8 +21,6 @@ belong to the server object, which :func:`websocket_server` closes on exit.
 from __future__ import annotations
 
 import http
-import json
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -42,8 +40,6 @@ from .hub import Activity, Hub, receive_or_idle
 
 __all__ = ["WS_PATH", "BinaryFrame", "websocket_server"]
 
-_log = logging.getLogger(__name__)
-
 TRANSPORT = "ws"
 WS_PATH = "/ws"
 _TRY_AGAIN_LATER = 1013
@@ -61,9 +57,9 @@ class BinaryFrame(msgspec.Struct, frozen=True):
 
 
 @asynccontextmanager
-async def websocket_server(hub: Hub, host: str, port: int) -> AsyncIterator[Server]:
-    """Listen on ``host``:``port`` while inside the block; on exit close every connection (1001)
-    and wait for their bridges to finish."""
+async def websocket_server(hub: Hub, host: str | None, port: int) -> AsyncIterator[Server]:
+    """Listen on ``host``:``port`` (``None``: every interface) while inside the block; on exit
+    close every connection (1001) and wait for their bridges to finish."""
     server = await serve(
         partial(_serve_connection, hub=hub),
         host,
@@ -103,7 +99,7 @@ def _tenant(request: Request, hub: Hub) -> Tenant | None:
 
 
 def _json(connection: ServerConnection, value: object) -> Response:
-    return _typed(connection.respond(http.HTTPStatus.OK, json.dumps(value) + "\n"), "application/json")
+    return _typed(connection.respond(http.HTTPStatus.OK, msgspec.json.encode(value).decode()), "application/json")
 
 
 def _typed(response: Response, content_type: str) -> Response:

@@ -1,4 +1,6 @@
-"""``DevicePool``: one :class:`~oam_actors.agent.LanguageModel` over N Nano phones."""
+"""``DevicePool``: one :class:`~oam_actors.agent.LanguageModel` over N Nano phones (the contract
+is in the package docstring). Pure decisions live beside it: fault classes and device health in
+:mod:`._health`, the choice of a device in :mod:`._select`, status records in :mod:`._status`."""
 
 from __future__ import annotations
 
@@ -228,12 +230,11 @@ class DevicePool:
             ))
         index = choose(candidates, self._turn, self._homes.get(step.owner))
         self._turn += 1
-        if index is not None:
-            self._remember_home(step.owner, index)
         if index is None:
             self._steps_failed += 1
             reasons = "; ".join(f"{d.name}: {d.health.view(now).reason}" for d in self._devices)
             raise AgentError(ErrorCode.MODEL_UNAVAILABLE, f"No device of the pool can serve ({reasons}).")
+        self._remember_home(step.owner, index)
         return self._devices[index]
 
     def _remember_home(self, owner: str, index: int) -> None:

@@ -1,0 +1,229 @@
+"""A crowd: N NPCs (default 10,000) on one world, each taking one grounded scripted turn, all at once.
+
+Each NPC has the world tool ``read_world_state`` as its ``groundingTool`` and the script
+[toolCalls(read_world_state), reply]: one tool round, two model steps per turn. Phases:
+
+1. create the world, then the N NPCs (pipelined ``npc/create``): creations per second, and the
+   memory an idle NPC costs (RSS growth / N; with ``--tracemalloc`` also Python allocations / N);
+2. one ``npc/talk`` per NPC, all sent at once: turns per second until the last answer, and the
+   p50 / p99 latency of a turn (request written → response read).
+
+In process (default) the client drives a :class:`~oam_actors.bridge.Bridge` through memory, as
+the simulator does; ``--stdio`` runs the same lines through the real ``oam-actors stdio``
+subprocess (pinned to one core with taskset when available; memory is that process's RSS).
+Goals: the whole crowd in under 20 s on one core; under 50 KB per idle NPC.
+
+Run: python3 benchmarks/bench_crowd.py [--npcs 10000] [--stdio] [--tracemalloc]. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from oam_actors.bridge import Bridge
+from oam_actors.game_methods import GameExtension
+from oam_actors.runtime import LocalSystem
+from oam_actors.sim.client import BridgeClient
+
+WORLD = {"market": {"price": 45, "stock": 3}, "weather": "rain"}
+_encode = msgspec.json.encode
+_decode = msgspec.json.Decoder().decode
+
+
+def create_params(n: int) -> dict[str, Any]:
+    steps = [
+        {"toolCalls": [{"name": "read_world_state", "arguments": {"path": "market.price"}}]},
+        {"json": {"emotion": "neutral", "line": f"Forty-five gold, friend {n}.", "player_options": [], "ends_conversation": False}},
+    ]
+    return {
+        "npc": f"n{n}",
+        "persona": {"name": f"Villager {n}", "role": "a trader"},
+        "world": "village",
+        "options": {"groundingTool": "read_world_state", "playerOptionCount": 0},
+        "model": {"type": "scripted", "steps": steps},
+    }
+
+
+def talk_params(n: int) -> dict[str, Any]:
+    return {"npc": f"n{n}", "line": "What does a sword cost?"}
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident memory now (Linux /proc), else the peak."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+class Report(msgspec.Struct):
+    npcs: int
+    create_seconds: float
+    rss_per_npc: float
+    traced_per_npc: float | None
+    turn_seconds: float
+    latencies: list[float]
+
+    def print(self, label: str) -> None:
+        n = self.npcs
+        print(f"{label}: {n:,} NPCs on one world, one grounded turn each")
+        print(f"  create:  {n / self.create_seconds:>10,.0f} NPCs/s   ({self.create_seconds:.2f} s)")
+        print(f"  memory:  {self.rss_per_npc / 1024:>10,.1f} KB RSS per idle NPC")
+        if self.traced_per_npc is not None:
+            print(f"           {self.traced_per_npc / 1024:>10,.1f} KB Python allocations per idle NPC (tracemalloc)")
+        print(f"  turns:   {n / self.turn_seconds:>10,.0f} turns/s  ({self.turn_seconds:.2f} s)")
+        print(f"  latency: p50 {percentile(self.latencies, 0.5) * 1000:,.0f} ms, p99 {percentile(self.latencies, 0.99) * 1000:,.0f} ms")
+        print(f"  whole crowd (create + turns): {self.create_seconds + self.turn_seconds:.2f} s")
+
+
+# --- in process -------------------------------------------------------------------------------------
+
+
+async def in_process(npcs: int, trace: bool) -> Report:
+    async with LocalSystem() as system:
+
+        def make(write: Callable[[bytes], Awaitable[None]]) -> Bridge:
+            extension = GameExtension(max_npcs=npcs)
+            return Bridge(system, write, extensions=[extension])
+
+        async with BridgeClient(make) as client:
+            await client.request("world/create", {"world": "village", "state": WORLD})
+            gc.collect()
+            rss_before = rss_bytes()
+            if trace:
+                tracemalloc.start()
+            traced_before = tracemalloc.get_traced_memory()[0] if trace else 0
+            started = time.perf_counter()
+            await _all(npcs, lambda n: client.request("npc/create", create_params(n)))
+            create_seconds = time.perf_counter() - started
+            gc.collect()
+            traced = (tracemalloc.get_traced_memory()[0] - traced_before) / npcs if trace else None
+            if trace:
+                tracemalloc.stop()
+            rss_per_npc = (rss_bytes() - rss_before) / npcs
+            latencies: list[float] = []
+
+            async def talk(n: int) -> None:
+                sent = time.perf_counter()
+                result = await client.request("npc/talk", talk_params(n))
+                latencies.append(time.perf_counter() - sent)
+                assert result["toolCalls"][0]["output"] == 45, result
+
+            started = time.perf_counter()
+            await _all(npcs, talk)
+            turn_seconds = time.perf_counter() - started
+            await client.request("shutdown")
+    return Report(npcs, create_seconds, rss_per_npc, traced, turn_seconds, latencies)
+
+
+async def _all(count: int, run: Callable[[int], Awaitable[Any]]) -> None:
+    async with anyio.create_task_group() as group:
+        for n in range(count):
+            group.start_soon(run, n)
+
+
+# --- over stdio ---------------------------------------------------------------------------------------
+
+
+class StdioBridge:
+    """The subprocess, a reader thread recording when each response arrived."""
+
+    def __init__(self, npcs: int) -> None:
+        command = [sys.executable, "-m", "oam_actors", "stdio", "--max-npcs", str(npcs)]
+        if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+            command = ["taskset", "-c", "0", *command]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.arrived: dict[Any, float] = {}
+        self.results: dict[Any, Any] = {}
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = _decode(line)
+            if "id" in message and "method" not in message:
+                with self._cond:
+                    self.arrived[message["id"]] = time.perf_counter()
+                    self.results[message["id"]] = message.get("result", message.get("error"))
+                    self._cond.notify_all()
+
+    def send(self, requests: list[tuple[Any, str, dict[str, Any]]]) -> dict[Any, float]:
+        """Write every request in one go; returns when each was written (all: now)."""
+        assert self.proc.stdin is not None
+        payload = b"".join(
+            _encode({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + b"\n" for i, method, params in requests
+        )
+        sent = time.perf_counter()
+        self.proc.stdin.write(payload)
+        self.proc.stdin.flush()
+        return {i: sent for i, _, _ in requests}
+
+    def wait(self, ids: list[Any]) -> None:
+        with self._cond:
+            while not all(i in self.arrived for i in ids):
+                if not self._cond.wait(timeout=600):
+                    raise TimeoutError("the bridge stopped answering")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def over_stdio(npcs: int) -> Report:
+    bridge = StdioBridge(npcs)
+    try:
+        bridge.send([("world", "world/create", {"world": "village", "state": WORLD})])
+        bridge.wait(["world"])
+        rss_before = rss_bytes(bridge.proc.pid)
+        creates = [(f"c{n}", "npc/create", create_params(n)) for n in range(npcs)]
+        started = time.perf_counter()
+        bridge.send(creates)
+        bridge.wait([i for i, _, _ in creates])
+        create_seconds = time.perf_counter() - started
+        rss_per_npc = (rss_bytes(bridge.proc.pid) - rss_before) / npcs
+        talks = [(f"t{n}", "npc/talk", talk_params(n)) for n in range(npcs)]
+        sent = bridge.send(talks)
+        bridge.wait([i for i, _, _ in talks])
+        turn_seconds = max(bridge.arrived[i] for i in sent) - min(sent.values())
+        latencies = [bridge.arrived[i] - at for i, at in sent.items()]
+        assert bridge.results["t0"]["toolCalls"][0]["output"] == 45, bridge.results["t0"]
+    finally:
+        bridge.close()
+    return Report(npcs, create_seconds, rss_per_npc, None, turn_seconds, latencies)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--npcs", type=int, default=10_000)
+    parser.add_argument("--stdio", action="store_true", help="also run through the `oam-actors stdio` subprocess")
+    parser.add_argument("--tracemalloc", action="store_true", help="count Python allocations per NPC (slower create)")
+    args = parser.parse_args()
+    anyio.run(in_process, args.npcs, args.tracemalloc).print("in process")
+    if args.stdio:
+        over_stdio(args.npcs).print("over stdio")
+
+
+if __name__ == "__main__":
+    main()
