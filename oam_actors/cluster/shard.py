@@ -22,17 +22,20 @@ import asyncio
 import hmac
 import logging
 import os
+import pickle
 import secrets
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from ..runtime import ActorRef, ActorStopped, Address, LocalSystem, MailboxFull
+from ..runtime import Actor, ActorRef, ActorStopped, Address, LocalSystem, MailboxFull
 from .frames import CONNECTION_LOST, FrameReader, encode_frame
 from .outlet import ShardOutlet, provisional_ids
+from .shared import detached_copy
 from .wire import (
     Ask,
     CancelAll,
@@ -43,7 +46,9 @@ from .wire import (
     Hello,
     Op,
     Out,
+    Reference,
     Saved,
+    SharedRef,
     Spawn,
     Stop,
     Tell,
@@ -76,6 +81,12 @@ class ShardHost:
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
         self._outlets: dict[int, ShardOutlet] = {}
         self._tool_ids = provisional_ids(self.incarnation)
+        # State shared by reference (.shared): live objects handed out, who holds whose, the
+        # actors (to checkpoint an owner when a holder commits), and ops waiting for a holder.
+        self._shares: dict[SharedRef, Any] = {}
+        self._owners_of: dict[Address, list[Address]] = {}
+        self._actors: weakref.WeakValueDictionary[Address, Actor] = weakref.WeakValueDictionary()
+        self._arriving: dict[Address, list[Op]] = {}
 
     async def ping(self) -> Hello:
         """Who this shard is now; starts it on the first call."""
@@ -134,6 +145,10 @@ class ShardHost:
 
     def _saved(self, address: Address, state: bytes) -> None:
         self._emit(Saved(address, state))
+        for owner in self._owners_of.get(address, ()):
+            # It may have changed the owner's state through the shared object: keep that too.
+            if (actor := self._actors.get(owner)) is not None and (owner_state := actor.snapshot()) is not None:
+                self._emit(Saved(owner, owner_state))
 
     def _outlet(self, endpoint: int) -> ShardOutlet:
         outlet = self._outlets.get(endpoint)
@@ -145,6 +160,9 @@ class ShardHost:
 
     def _apply(self, op: Op) -> None:
         assert self._tasks is not None
+        if self._arriving and (waiting := self._waiting_list(op)) is not None:
+            waiting.append(op)  # its actor is still being hosted: keep its order
+            return
         match op:
             case Ask(seq=seq, address=address, message=message):
                 self._ask(seq, address, message)
@@ -167,17 +185,58 @@ class ShardHost:
         assert self._system is not None
         return self._system.lookup(address)
 
+    def _waiting_list(self, op: Op) -> list[Op] | None:
+        address = getattr(op, "address", None)
+        if address is not None:
+            return self._arriving.get(address)
+        assert isinstance(op, CancelOne)
+        return next((ops for ops in self._arriving.values() if any(getattr(o, "seq", None) == op.seq for o in ops)), None)
+
     def _spawn(self, op: Spawn) -> None:
+        if not op.shares:
+            self._host(op, {})
+            return
+        assert self._tasks is not None
+        self._arriving[op.address] = []
+        self._tasks.start_soon(self._spawn_sharing, op)
+
+    async def _spawn_sharing(self, op: Spawn) -> None:
+        try:
+            live = {share: await self._shared(share) for share in op.shares}
+        except Exception as exc:  # noqa: BLE001 - its owner is gone: reported as not hosted
+            self._unhosted(op.address, exc)
+        else:
+            self._host(op, live)
+        for waiting in self._arriving.pop(op.address):
+            self._apply(waiting)
+
+    async def _shared(self, share: SharedRef) -> Any:
+        """The live object behind ``share``; after a restart, asked of its owner again."""
+        if share not in self._shares:
+            owner = self._lookup(share.owner)
+            if owner is None:
+                raise ActorStopped(share.owner)
+            self._shares[share] = await owner.ask_control(loads_value(share.message, self._outlet))
+        return self._shares[share]
+
+    def _host(self, op: Spawn, live: dict[SharedRef, Any]) -> None:
         assert self._system is not None
         try:
-            actor = loads_actor(op.actor, self._outlet)
+            actor = loads_actor(op.actor, lambda ref: live[ref] if isinstance(ref, SharedRef) else self._outlet(ref))
             if op.state is not None:
                 actor.restore(op.state)
             # The driver enforces the bound; one more here so the two views never disagree.
             self._system.spawn(op.address, lambda: actor, max_queue=op.max_queue + 1)
         except Exception as exc:  # noqa: BLE001 - reported; its messages will answer ActorStopped
-            _log.error("shard %d: cannot host %s", self.index, op.address, exc_info=exc)
-            self._emit(Unhosted(op.address, Failure.of(exc)))
+            self._unhosted(op.address, exc)
+            return
+        self._actors[op.address] = actor
+        if op.shares:
+            self._owners_of[op.address] = [share.owner for share in op.shares]
+
+    def _unhosted(self, address: Address, exc: Exception) -> None:
+        _log.error("shard %d: cannot host %s", self.index, address, exc_info=exc)
+        self._emit(Unhosted(address, Failure.of(exc)))
 
     def _ask(self, seq: int, address: Address, message: bytes) -> None:
         ref = self._lookup(address)
@@ -213,10 +272,25 @@ class ShardHost:
         except Exception as exc:  # noqa: BLE001 - the caller's error, sent back
             self._emit(Done(seq, failure=Failure.of(exc)))
         else:
-            self._emit(_done(seq, value, None))
+            self._emit(_done(seq, value, None, self._sharing(SharedRef(address, message))))
+
+    def _sharing(self, ref: SharedRef) -> Reference:
+        """How a control reply sends a shared object: a detached copy tagged with ``ref``."""
+
+        def reference(obj: Any) -> Any:
+            copy = detached_copy(obj)
+            if copy is None:
+                return None
+            self._shares[ref] = obj
+            return ("shared", ref, pickle.dumps(copy, protocol=pickle.HIGHEST_PROTOCOL))
+
+        return reference
 
     async def _stop(self, seq: int, address: Address) -> None:
         assert self._system is not None
+        self._owners_of.pop(address, None)
+        for share in [share for share in self._shares if share.owner == address]:
+            del self._shares[share]  # its holders keep the object; new ones will not find it
         try:
             stopped = await self._system.stop(address)
         except Exception as exc:  # noqa: BLE001 - on_stop's error, raised by the driver's stop
@@ -225,10 +299,10 @@ class ShardHost:
             self._emit(_done(seq, stopped, None))
 
 
-def _done(seq: int, value: Any, error: BaseException | None) -> Done:
+def _done(seq: int, value: Any, error: BaseException | None, reference: Reference | None = None) -> Done:
     if error is not None:
         return Done(seq, failure=Failure.of(error))
     try:
-        return Done(seq, dumps_value(value))
+        return Done(seq, dumps_value(value, reference))
     except TypeError as exc:
         return Done(seq, failure=Failure.of(exc))
