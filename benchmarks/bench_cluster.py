@@ -1,23 +1,26 @@
 """LocalSystem against RaySystem (1 and 2 shards), and against one Ray actor per object.
 
-1. Crowd: S sessions (scripted, one client tool round per turn, answered at once by the client)
-   driven through an in-process bridge with every session busy; turns per second per runtime.
-   Goal: RaySystem with 2 shards at least 1.6x RaySystem with 1 shard.
-2. Turn latency: one session, one turn at a time; p50 / p99 per runtime and what the Ray
-   boundary adds at p50 (Ray p50 - Local p50). Goal: under 2 ms.
+1. Crowd: N NPCs on 8 shared worlds, each talking T times (a world read as grounding, then a
+   reply), all busy at once, through an in-process bridge; turns per second per runtime, with the
+   CPU seconds per turn of the driver and of the shards. RaySystem 1 and 2 shards alternate for
+   ``--rounds`` rounds; the medians are reported. Goal: 2 shards at least 1.6x 1 shard.
+2. Turn latency: one session, one turn at a time, plain and with one client tool round; p50 / p99
+   per runtime and what the Ray boundary adds at p50 (Ray p50 - Local p50). Goal: under 2 ms.
 3. Per message across the boundary: an echo actor asked one message at a time (round trip) and
    pipelined (asks per second), LocalSystem against RaySystem.
 4. Naive baseline: one Ray actor per object (what placement in shards avoids): time and memory to
-   create N of them, and the crowd's turns per second with each turn a Ray call.
+   create N of them, and their turns per second with each turn a Ray call.
 
-Run: ``python3 benchmarks/bench_cluster.py [--sessions 200] [--turns 4000] [--naive 8]``.
-Starts a private local Ray instance (2 CPUs). Not a test: it prints a table and a JSON line.
+Run: ``python3 benchmarks/bench_cluster.py [--npcs 96] [--turns 1920] [--rounds 3] [--naive 8]``.
+Starts a private local Ray instance (2 CPUs). Not a test: it prints a table and a JSON line. On a
+shared machine the crowd figures move with other load: the load average is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +33,7 @@ import ray
 
 from oam_actors.bridge import Bridge, BridgeConfig
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem
+from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import Actor, ActorSystem, Address, LocalSystem
 
 _encode = msgspec.json.encode
@@ -86,35 +90,73 @@ class Client:
 async def with_bridge(make_system: Callable[[], ActorSystem], body: Callable[[Client], Any]) -> Any:
     async with make_system() as system:
         client = Client()
-        client.bridge = Bridge(system, client.write, config=BridgeConfig(max_sessions=100_000))
+        game = GameExtension(max_npcs=100_000, max_worlds=1000)
+        client.bridge = Bridge(system, client.write, config=BridgeConfig(max_sessions=100_000), extensions=[game])
         async with client.bridge:
             return await body(client)
 
 
-def crowd(sessions: int, turns: int) -> Callable[[Client], Any]:
-    per_session = max(1, turns // sessions)
+async def crowd_round(make_system: Callable[[], ActorSystem], npcs: int, turns: int) -> dict[str, float]:
+    """Turns per second, and CPU ms per turn of this process and of the shard processes."""
+
+    async def measured(client: Client) -> dict[str, float]:
+        system = client.bridge.system  # type: ignore[union-attr]
+        shards = [shard.pid for shard in await system.shard_info()] if isinstance(system, RaySystem) else []
+        before = [_cpu_seconds(pid) for pid in shards]
+        driver = time.process_time()
+        rate = await crowd(npcs, turns)(client)
+        shard_cpu = sum(_cpu_seconds(pid) - start for pid, start in zip(shards, before, strict=True))
+        per_turn = 1000 / turns
+        return {"turns_per_s": rate, "driver_ms": (time.process_time() - driver) * per_turn, "shards_ms": shard_cpu * per_turn}
+
+    return await with_bridge(make_system, measured)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+REPLY = {"json": {"emotion": "neutral", "line": "Aye, the gate is open and the market is busy today.",
+                  "player_options": ["Thanks.", "Where is the inn?"], "ends_conversation": False}}
+GROUNDING = {"toolCalls": [{"name": "read_world_state", "arguments": {"path": "town"}}]}
+PERSONA = {"name": "Guard", "role": "gate guard", "personality": "gruff but fair",
+           "backstory": "Has guarded the north gate for twenty years and knows every merchant by name.",
+           "goals": ["keep the peace"], "speechStyle": "short sentences"}
+TOWN = {"town": {"gate": "open", "market": "busy", "weather": "rain", "mayor": "Odo"}}
+WORLDS = 8
+
+
+def crowd(npcs: int, turns: int) -> Callable[[Client], Any]:
+    per_npc = max(1, turns // npcs)
 
     async def body(client: Client) -> float:
+        await client.run([("world/create", {"world": f"w{k}", "state": TOWN}) for k in range(WORLDS)])
         await client.run([
-            ("session/create", {"session": f"s{i}", "tools": [TOOL],
-                                "model": {"type": "scripted", "steps": SCRIPT_TURN * per_session}})
-            for i in range(sessions)
+            ("npc/create", {"npc": f"n{i}", "world": f"w{i % WORLDS}", "persona": PERSONA,
+                            "options": {"groundingTool": "read_world_state"},
+                            "model": {"type": "scripted", "steps": [GROUNDING, REPLY] * per_npc}})
+            for i in range(npcs)
         ])
-        requests = [("session/respond", {"session": f"s{i}", "prompt": "Open the gate."})
-                    for _ in range(per_session) for i in range(sessions)]
+        requests = [("npc/talk", {"npc": f"n{i}", "line": "Is the gate open?"}) for _ in range(per_npc) for i in range(npcs)]
         return len(requests) / await client.run(requests)
 
     return body
 
 
-def latency(turns: int) -> Callable[[Client], Any]:
+def latency(turns: int, *, tools: bool) -> Callable[[Client], Any]:
+    """Seconds per turn of one session, one turn at a time (after 20 warm-up turns); with
+    ``tools`` each turn also has a client tool round (a second crossing each way)."""
+    steps = SCRIPT_TURN if tools else [{"text": "The gate is open."}]
+
     async def body(client: Client) -> list[float]:
-        model = {"type": "scripted", "steps": SCRIPT_TURN * (turns + 20)}
+        model = {"type": "scripted", "steps": steps * (turns + 20)}
         await client.run([("session/create", {"session": "solo", "tools": [TOOL], "model": model})])
         samples: list[float] = []
         for n in range(turns + 20):
             await client.run([("session/respond", {"session": "solo", "prompt": "Open the gate."})])
-            if n >= 20:  # warm-up
+            if n >= 20:
                 samples.extend(client.latencies)
         return samples
 
@@ -213,17 +255,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "ray-1": lambda: RaySystem(shards=1),
         "ray-2": lambda: RaySystem(shards=2),
     }
-    report: dict[str, Any] = {"crowd_turns_per_s": {}, "turn_ms": {}, "message": {}}
-    for name, make in runtimes.items():
-        report["crowd_turns_per_s"][name] = round(await with_bridge(make, crowd(args.sessions, args.turns)))
-        samples = await with_bridge(make, latency(args.latency_turns))
-        report["turn_ms"][name] = {"p50": round(percentile(samples, 0.5), 3), "p99": round(percentile(samples, 0.99), 3)}
-        if name != "ray-2":
-            p50, rate = await per_message(make, args.asks)
-            report["message"][name] = {"round_trip_p50_ms": round(p50, 3), "pipelined_per_s": round(rate)}
-    turns = report["crowd_turns_per_s"]
-    report["scaling_2_vs_1"] = round(turns["ray-2"] / turns["ray-1"], 2)
-    report["boundary_adds_p50_ms"] = round(report["turn_ms"]["ray-1"]["p50"] - report["turn_ms"]["local"]["p50"], 3)
+    report: dict[str, Any] = {"load_average": os.getloadavg()[0], "crowd": {}, "turn_ms": {}, "message": {}}
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in runtimes}
+    for _ in range(args.rounds):
+        for name, make in runtimes.items():
+            rounds[name].append(await crowd_round(make, args.npcs, args.turns))
+    for name, results in rounds.items():
+        report["crowd"][name] = {key: round(statistics.median(r[key] for r in results), 3) for key in results[0]}
+    ratios = [two["turns_per_s"] / one["turns_per_s"] for one, two in zip(rounds["ray-1"], rounds["ray-2"], strict=True)]
+    report["scaling_2_vs_1"] = round(statistics.median(ratios), 2)
+    report["scaling_rounds"] = [round(ratio, 2) for ratio in ratios]
+    for name in ("local", "ray-1"):
+        for kind, tools in (("plain", False), ("tool", True)):
+            samples = await with_bridge(runtimes[name], latency(args.latency_turns, tools=tools))
+            report["turn_ms"][f"{name} {kind}"] = {"p50": round(percentile(samples, 0.5), 3),
+                                                   "p99": round(percentile(samples, 0.99), 3)}
+        p50, rate = await per_message(runtimes[name], args.asks)
+        report["message"][name] = {"round_trip_p50_ms": round(p50, 3), "pipelined_per_s": round(rate)}
+    turn = report["turn_ms"]
+    report["boundary_adds_p50_ms"] = {
+        kind: round(turn[f"ray-1 {kind}"]["p50"] - turn[f"local {kind}"]["p50"], 3) for kind in ("plain", "tool")
+    }
     if args.naive:
         created, memory, rate = await naive(args.naive, args.naive * 20)
         report["naive"] = {"objects": args.naive, "create_s": round(created, 2), "mib_each": round(memory),
@@ -233,12 +285,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def show(report: dict[str, Any]) -> None:
-    print(f"{'runtime':<8} {'crowd turns/s':>14} {'turn p50 ms':>12} {'turn p99 ms':>12}")
-    for name, rate in report["crowd_turns_per_s"].items():
-        turn = report["turn_ms"][name]
-        print(f"{name:<8} {rate:>14} {turn['p50']:>12} {turn['p99']:>12}")
-    print(f"2 shards / 1 shard: {report['scaling_2_vs_1']}x (goal >= 1.6)")
-    print(f"Ray boundary adds at p50: {report['boundary_adds_p50_ms']} ms per turn (goal < 2)")
+    print(f"load average at start: {report['load_average']:.2f} (2 cores)")
+    print(f"{'runtime':<8} {'crowd turns/s':>14} {'driver ms/turn':>15} {'shards ms/turn':>15}")
+    for name, crowd_report in report["crowd"].items():
+        print(f"{name:<8} {crowd_report['turns_per_s']:>14.0f} {crowd_report['driver_ms']:>15.3f} "
+              f"{crowd_report['shards_ms']:>15.3f}")
+    print(f"2 shards / 1 shard: {report['scaling_2_vs_1']}x, rounds {report['scaling_rounds']} (goal >= 1.6)")
+    for name, turn in report["turn_ms"].items():
+        print(f"session turn, {name}: p50 {turn['p50']} ms, p99 {turn['p99']} ms")
+    adds = report["boundary_adds_p50_ms"]
+    print(f"Ray boundary adds at p50: {adds['plain']} ms per turn (goal < 2); "
+          f"{adds['tool']} ms with a client tool round (two crossings)")
     for name, message in report["message"].items():
         print(f"echo on {name}: round trip p50 {message['round_trip_p50_ms']} ms, "
               f"pipelined {message['pipelined_per_s']} asks/s")
@@ -252,8 +309,9 @@ def show(report: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--turns", type=int, default=4000)
+    parser.add_argument("--npcs", type=int, default=96)
+    parser.add_argument("--turns", type=int, default=1920)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-turns", type=int, default=300)
     parser.add_argument("--asks", type=int, default=5000)
     parser.add_argument("--naive", type=int, default=8, help="objects in the naive baseline (0: skip)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import os
 import resource
 import shutil
@@ -47,7 +48,8 @@ _decode = msgspec.json.Decoder().decode
 def create_params(n: int) -> dict[str, Any]:
     steps = [
         {"toolCalls": [{"name": "read_world_state", "arguments": {"path": "market.price"}}]},
-        {"json": {"emotion": "neutral", "line": f"Forty-five gold, friend {n}.", "player_options": [], "ends_conversation": False}},
+        {"json": {"emotion": "neutral", "line": f"Forty-five gold, friend {n}.", "player_options": [],
+                  "ends_conversation": False}},
     ]
     return {
         "npc": f"n{n}",
@@ -92,7 +94,8 @@ class Report(msgspec.Struct):
         if self.traced_per_npc is not None:
             print(f"           {self.traced_per_npc / 1024:>10,.1f} KB Python allocations per idle NPC (tracemalloc)")
         print(f"  turns:   {n / self.turn_seconds:>10,.0f} turns/s  ({self.turn_seconds:.2f} s)")
-        print(f"  latency: p50 {percentile(self.latencies, 0.5) * 1000:,.0f} ms, p99 {percentile(self.latencies, 0.99) * 1000:,.0f} ms")
+        p50, p99 = (percentile(self.latencies, q) * 1000 for q in (0.5, 0.99))
+        print(f"  latency: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms")
         print(f"  whole crowd (create + turns): {self.create_seconds + self.turn_seconds:.2f} s")
 
 
@@ -160,7 +163,10 @@ class StdioBridge:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        # Big reads: iterating the unbuffered pipe line by line would read a byte per system call
+        # and throttle the bridge's writes.
+        stdout = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)  # type: ignore[arg-type]
+        for line in stdout:
             message = _decode(line)
             if "id" in message and "method" not in message:
                 with self._cond:
@@ -172,7 +178,8 @@ class StdioBridge:
         """Write every request in one go; returns when each was written (all: now)."""
         assert self.proc.stdin is not None
         payload = b"".join(
-            _encode({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + b"\n" for i, method, params in requests
+            _encode({"jsonrpc": "2.0", "id": i, "method": method, "params": params}) + b"\n"
+            for i, method, params in requests
         )
         sent = time.perf_counter()
         self.proc.stdin.write(payload)

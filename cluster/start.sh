@@ -19,6 +19,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
 export RAY_AUTH_MODE=token
+# Shards are servers: at Ray's default worker niceness (15) any other load starves them.
+export RAY_worker_niceness=0
 
 ensure_token() {
   [[ -f "${HOME}/.ray/auth_token" ]] || ray get-auth-token --generate > /dev/null

@@ -132,14 +132,15 @@ async def test_shards_run_on_both_nodes_and_a_killed_one_comes_back(cluster: str
         _wait_for_nodes(2)
         echo = {"type": "scripted", "fallback": {"template": "echo {prompt}"}}
         async with RaySystem(shards=2) as system, open_wire(system) as wire:
-            hellos = await system.shard_hellos()
-            assert len({hello.node_id for hello in hellos}) == 2
+            shards = await system.shard_info()
+            assert len({shard.node_id for shard in shards}) == 2
             sessions = {shard_of(Address("session", f"s{n}"), 2): f"s{n}" for n in range(20)}
             for session in sessions.values():
                 await wire.call("session/create", {"session": session, "model": echo})
                 assert (await wire.call("session/respond", {"session": session, "prompt": "one"}))["text"] == "echo one"
-            second_node = next(index for index, hello in enumerate(hellos) if hello.node_id != ray.get_runtime_context().get_node_id())
-            os.kill(hellos[second_node].pid, signal.SIGKILL)
+            driver_node = ray.get_runtime_context().get_node_id()
+            second_node = next(shard.index for shard in shards if shard.node_id != driver_node)
+            os.kill(shards[second_node].pid, signal.SIGKILL)
             with anyio.fail_after(HANG_GUARD):
                 # A request written before the link sees the death would fail (HostFailed): wait.
                 while system.shard_restarts()[second_node] == 0:

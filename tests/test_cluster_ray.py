@@ -27,6 +27,7 @@ import ray.cloudpickle
 from oam_actors.bridge import Bridge
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, SqliteStore, host_model, shard_of, stop_model
 from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import (
     Actor,
     ActorExists,
@@ -298,9 +299,9 @@ class Wire:
 
 
 @asynccontextmanager
-async def open_wire(system: RaySystem) -> AsyncIterator[Wire]:
+async def open_wire(system: RaySystem, *, game: bool = False) -> AsyncIterator[Wire]:
     wire = Wire()
-    bridge = wire.bridge = Bridge(system, wire.write)
+    bridge = wire.bridge = Bridge(system, wire.write, extensions=[GameExtension()] if game else [])
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(bridge.serve, wire._input)
         yield wire
@@ -390,6 +391,51 @@ async def test_session_cancel_counts_and_answers_in_queue_order(system: RaySyste
         check_invariants(wire.log)
 
 
+def tool_step(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"toolCalls": [{"name": name, "arguments": arguments}]}
+
+
+def npc_reply(line: str) -> dict[str, Any]:
+    return {"json": {"emotion": "neutral", "line": line, "player_options": [], "ends_conversation": False}}
+
+
+def elsewhere(address: Address, kind: str) -> str:
+    """An id of ``kind`` whose own shard is not the shard of ``address``."""
+    return next(i for i in (f"{kind}{n}" for n in range(100)) if shard_of(Address(kind, i), 2) != shard_of(address, 2))
+
+
+async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ray_instance: None) -> None:
+    village = Address("world", "village")
+    gorm, mira = elsewhere(village, "gorm"), elsewhere(village, "mira")  # they move to the world's shard
+    writer = {"type": "scripted", "steps": [tool_step("update_world_state", path="quests.ring", value="started"),
+                                            npc_reply("Find my ring.")]}
+    reader = {"type": "scripted", "steps": [tool_step("read_world_state", path="quests.ring"), npc_reply("Hurry.")]}
+    async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
+        await wire.call("world/create", {"world": "village", "state": {"player": {"gold": 60}}})
+        await wire.call("world/subscribe", {"world": "village", "path": "quests"})
+        for npc, model, options in ((gorm, writer, {"worldWritable": ["quests"]}),
+                                    (mira, reader, {"groundingTool": "read_world_state"})):
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": npc.title()}, "world": "village",
+                                           "options": options, "model": model})
+        talk = wire.request("npc/talk", {"npc": gorm, "line": "Any work?"})
+        changed = await wire.wait_for(lambda m: m.get("method") == "world/changed")
+        assert wire.log[changed]["params"]["newValue"] == "started"
+        assert changed < wire.log.index(await wire.response(talk))
+        read = await wire.call("npc/talk", {"npc": mira, "line": "News?"})
+        assert read["toolCalls"][0]["output"] == "started"
+        assert (await wire.call("world/get", {"world": "village", "path": "quests.ring"}))["value"] == "started"
+        # The world's shard dies: the document (changed by an NPC tool) and the NPCs come back.
+        shard = (await game_system.shard_info())[shard_of(village, 2)]
+        os.kill(shard.pid, signal.SIGKILL)
+        with anyio.fail_after(HANG_GUARD):
+            while sum(game_system.shard_restarts()) == 0:
+                await anyio.sleep(0.05)
+        assert (await wire.call("world/get", {"world": "village", "path": "quests.ring"}))["value"] == "started"
+        state = (await wire.call("npc/state", {"npc": gorm, "settle": False}))["state"]
+        assert [entry["type"] for entry in state["transcript"]["transcript"]["entries"]][0] == "prompt"
+        check_invariants(wire.log)
+
+
 # --- faults ------------------------------------------------------------------------------------------
 
 
@@ -415,7 +461,7 @@ async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_
                                                    "toolChoice": {"tool": "wait_for_player"}})
         await wire.wait_for(lambda m: m.get("method") == "tool/call")
         queued = wire.request("session/respond", {"session": victim, "prompt": "third"})
-        before = (await fault_system.shard_hellos())[0]
+        before = (await fault_system.shard_info())[0]
         os.kill(before.pid, signal.SIGKILL)
         for request_id in (running, queued):
             error = (await wire.response(request_id))["error"]
@@ -430,9 +476,9 @@ async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_
         # The other shard never noticed.
         other = wire.request("session/respond", {"session": bystander, "prompt": "hi"})
         assert (await wire.result(other))["text"] == "echo hi"
-        after = await fault_system.shard_hellos()
+        after = await fault_system.shard_info()
         assert after[0].pid != before.pid and after[0].incarnation != before.incarnation
-        assert fault_system.shard_restarts() == [1, 0]
+        assert [shard.restarts for shard in after] == fault_system.shard_restarts() == [1, 0]
         check_invariants(wire.log)
     assert store.get(f"session:{victim}") is None  # deleted with the session when the bridge closed
 

@@ -1,6 +1,7 @@
 """The :class:`GameExtension` itself, driven in process through a :class:`Bridge` (what the
-subprocess tests cannot see): limits coerced to at least 1, one bridge per extension, and
-``shutdown`` leaving no NPC, world, subscription or request actor behind."""
+subprocess tests cannot see): limits coerced to at least 1, one bridge per extension,
+``shutdown`` leaving no NPC, world, subscription or request actor behind, and connections that
+share a namespace sharing its game objects."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from oam_actors.bridge import Bridge
-from oam_actors.game_methods import GAME_METHODS, GameExtension
+from oam_actors.game_methods import GAME_METHODS, GameExtension, GameRegistry
+from oam_actors.objects.session import NAMESPACE_SEPARATOR
 from oam_actors.runtime import LocalSystem
 from oam_actors.sim.client import BridgeClient
 
@@ -41,16 +43,49 @@ async def test_shutdown_leaves_nothing_behind() -> None:
         async with BridgeClient(make) as client:
             await client.request("world/create", {"world": "village", "state": {"time": "dawn"}})
             await client.request("world/subscribe", {"world": "village"})
-            await client.request("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "world": "village",
-                                                "model": "scripted"})
-            decided = await client.request("decision/decide", {"situation": "x", "options": ["a", "b"],
-                                                               "model": {"type": "scripted", "steps": [
-                                                                   {"json": {"reasoning": "r", "choice": "b", "confidence": 9}}]}})
+            await client.request(
+                "npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "world": "village", "model": "scripted"}
+            )
+            decided = await client.request(
+                "decision/decide",
+                {
+                    "situation": "x",
+                    "options": ["a", "b"],
+                    "model": {
+                        "type": "scripted",
+                        "steps": [{"json": {"reasoning": "r", "choice": "b", "confidence": 9}}],
+                    },
+                },
+            )
             assert decided["optionID"] == "b"
             state = extension.state
             assert state is not None
-            assert (list(state.npcs), list(state.worlds), list(state.subscriptions)) == (["gorm"], ["village"], ["sub1"])
+            assert (list(state.npcs), list(state.worlds), list(state.subscriptions)) == (
+                ["gorm"],
+                ["village"],
+                ["sub1"],
+            )
             assert sorted(a.kind for a in system.addresses()) == ["npc", "world"]  # the request actor is gone
             assert await client.request("shutdown") == {}
             assert (state.npcs, state.worlds, state.subscriptions) == ({}, {}, {})
             assert system.addresses() == []
+
+
+async def test_bridges_sharing_a_namespace_share_the_game_objects() -> None:
+    registry = GameRegistry()
+    namespace = "t:guild" + NAMESPACE_SEPARATOR
+    async with LocalSystem() as system:
+
+        def make(write: Callable[[bytes], Awaitable[None]]) -> Bridge:
+            extension = GameExtension(registry=registry)
+            return Bridge(system, write, namespace=namespace, shared=True, extensions=[extension])
+
+        async with BridgeClient(make) as second:
+            async with BridgeClient(make) as first:
+                await first.request("world/create", {"world": "village"})
+                await first.request("npc/create", {"persona": {"name": "Gorm"}, "world": "village", "model": "scripted"})
+            # The first connection is gone; its objects stay for the second one.
+            assert [n["npc"] for n in (await second.request("npc/list"))["npcs"]] == ["npc1"]
+            created = await second.request("npc/create", {"persona": {"name": "Mira"}, "model": "scripted"})
+            assert created["npc"] == "npc2"
+            assert (await second.request("world/list"))["worlds"][0]["npcs"] == 1

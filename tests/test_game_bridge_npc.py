@@ -22,12 +22,41 @@ INV = {
     "description": "Look up stock and price of an item.",
     "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
 }
-TALK_KEYS = ["npc", "line", "emotion", "playerOptions", "endsConversation", "toolCalls", "relationship", "isFallback", "usage"]
-LIST_KEYS = ["npc", "name", "role", "world", "model", "tools", "turnCount", "relationship", "busy", "pendingOperations", "createdAt"]
+TALK_KEYS = [
+    "npc",
+    "line",
+    "emotion",
+    "playerOptions",
+    "endsConversation",
+    "toolCalls",
+    "relationship",
+    "isFallback",
+    "usage",
+]
+LIST_KEYS = [
+    "npc",
+    "name",
+    "role",
+    "world",
+    "model",
+    "tools",
+    "turnCount",
+    "relationship",
+    "busy",
+    "pendingOperations",
+    "createdAt",
+]
 
 
 def reply(line: str, emotion: str = "neutral") -> dict[str, Any]:
-    return {"json": {"emotion": emotion, "line": line, "player_options": ["Buy one.", "Goodbye."], "ends_conversation": False}}
+    return {
+        "json": {
+            "emotion": emotion,
+            "line": line,
+            "player_options": ["Buy one.", "Goodbye."],
+            "ends_conversation": False,
+        }
+    }
 
 
 def calls(name: str, **arguments: Any) -> dict[str, Any]:
@@ -95,8 +124,16 @@ def test_list_entries_describe_each_npc(bridge: BridgeProcess) -> None:
     found = entry(bridge, "l1")
     assert list(found) == LIST_KEYS
     assert found | {"createdAt": None} == {
-        "npc": "l1", "name": "Gorm", "role": "the village blacksmith", "world": None, "model": "scripted",
-        "tools": ["check_inventory"], "turnCount": 0, "relationship": 0, "busy": False, "pendingOperations": 0,
+        "npc": "l1",
+        "name": "Gorm",
+        "role": "the village blacksmith",
+        "world": None,
+        "model": "scripted",
+        "tools": ["check_inventory"],
+        "turnCount": 0,
+        "relationship": 0,
+        "busy": False,
+        "pendingOperations": 0,
         "createdAt": None,
     }
     assert found["createdAt"].endswith("Z")
@@ -106,7 +143,11 @@ def test_delete_frees_the_id_and_later_requests_fail(bridge: BridgeProcess) -> N
     create(bridge, "d1", [])
     assert bridge.call("npc/delete", {"npc": "d1"}) == {"npc": "d1", "deleted": True}
     error = error_of(bridge, "npc/talk", {"npc": "d1", "line": "Hello?"})
-    assert (error["code"], error["data"], error["message"]) == (-32050, {"code": "npc_not_found", "npc": "d1"}, "No NPC with id 'd1'.")
+    assert (error["code"], error["data"], error["message"]) == (
+        -32050,
+        {"code": "npc_not_found", "npc": "d1"},
+        "No NPC with id 'd1'.",
+    )
     assert error_of(bridge, "npc/delete", {"npc": "d1"})["code"] == -32050
     assert create(bridge, "d1", [])["npc"] == "d1"
 
@@ -116,14 +157,22 @@ def test_delete_frees_the_id_and_later_requests_fail(bridge: BridgeProcess) -> N
 
 def test_a_plain_turn(bridge: BridgeProcess) -> None:
     create(bridge, "t1", [reply("Three swords, lad. Forty-five gold.", "proud")])
-    request = bridge.request("npc/talk", {"npc": "t1", "line": "Got any swords?", "context": "The player just walked in."})
+    request = bridge.request(
+        "npc/talk", {"npc": "t1", "line": "Got any swords?", "context": "The player just walked in."}
+    )
     message, related = bridge.response(request)
     result = message["result"]
     assert list(result) == TALK_KEYS
     assert result | {"usage": None} == {
-        "npc": "t1", "line": "Three swords, lad. Forty-five gold.", "emotion": "proud",
-        "playerOptions": ["Buy one.", "Goodbye."], "endsConversation": False, "toolCalls": [], "relationship": 0,
-        "isFallback": False, "usage": None,
+        "npc": "t1",
+        "line": "Three swords, lad. Forty-five gold.",
+        "emotion": "proud",
+        "playerOptions": ["Buy one.", "Goodbye."],
+        "endsConversation": False,
+        "toolCalls": [],
+        "relationship": 0,
+        "isFallback": False,
+        "usage": None,
     }
     assert isinstance(result["usage"]["totalTokens"], int)
     assert related == []  # not streamed: no events
@@ -136,7 +185,7 @@ def test_a_streamed_turn_sends_its_events_first(bridge: BridgeProcess) -> None:
     message, related = bridge.response(request)
     assert related and all(m["method"] == "npc/event" and m["params"]["npc"] == "s1" for m in related)
     events = npc_events(related)
-    assert [e for e in events if e["type"] == "emotion"][0] == {"type": "emotion", "emotion": "amused"}
+    assert next(e for e in events if e["type"] == "emotion") == {"type": "emotion", "emotion": "amused"}
     assert folded_line(events) == message["result"]["line"] == "Steel is patient, lad."
 
 
@@ -158,17 +207,28 @@ def test_a_client_tool_round_trip(bridge: BridgeProcess) -> None:
     bridge.reply(tool_call["id"], {"output": {"item": item, "stock": 3, "price_gold": 45}})
     message, related = bridge.response(request)
     record = message["result"]["toolCalls"][0]
-    assert record["call"] == {"id": tool_call["params"]["call"]["id"], "name": "check_inventory", "arguments": {"item": "iron sword"}}
+    assert record["call"] == {
+        "id": tool_call["params"]["call"]["id"],
+        "name": "check_inventory",
+        "arguments": {"item": "iron sword"},
+    }
     assert (record["output"]["stock"], record["isError"]) == (3, False)
     kinds = [(e["type"], e.get("execution")) for e in npc_events(related) if e["type"].startswith("toolCall")]
     assert kinds == [("toolCallStarted", "client"), ("toolCallCompleted", None)]
-    started = related.index(next(m for m in related if m.get("method") == "npc/event" and m["params"]["event"]["type"] == "toolCallStarted"))
+    started = related.index(
+        next(m for m in related if m.get("method") == "npc/event" and m["params"]["event"]["type"] == "toolCallStarted")
+    )
     assert related.index(tool_call) == started + 1
 
 
 def test_a_tool_error_reply_does_not_fail_the_turn(bridge: BridgeProcess) -> None:
-    create(bridge, "te1", [calls("check_inventory", item="axe"), reply("Shop's closed, lad.")], tools=[INV],
-           options={"groundingTool": "check_inventory"})
+    create(
+        bridge,
+        "te1",
+        [calls("check_inventory", item="axe"), reply("Shop's closed, lad.")],
+        tools=[INV],
+        options={"groundingTool": "check_inventory"},
+    )
     request = bridge.request("npc/talk", {"npc": "te1", "line": "Axes?"})
     bridge.reply(bridge.tool_call(request)["id"], error={"code": -32000, "message": "The shop is closed."})
     result = bridge.result(request)
@@ -177,8 +237,13 @@ def test_a_tool_error_reply_does_not_fail_the_turn(bridge: BridgeProcess) -> Non
 
 
 def test_an_unanswered_tool_times_out_and_is_cancelled(bridge: BridgeProcess) -> None:
-    create(bridge, "to1", [calls("check_inventory", item="bow"), reply("My ledger is slow today.")],
-           tools=[{**INV, "timeoutSeconds": 0.05}], options={"groundingTool": "check_inventory"})
+    create(
+        bridge,
+        "to1",
+        [calls("check_inventory", item="bow"), reply("My ledger is slow today.")],
+        tools=[{**INV, "timeoutSeconds": 0.05}],
+        options={"groundingTool": "check_inventory"},
+    )
     request = bridge.request("npc/talk", {"npc": "to1", "line": "Bows?"})
     tool_call = bridge.tool_call(request)
     message, related = bridge.response(request)
@@ -186,14 +251,23 @@ def test_an_unanswered_tool_times_out_and_is_cancelled(bridge: BridgeProcess) ->
     assert message["result"]["toolCalls"][0]["isError"] is True
     [cancel] = [m for m in related if m.get("method") == "tool/cancel"]
     assert cancel["params"] | {"reason": None} == {
-        "npc": "to1", "requestId": request, "id": tool_call["id"], "callId": tool_call["params"]["call"]["id"], "reason": None,
+        "npc": "to1",
+        "requestId": request,
+        "id": tool_call["id"],
+        "callId": tool_call["params"]["call"]["id"],
+        "reason": None,
     }
     assert cancel["params"]["reason"].startswith("Error: Tool 'check_inventory' timed out")
 
 
 def test_cancel_fails_the_running_and_queued_turns(bridge: BridgeProcess) -> None:
-    create(bridge, "cx1", [calls("check_inventory", item="shield"), reply("Never mind.")], tools=[INV],
-           options={"groundingTool": "check_inventory", "toolTimeoutSeconds": 0})
+    create(
+        bridge,
+        "cx1",
+        [calls("check_inventory", item="shield"), reply("Never mind.")],
+        tools=[INV],
+        options={"groundingTool": "check_inventory", "toolTimeoutSeconds": 0},
+    )
     first = bridge.request("npc/talk", {"npc": "cx1", "line": "Shields?"})
     second = bridge.request("npc/talk", {"npc": "cx1", "line": "And helmets?"})
     tool_call = bridge.tool_call(first)
@@ -219,8 +293,12 @@ def test_delete_cancels_a_running_turn(bridge: BridgeProcess) -> None:
 
 
 def test_structured_only_falls_back_on_a_guardrail(bridge: BridgeProcess) -> None:
-    create(bridge, "strict", [{"error": "guardrail_violation"}],
-           options={"replyFormat": "structured", "fallbackLines": ["Not now, lad."]})
+    create(
+        bridge,
+        "strict",
+        [{"error": "guardrail_violation"}],
+        options={"replyFormat": "structured", "fallbackLines": ["Not now, lad."]},
+    )
     result = bridge.call("npc/talk", {"npc": "strict", "line": "Tell me your secret."})
     assert (result["isFallback"], result["line"], result["emotion"]) == (True, "Not now, lad.", "neutral")
     assert result["usage"]["totalTokens"] == 0
@@ -238,7 +316,11 @@ def test_text_replies_read_the_emotion_tag(bridge: BridgeProcess) -> None:
     create(bridge, "plain", [{"text": "[happy] Welcome to the forge!"}], options={"replyFormat": "text"})
     result = bridge.call("npc/talk", {"npc": "plain", "line": "Hello"})
     assert (result["line"], result["emotion"], result["playerOptions"], result["endsConversation"]) == (
-        "Welcome to the forge!", "happy", [], False)
+        "Welcome to the forge!",
+        "happy",
+        [],
+        False,
+    )
 
 
 def test_an_unknown_emotion_tag_reads_as_the_default_emotion(bridge: BridgeProcess) -> None:
@@ -248,15 +330,26 @@ def test_an_unknown_emotion_tag_reads_as_the_default_emotion(bridge: BridgeProce
 
 
 def test_without_fallback_the_guardrail_error_is_returned(bridge: BridgeProcess) -> None:
-    create(bridge, "raw", [{"error": "guardrail_violation"}], options={"replyFormat": "structured", "fallbackOnGuardrail": False})
+    create(
+        bridge,
+        "raw",
+        [{"error": "guardrail_violation"}],
+        options={"replyFormat": "structured", "fallbackOnGuardrail": False},
+    )
     error = error_of(bridge, "npc/talk", {"npc": "raw", "line": "Hm?"})
     assert (error["code"], error["data"]["code"]) == (-32002, "guardrail_violation")
 
 
 def test_a_named_tool_choice_the_npc_lacks_is_an_invalid_request(bridge: BridgeProcess) -> None:
-    bridge.call("npc/create", {"npc": "tc1", "persona": {"name": "Ann"}, "model": "scripted", "options": {"memoryTools": "all"}})
+    bridge.call(
+        "npc/create", {"npc": "tc1", "persona": {"name": "Ann"}, "model": "scripted", "options": {"memoryTools": "all"}}
+    )
     error = error_of(bridge, "npc/talk", {"npc": "tc1", "line": "Hi", "toolChoice": {"tool": "nope"}})
-    assert (error["code"], error["data"]["code"], error["message"]) == (-32011, "invalid_request", "Tool 'nope' is not available to Ann.")
+    assert (error["code"], error["data"]["code"], error["message"]) == (
+        -32011,
+        "invalid_request",
+        "Tool 'nope' is not available to Ann.",
+    )
     assert error_of(bridge, "npc/talk", {"npc": "tc1", "line": "Hi", "toolChoice": "sometimes"})["code"] == -32602
     assert error_of(bridge, "npc/talk", {"npc": "tc1"})["message"] == "Missing required parameter 'line'."
 
@@ -267,15 +360,22 @@ def test_a_named_tool_choice_the_npc_lacks_is_an_invalid_request(bridge: BridgeP
 def test_a_bark_is_one_line_and_leaves_the_conversation_alone(bridge: BridgeProcess) -> None:
     create(bridge, "b1", [{"text": "Rain again. Good for quenching."}])
     assert bridge.call("npc/bark", {"npc": "b1", "situation": "It starts to rain."}) == {
-        "npc": "b1", "line": "Rain again. Good for quenching."}
+        "npc": "b1",
+        "line": "Rain again. Good for quenching.",
+    }
     assert entry(bridge, "b1")["turnCount"] == 0
     create(bridge, "b2", [{"error": "guardrail_violation"}])
     assert error_of(bridge, "npc/bark", {"npc": "b2"})["data"]["code"] == "guardrail_violation"
 
 
 def test_a_bark_does_not_wait_for_a_running_turn(bridge: BridgeProcess) -> None:
-    create(bridge, "b3", [calls("check_inventory", item="coal"), {"text": "Hot coals!"}], tools=[INV],
-           options={"groundingTool": "check_inventory", "toolTimeoutSeconds": 0})
+    create(
+        bridge,
+        "b3",
+        [calls("check_inventory", item="coal"), {"text": "Hot coals!"}],
+        tools=[INV],
+        options={"groundingTool": "check_inventory", "toolTimeoutSeconds": 0},
+    )
     talk = bridge.request("npc/talk", {"npc": "b3", "line": "Well?"})
     bridge.tool_call(talk)  # the turn is running, waiting for the client
     assert bridge.call("npc/bark", {"npc": "b3"})["line"] == "Hot coals!"
@@ -289,12 +389,15 @@ def test_a_bark_does_not_wait_for_a_running_turn(bridge: BridgeProcess) -> None:
 def test_pipelined_requests_apply_in_arrival_order(bridge: BridgeProcess) -> None:
     create(bridge, "p1", [reply("First."), {"text": "[angry] Second."}])
     one = bridge.request("npc/talk", {"npc": "p1", "line": "One"})
-    update = bridge.request("npc/update", {
-        "npc": "p1",
-        "persona": {"personality": "Furious today.", "goals": ["Close early"]},
-        "options": {"replyFormat": "text", "fallbackLines": ["Go away."]},
-        "memory": {"relationship": -30},
-    })
+    update = bridge.request(
+        "npc/update",
+        {
+            "npc": "p1",
+            "persona": {"personality": "Furious today.", "goals": ["Close early"]},
+            "options": {"replyFormat": "text", "fallbackLines": ["Go away."]},
+            "memory": {"relationship": -30},
+        },
+    )
     two = bridge.request("npc/talk", {"npc": "p1", "line": "Two"})
     state = bridge.request("npc/state", {"npc": "p1"})
     assert bridge.result(one)["line"] == "First."
@@ -303,8 +406,14 @@ def test_pipelined_requests_apply_in_arrival_order(bridge: BridgeProcess) -> Non
     assert (second["line"], second["emotion"], second["relationship"]) == ("Second.", "angry", -30)
     saved = bridge.result(state)["state"]
     assert saved["persona"] | {"goals": None} == GORM | {
-        "personality": "Furious today.", "backstory": "", "goals": None, "secrets": [], "knowledge": [],
-        "defaultEmotion": "neutral", "maxSentences": 2}
+        "personality": "Furious today.",
+        "backstory": "",
+        "goals": None,
+        "secrets": [],
+        "knowledge": [],
+        "defaultEmotion": "neutral",
+        "maxSentences": 2,
+    }
     assert saved["persona"]["goals"] == ["Close early"]
     assert (saved["options"]["replyFormat"], saved["memory"]["relationship"]) == ("text", -30)
 
@@ -314,11 +423,19 @@ def test_updates_are_all_or_nothing(bridge: BridgeProcess) -> None:
     update = {"npc": "u1", "tools": [INV], "options": {"groundingTool": "check_inventory"}}
     assert bridge.call("npc/update", update) == {"npc": "u1", "warnings": []}
     assert entry(bridge, "u1")["tools"] == ["check_inventory"]
-    for bad in ({"tools": [], "options": {"groundingTool": "nope"}}, {"persona": {"name": ""}},
-                {"options": {"playerOptionCount": 9}}, {"memory": {"facts": "many"}}):
+    for bad in (
+        {"tools": [], "options": {"groundingTool": "nope"}},
+        {"persona": {"name": ""}},
+        {"options": {"playerOptionCount": 9}},
+        {"memory": {"facts": "many"}},
+    ):
         assert error_of(bridge, "npc/update", {"npc": "u1", **bad})["code"] == -32602
     state = bridge.call("npc/state", {"npc": "u1", "settle": False})["state"]
-    assert (state["options"]["groundingTool"], state["tools"], state["persona"]["name"]) == ("check_inventory", [INV], "Gorm")
+    assert (state["options"]["groundingTool"], state["tools"], state["persona"]["name"]) == (
+        "check_inventory",
+        [INV],
+        "Gorm",
+    )
     bridge.call("npc/update", {"npc": "u1", "options": {"groundingTool": None, "replyFormat": None}})
     options = bridge.call("npc/state", {"npc": "u1"})["state"]["options"]
     assert "groundingTool" not in options and options["replyFormat"] == "automatic"
@@ -359,10 +476,16 @@ def test_state_is_saved_and_restored_into_a_new_npc(bridge: BridgeProcess) -> No
     assert (state["version"], state["npc"], state["persona"]["name"], state["world"]) == (1, "sv1", "Gorm", "savehaven")
     assert state["memory"] == {"facts": ["Aria likes axes."], "relationship": 25}
     assert isinstance(state["transcript"], dict) and state["tools"] == [INV]
-    assert {k: state["options"][k] for k in ("memoryTools", "playerOptionCount", "toolTimeoutSeconds",
-                                            "secretsUnlockAtRelationship", "toolChoice")} == {
-        "memoryTools": ["rememberFact"], "playerOptionCount": 2, "toolTimeoutSeconds": 30,
-        "secretsUnlockAtRelationship": 50, "toolChoice": "explicit"}
+    assert {
+        k: state["options"][k]
+        for k in ("memoryTools", "playerOptionCount", "toolTimeoutSeconds", "secretsUnlockAtRelationship", "toolChoice")
+    } == {
+        "memoryTools": ["rememberFact"],
+        "playerOptionCount": 2,
+        "toolTimeoutSeconds": 30,
+        "secretsUnlockAtRelationship": 50,
+        "toolChoice": "explicit",
+    }
     bridge.call("npc/delete", {"npc": "sv1"})
 
     steps = [calls("check_inventory", item="axe"), reply("Axes, you said? Three.")]
@@ -374,10 +497,16 @@ def test_state_is_saved_and_restored_into_a_new_npc(bridge: BridgeProcess) -> No
     request = bridge.request("npc/talk", {"npc": "sv1", "line": "Axes?"})
     bridge.reply(bridge.tool_call(request)["id"], {"output": "3 in stock"})
     result = bridge.result(request)
-    assert (result["line"], result["toolCalls"][0]["output"], result["relationship"]) == ("Axes, you said? Three.", "3 in stock", 25)
+    assert (result["line"], result["toolCalls"][0]["output"], result["relationship"]) == (
+        "Axes, you said? Three.",
+        "3 in stock",
+        25,
+    )
 
     assert error_of(bridge, "npc/restore", {"state": state, "model": "scripted"})["data"]["code"] == "npc_exists"
-    whole = bridge.call("npc/restore", {**saved, "state": saved, "npc": "sv2", "world": None, "tools": [], "model": "scripted"})
+    whole = bridge.call(
+        "npc/restore", {**saved, "state": saved, "npc": "sv2", "world": None, "tools": [], "model": "scripted"}
+    )
     assert whole["tools"] == ["remember_fact"]
     bridge.call("world/delete", {"world": "savehaven"})
     moved = bridge.call("npc/restore", {"state": state, "npc": "sv3"})
@@ -411,14 +540,19 @@ def test_restore_needs_a_persona_name(bridge: BridgeProcess) -> None:
         ({"persona": GORM, "memory": [1]}, "'memory' must be an object."),
         ({"persona": GORM, "tools": {"name": "x"}}, "'tools' must be an array of tool definitions."),
         ({"persona": GORM, "tools": [INV, INV]}, "Duplicate tool name 'check_inventory'"),
-        ({"persona": GORM, "tools": [{**INV, "name": "read_world_state"}], "world": "nowhere"}, "No world with id 'nowhere'."),
+        (
+            {"persona": GORM, "tools": [{**INV, "name": "read_world_state"}], "world": "nowhere"},
+            "No world with id 'nowhere'.",
+        ),
         ({"persona": GORM, "npc": ""}, "'npc' must be 1-128 printable characters"),
         ({"persona": GORM, "npc": "a\u0007b"}, "'npc' must be 1-128 printable characters"),
         ({"persona": GORM, "npc": "x" * 129}, "'npc' must be 1-128 printable characters"),
         ({"persona": GORM, "model": {"type": "oracle"}}, "Unknown model type"),
     ],
 )
-def test_create_refuses_bad_input_and_creates_nothing(bridge: BridgeProcess, params: dict[str, Any], message: str) -> None:
+def test_create_refuses_bad_input_and_creates_nothing(
+    bridge: BridgeProcess, params: dict[str, Any], message: str
+) -> None:
     before = bridge.call("npc/list")
     error = error_of(bridge, "npc/create", {"model": "scripted", **params})
     assert message in error["message"]
@@ -432,10 +566,16 @@ def test_a_world_that_does_not_exist_is_world_not_found(bridge: BridgeProcess) -
 
 
 def test_persona_defaults_and_unknown_members_are_warnings(bridge: BridgeProcess) -> None:
-    created = bridge.call("npc/create", {
-        "npc": "ann", "persona": {"name": "Ann", "personalty": "typo", "role": None},
-        "options": {"temprature": 0.5, "memoryTools": "all"}, "voice": "deep", "model": "scripted",
-    })
+    created = bridge.call(
+        "npc/create",
+        {
+            "npc": "ann",
+            "persona": {"name": "Ann", "personalty": "typo", "role": None},
+            "options": {"temprature": 0.5, "memoryTools": "all"},
+            "voice": "deep",
+            "model": "scripted",
+        },
+    )
     assert created["tools"] == ["remember_fact", "change_relationship"]
     assert created["warnings"] == [
         "Unknown parameter 'voice' was ignored.",
@@ -443,8 +583,18 @@ def test_persona_defaults_and_unknown_members_are_warnings(bridge: BridgeProcess
         "Unknown parameter 'options.temprature' was ignored.",
     ]
     persona = bridge.call("npc/state", {"npc": "ann", "settle": False})["state"]["persona"]
-    assert persona == {"name": "Ann", "role": "", "personality": "", "speakingStyle": "", "backstory": "", "goals": [],
-                       "secrets": [], "knowledge": [], "defaultEmotion": "neutral", "maxSentences": 2}
+    assert persona == {
+        "name": "Ann",
+        "role": "",
+        "personality": "",
+        "speakingStyle": "",
+        "backstory": "",
+        "goals": [],
+        "secrets": [],
+        "knowledge": [],
+        "defaultEmotion": "neutral",
+        "maxSentences": 2,
+    }
 
 
 def test_many_tools_get_one_warning(bridge: BridgeProcess) -> None:
@@ -453,12 +603,21 @@ def test_many_tools_get_one_warning(bridge: BridgeProcess) -> None:
     created = create(bridge, "many", [], tools=tools, world="toolworld", options={"worldWritable": [""]})
     assert len(created["tools"]) == 6
     assert [w for w in created["warnings"] if "6 tools" in w] == [
-        "6 tools: the on-device model chooses best among at most 3-5 tools per request; narrow them per turn with 'enabledTools'."]
+        "6 tools: the on-device model chooses best among at most 3-5 tools per request; "
+        "narrow them per turn with 'enabledTools'."
+    ]
 
 
 def test_unknown_npc_ids_are_npc_not_found_for_every_method(bridge: BridgeProcess) -> None:
-    for method, extra in (("npc/talk", {"line": "x"}), ("npc/bark", {}), ("npc/state", {}), ("npc/update", {}),
-                          ("npc/reset", {}), ("npc/cancel", {}), ("npc/delete", {})):
+    for method, extra in (
+        ("npc/talk", {"line": "x"}),
+        ("npc/bark", {}),
+        ("npc/state", {}),
+        ("npc/update", {}),
+        ("npc/reset", {}),
+        ("npc/cancel", {}),
+        ("npc/delete", {}),
+    ):
         error = error_of(bridge, method, {"npc": "ghost", **extra})
         assert (error["code"], error["data"]) == (-32050, {"code": "npc_not_found", "npc": "ghost"}), method
     assert error_of(bridge, "npc/talk", {"line": "x"})["message"] == "Missing required parameter 'npc'."
@@ -467,3 +626,24 @@ def test_unknown_npc_ids_are_npc_not_found_for_every_method(bridge: BridgeProces
 def test_methods_the_protocol_does_not_have_are_not_found(bridge: BridgeProcess) -> None:
     for method in ("npc/say", "npc/compact", "npc/dance", "world/modify"):
         assert error_of(bridge, method, {"npc": "c1"})["code"] == -32601
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "message"),
+    [
+        ("npc/talk", {"line": "Hi", "stream": "yes"}, "Parameter 'stream' must be a boolean; got \"yes\"."),
+        ("npc/talk", {"line": 5}, "Parameter 'line' must be a string; got 5."),
+        ("npc/state", {"settle": "no"}, "Parameter 'settle' must be a boolean; got \"no\"."),
+        ("npc/reset", {"clearMemory": 1}, "Parameter 'clearMemory' must be a boolean; got 1."),
+        ("npc/update", {"tools": "all"}, "'tools' must be an array of tool definitions."),
+        ("npc/update", {"memory": [1]}, "'memory' must be an object."),
+    ],
+)
+def test_wrong_value_types_are_invalid_params(
+    bridge: BridgeProcess, method: str, params: dict[str, Any], message: str
+) -> None:
+    if not any(e["npc"] == "types" for e in bridge.call("npc/list")["npcs"]):
+        create(bridge, "types", [])
+    error = error_of(bridge, method, {"npc": "types", **params})
+    assert (error["code"], error["message"]) == (-32602, message)
+    assert entry(bridge, "types")["pendingOperations"] == 0

@@ -58,19 +58,31 @@ from .wire import (
     loads_value,
 )
 
-__all__ = ["ShardHost"]
+__all__ = ["Shard", "ShardHost"]
 
 _log = logging.getLogger(__name__)
 
 
 class ShardHost:
-    """One shard. ``where()`` gives ``(node_id, host)``: the node and the address to listen on."""
+    """The Ray actor body: one call, ``ping``. Ray wraps every method of an actor class (for
+    tracing), so the shard's work lives in :class:`Shard`, a plain object, not here."""
 
     def __init__(self, index: int, where: Callable[[], tuple[str, str]] = lambda: ("", "127.0.0.1")) -> None:
+        self._shard = Shard(index, *where())
+
+    async def ping(self) -> Hello:
+        """Who this shard is now; starts it on the first call."""
+        return await self._shard.hello()
+
+
+class Shard:
+    """One shard's state and data path; ``host`` is the address it listens on."""
+
+    def __init__(self, index: int, node_id: str, host: str) -> None:
         self.index = index
         self.incarnation = uuid.uuid4().hex[:12]
         self._token = secrets.token_bytes(16)
-        self._node_id, self._host = where()
+        self._node_id, self._host = node_id, host
         self._port = 0
         self._system: LocalSystem | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -88,8 +100,7 @@ class ShardHost:
         self._actors: weakref.WeakValueDictionary[Address, Actor] = weakref.WeakValueDictionary()
         self._arriving: dict[Address, list[Op]] = {}
 
-    async def ping(self) -> Hello:
-        """Who this shard is now; starts it on the first call."""
+    async def hello(self) -> Hello:
         await self._ensure_started()
         return Hello(self.incarnation, os.getpid(), self._node_id, self._host, self._port, self._token)
 
@@ -124,7 +135,7 @@ class ShardHost:
                 try:
                     while True:
                         for op in await frames.next():
-                            self._apply(op)
+                            self._apply_safely(op)
                 except CONNECTION_LOST:
                     _log.warning("shard %d: the driver went away", self.index)
                 session.cancel_scope.cancel()
@@ -157,6 +168,14 @@ class ShardHost:
         return outlet
 
     # --- ops ---------------------------------------------------------------------------------
+
+    def _apply_safely(self, op: Op) -> None:
+        try:
+            self._apply(op)
+        except Exception as exc:  # noqa: BLE001 - a bug fails its op, not the data path
+            _log.error("shard %d: %r failed", self.index, op, exc_info=exc)
+            if isinstance(op, Ask | Control | Stop):
+                self._emit(Done(op.seq, failure=Failure.of(exc)))
 
     def _apply(self, op: Op) -> None:
         assert self._tasks is not None
@@ -194,7 +213,7 @@ class ShardHost:
 
     def _spawn(self, op: Spawn) -> None:
         if not op.shares:
-            self._host(op, {})
+            self._install(op, {})
             return
         assert self._tasks is not None
         self._arriving[op.address] = []
@@ -206,9 +225,9 @@ class ShardHost:
         except Exception as exc:  # noqa: BLE001 - its owner is gone: reported as not hosted
             self._unhosted(op.address, exc)
         else:
-            self._host(op, live)
+            self._install(op, live)
         for waiting in self._arriving.pop(op.address):
-            self._apply(waiting)
+            self._apply_safely(waiting)
 
     async def _shared(self, share: SharedRef) -> Any:
         """The live object behind ``share``; after a restart, asked of its owner again."""
@@ -219,7 +238,7 @@ class ShardHost:
             self._shares[share] = await owner.ask_control(loads_value(share.message, self._outlet))
         return self._shares[share]
 
-    def _host(self, op: Spawn, live: dict[SharedRef, Any]) -> None:
+    def _install(self, op: Spawn, live: dict[SharedRef, Any]) -> None:
         assert self._system is not None
         try:
             actor = loads_actor(op.actor, lambda ref: live[ref] if isinstance(ref, SharedRef) else self._outlet(ref))

@@ -42,6 +42,7 @@ from typing import Any, Self, final
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import msgspec
 import ray
 import ray.util
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -80,7 +81,7 @@ from .wire import (
     loads_value,
 )
 
-__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "shard_of"]
+__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "ShardInfo", "shard_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ LOCAL_RAY_OPTIONS: Mapping[str, Any] = {
     "num_cpus": 2,
     "include_dashboard": False,
     "object_store_memory": 200 * 1024 * 1024,
+    # Shards are servers: at Ray's default worker niceness (15) any other load starves them.
+    # On clusters, start the nodes with RAY_worker_niceness=0 (cluster/start.sh does).
+    "_system_config": {"worker_niceness": 0},
 }
 """``ray.init`` options when this system starts a Ray instance of its own (no ``address``)."""
 
@@ -319,6 +323,18 @@ class _Endpoints:
         self._relays.pop(endpoint, None)
 
 
+class ShardInfo(msgspec.Struct, frozen=True):
+    """One shard now: its incarnation (new after each restart), process, node and address, and
+    how many restarts this system has handled."""
+
+    index: int
+    incarnation: str
+    pid: int
+    node_id: str
+    host: str
+    restarts: int
+
+
 @final
 class RaySystem(ActorSystem):
     """See the module docstring.
@@ -502,9 +518,13 @@ class RaySystem(ActorSystem):
 
     # --- more ----------------------------------------------------------------------------------
 
-    async def shard_hellos(self) -> list[Hello]:
-        """Ask every shard who it is now (incarnation, pid, node); for operators and tests."""
-        return [await link.handle.ping.remote() for link in self._links]
+    async def shard_info(self) -> list[ShardInfo]:
+        """Ask every shard who and where it is now; for operators and tests."""
+        info = []
+        for link in self._links:
+            hello: Hello = await link.handle.ping.remote()
+            info.append(ShardInfo(link.index, hello.incarnation, hello.pid, hello.node_id, hello.host, link.restarts))
+        return info
 
     def shard_restarts(self) -> list[int]:
         """How many restarts of each shard this side has handled."""

@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -516,12 +517,19 @@ class NPC:
             (update_tool_definition(writable), update),
         ):
             if definition is not None:
-                schema = Schema.compile(definition["parameters"], path=f"{definition['name']}.parameters")
+                schema = _tool_schema(definition["name"], msgspec.json.encode(definition["parameters"]).decode())
                 tools.append(ToolDefinition(definition["name"], definition["description"], schema, handler=handler))
         return tools
 
     def __repr__(self) -> str:
         return f"NPC({self._persona.name!r}, tools={self.tool_names}, turns={self.turn_count})"
+
+
+@functools.lru_cache(maxsize=16)
+def _tool_schema(name: str, parameters: str) -> Schema:
+    """The world tools' parameters are the same for every NPC: a crowd compiles (and keeps) each
+    shape once. Compiled schemas are immutable, so NPCs can share them."""
+    return Schema.compile(parameters, path=f"{name}.parameters")
 
 
 def _require_name(persona: Persona) -> None:

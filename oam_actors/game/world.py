@@ -205,6 +205,10 @@ class WorldState:
         """A copy of the whole document."""
         return _copy(self._document)
 
+    def top_level_keys(self) -> list[str]:
+        """The root's keys in document order, without copying any value."""
+        return list(self._document)
+
     def get(self, path: str | WorldPath) -> Any | Missing:
         """A copy of the value at ``path`` (exact keys), or :data:`MISSING` if there is none or
         the path is malformed."""

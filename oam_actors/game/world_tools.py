@@ -95,7 +95,7 @@ def read_tool_definition(state: WorldState, readable: Sequence[str]) -> dict[str
         return None
     description = "Read the current game state (JSON). Use it to check facts before you answer."
     if any(path.is_root for path in paths):
-        keys = list(state.snapshot())[:_TOP_LEVEL_KEYS_SHOWN]
+        keys = state.top_level_keys()[:_TOP_LEVEL_KEYS_SHOWN]  # no copy: every NPC of a crowd asks
         if keys:
             description += f" Top-level keys: {', '.join(keys)}."
     else:

@@ -5,8 +5,9 @@ Contract
 - :class:`GameExtension` implements :class:`~oam_actors.bridge.Extension`. One instance serves
   one bridge (one connection): ``install`` registers the 23 methods of protocol-game §2 and the
   notifications ``npc/event`` and ``world/changed`` (so ``initialize`` lists them); ``aclose``
-  (run by the bridge's ``shutdown``, after it has cancelled and stopped the connection's
-  objects) forgets every NPC, world and subscription.
+  (run by the bridge's ``shutdown`` or close, after it has cancelled and stopped the
+  connection's objects) forgets every NPC, world and subscription — unless the bridge shares its
+  namespace: connections that share one pass the same :class:`GameRegistry`.
 - NPCs and worlds are actors of the bridge's system, addressed ``npc:<id>`` and ``world:<id>``
   in the bridge's namespace. Limits (NPCs, worlds, subscriptions; each at least 1) hold per
   connection and answer ``-32055 limit_reached``.
@@ -25,25 +26,37 @@ from typing import TYPE_CHECKING
 
 from ._npc import NPC_METHODS
 from ._requests import REQUEST_METHODS
-from ._state import GameLimits, GameState
+from ._state import GameLimits, GameRegistry, GameState
 from ._world import WORLD_METHODS
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
 
-__all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits"]
+__all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits", "GameRegistry"]
 
 GAME_METHODS = {**NPC_METHODS, **REQUEST_METHODS, **WORLD_METHODS}
 GAME_NOTIFICATIONS = ("npc/event", "world/changed")
 
 
 class GameExtension:
-    """The game methods for one bridge; limits are coerced to at least 1."""
+    """The game methods for one bridge; limits are coerced to at least 1. Bridges that share a
+    namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``)."""
 
-    def __init__(self, *, max_npcs: int = 128, max_worlds: int = 64, max_subscriptions: int = 256) -> None:
-        self.limits = GameLimits(
-            max_npcs=max(1, max_npcs), max_worlds=max(1, max_worlds), max_subscriptions=max(1, max_subscriptions)
-        )
+    def __init__(
+        self,
+        *,
+        max_npcs: int = 128,
+        max_worlds: int = 64,
+        max_subscriptions: int = 256,
+        registry: GameRegistry | None = None,
+    ) -> None:
+        if registry is None:
+            limits = GameLimits(
+                max_npcs=max(1, max_npcs), max_worlds=max(1, max_worlds), max_subscriptions=max(1, max_subscriptions)
+            )
+            registry = GameRegistry(limits)
+        self.registry = registry
+        self.limits = registry.limits
         self._state: GameState | None = None
 
     @property
@@ -55,12 +68,13 @@ class GameExtension:
         """Register the methods on ``bridge``; raises ``RuntimeError`` when already installed."""
         if self._state is not None:
             raise RuntimeError("a GameExtension serves one bridge; create one per connection")
-        state = self._state = GameState(bridge, self.limits)
+        state = self._state = GameState(bridge, self.registry)
         for name, handler in GAME_METHODS.items():
             bridge.registry.register(name, functools.partial(handler, state))
         for notification in GAME_NOTIFICATIONS:
             bridge.registry.add_notification(notification)
 
     async def aclose(self) -> None:
-        if self._state is not None:
-            self._state.clear()
+        # A sharing bridge leaves the namespace's objects (and so their index) to the others.
+        if self._state is not None and not self._state.bridge.shared:
+            self.registry.clear()

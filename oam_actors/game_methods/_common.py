@@ -20,6 +20,7 @@ __all__ = [
     "subscription_not_found",
     "timeout_seconds",
     "timestamp",
+    "tools_array",
     "tools_param",
     "world_exists",
     "world_not_found",
@@ -52,7 +53,8 @@ def subscription_not_found(subscription: str) -> ProtocolError:
 
 def limit_reached(limit: int, kind: str) -> ProtocolError:
     """``kind`` is ``NPCs``, ``worlds`` or ``world subscriptions``."""
-    return ProtocolError(ErrorCode.LIMIT_REACHED, f"The limit of {limit} {kind} is reached; delete some first.", limit=limit)
+    message = f"The limit of {limit} {kind} is reached; delete some first."
+    return ProtocolError(ErrorCode.LIMIT_REACHED, message, limit=limit)
 
 
 def client_id(params: Params, name: str) -> str | None:
@@ -86,15 +88,20 @@ def timeout_seconds(params: Params, name: str) -> float | None:
     return float(value)
 
 
-def tools_param(value: Any, path: str) -> tuple[list[ToolDefinition], list[str]]:
-    """Client tool definitions (``None`` = none) and their warnings."""
+def tools_array(value: Any, path: str) -> list[Any]:
+    """Client tool definitions as sent (``None`` = none), checked to be an array."""
     if value is None:
-        return [], []
+        return []
     if not isinstance(value, list):
         raise invalid_params(f"'{path}' must be an array of tool definitions.")
-    return parse_tool_definitions(value, path=path)
+    return value
+
+
+def tools_param(value: Any, path: str) -> tuple[list[ToolDefinition], list[str]]:
+    """Client tool definitions (``None`` = none) and their warnings."""
+    return parse_tool_definitions(tools_array(value, path), path=path)
 
 
 def timestamp() -> str:
     """Now, as ``session/list`` writes ``createdAt``."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -7,9 +7,11 @@ in the handler, so a bad request never takes a queue slot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..agent import ToolChoice
+from ..agent.transcript import Entry
 from ..agent.tools import too_many_tools_warning
 from ..bridge import Call, Deferred
 from ..bridge.core import resolve_model
@@ -19,7 +21,8 @@ from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona, WorldState
 from ..objects import NPCActor
 from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
 from ..objects.world import WorldShare
-from ._common import tools_param
+from ..runtime import ActorStopped
+from ._common import tools_array, tools_param
 from ._state import NPC as NPC_KIND
 from ._state import GameState
 
@@ -37,7 +40,7 @@ async def npc_create(game: GameState, call: Call) -> Any:
     npc = game.claim_npc_id(params)
     persona = Persona.from_wire(params.raw("persona"), "persona")
     memory = NPCMemory.from_wire(params.raw("memory"), "memory")
-    tools_raw = _tools_array(params.raw("tools"), "tools")
+    tools_raw = tools_array(params.raw("tools"), "tools")
     options = NPCOptions.from_wire(params.raw("options"), "options")
     world = params.string("world")
     return await _build(
@@ -65,7 +68,7 @@ async def npc_restore(game: GameState, call: Call) -> Any:
     world, world_warning = _restored_world(game, params, saved_wire)
     return await _build(
         game, npc, saved.persona, warnings=[*warnings, *options.warnings, *world_warning], memory=saved.memory,
-        history=saved.transcript.entries, tools_raw=_tools_array(tools_raw, tools_path), tools_path=tools_path,
+        history=saved.transcript.entries, tools_raw=tools_array(tools_raw, tools_path), tools_path=tools_path,
         options=options.value, world=world, model_spec=params.raw("model"),
     )
 
@@ -91,17 +94,10 @@ def _restored_world(game: GameState, params: Params, saved: dict[str, Any]) -> t
         return None, []
     if world not in game.worlds:
         return None, [
-            f"The saved world '{world}' does not exist; the NPC was restored without a world. Pass 'world' to attach one."
+            f"The saved world '{world}' does not exist; the NPC was restored without a world. "
+            "Pass 'world' to attach one."
         ]
     return world, []
-
-
-def _tools_array(value: Any, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise invalid_params(f"'{path}' must be an array of tool definitions.")
-    return value
 
 
 async def _build(
@@ -111,7 +107,7 @@ async def _build(
     *,
     warnings: list[str],
     memory: NPCMemory,
-    history: list[Any],
+    history: Sequence[Entry],
     tools_raw: list[Any],
     tools_path: str,
     options: NPCOptions,
@@ -196,7 +192,7 @@ async def npc_update(game: GameState, call: Call) -> Any:
     patches = {key: _patch(params, key) for key in ("persona", "options", "memory")}
     tools = None
     if params.present("tools"):
-        tools = _tools_array(params.raw("tools"), "tools")  # "tools": null replaces them with none
+        tools = tools_array(params.raw("tools"), "tools")  # "tools": null replaces them with none
         tools_param(tools, "tools")  # a bad definition fails now, before the update takes a slot
     return game.enqueue(record, ref, UpdateNPC(**patches, tools=tools, warnings=warnings))
 
@@ -240,7 +236,7 @@ async def npc_list(game: GameState, call: Call) -> Any:
             continue
         try:
             entry = await ref.ask_control(DescribeNPC())
-        except Exception:  # deleted meanwhile
+        except ActorStopped:  # deleted meanwhile
             continue
         pending = len(record.pending)
         entries.append({**entry, "busy": pending > 0, "pendingOperations": pending, "createdAt": record.created_at})

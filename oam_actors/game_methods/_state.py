@@ -1,9 +1,11 @@
-"""``GameState``: one connection's game bookkeeping — which NPCs, worlds and subscriptions it has,
-their generated ids, limits and the NPC requests still in flight.
+"""Game bookkeeping: :class:`GameRegistry` (which NPCs, worlds and subscriptions a namespace has,
+their id counters, limits and the NPC requests still in flight) and :class:`GameState` (one
+bridge's view of it, with the work helpers the methods share).
 
 The objects themselves are actors in the bridge's :class:`~oam_actors.runtime.ActorSystem`;
-this is the connection's index of them (creation order for the list methods, the counts the
-limits need without scanning the system, the ordered-lane replies ``npc/cancel`` may cancel).
+the registry is the index of them (creation order for the list methods, the counts the limits
+need without scanning the system, the ordered-lane replies ``npc/cancel`` may cancel). Bridges
+that share a namespace (``Bridge(shared=True)``) share one registry.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from ..bridge import Bridge
     from ..game import ContentGenerator, DecisionEngine
 
-__all__ = ["GameLimits", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
+__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
 
 NPC = "npc"
 WORLD = "world"
@@ -58,16 +60,34 @@ class SubscriptionRecord:
     path: str
 
 
-class GameState:
-    """The game index of one bridge (see the module docstring)."""
+@dataclasses.dataclass
+class GameRegistry:
+    """The game objects of one namespace, in creation order, and the generated-id counters."""
 
-    def __init__(self, bridge: Bridge, limits: GameLimits) -> None:
+    limits: GameLimits = dataclasses.field(default_factory=GameLimits)
+    npcs: dict[str, NPCRecord] = dataclasses.field(default_factory=dict)
+    worlds: dict[str, WorldRecord] = dataclasses.field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionRecord] = dataclasses.field(default_factory=dict)
+    numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0})
+
+    def clear(self) -> None:
+        """Forget every object (after shutdown has stopped them); counters keep counting."""
+        self.npcs.clear()
+        self.worlds.clear()
+        self.subscriptions.clear()
+
+
+class GameState:
+    """One bridge's view of its namespace's :class:`GameRegistry` (see the module docstring)."""
+
+    def __init__(self, bridge: Bridge, registry: GameRegistry) -> None:
         self.bridge = bridge
-        self.limits = limits
-        self.npcs: dict[str, NPCRecord] = {}
-        self.worlds: dict[str, WorldRecord] = {}
-        self.subscriptions: dict[str, SubscriptionRecord] = {}
-        self._numbers = {"npc": 0, "w": 0, "sub": 0}
+        self.registry = registry
+        self.limits = registry.limits
+        self.npcs = registry.npcs
+        self.worlds = registry.worlds
+        self.subscriptions = registry.subscriptions
+        self._numbers = registry.numbers
 
     # --- ids ---------------------------------------------------------------------------------
 
@@ -153,12 +173,6 @@ class GameState:
 
     def subscriptions_of(self, world: str) -> list[str]:
         return [sub for sub, record in self.subscriptions.items() if record.world == world]
-
-    def clear(self) -> None:
-        """Forget everything (after shutdown has stopped the objects)."""
-        self.npcs.clear()
-        self.worlds.clear()
-        self.subscriptions.clear()
 
     # --- work --------------------------------------------------------------------------------
 

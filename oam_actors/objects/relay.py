@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnEvent
+from ..game import NPCEvent
 from ..runtime import Address
 from .outlet import Outlet, RequestId
 
@@ -45,7 +46,7 @@ class TurnRelay:
         self._tool_ids: dict[str, str] = {}   # call id -> tool/call JSON-RPC id
         self._open: set[str] = set()          # calls started and not completed
 
-    async def __call__(self, event: TurnEvent) -> None:
+    async def __call__(self, event: TurnEvent | NPCEvent) -> None:
         if isinstance(event, ToolCallAbandoned):
             self._cancel(event.call.id, self._abandon_reason or event.reason)
             return
