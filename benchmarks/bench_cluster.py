@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import ray
 
@@ -48,7 +49,8 @@ SCRIPT_TURN = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north
 
 
 class Client:
-    """Drives one bridge in process: answers every tool/call at once, times every request."""
+    """A client in this process: writes lines to the bridge's input as a game engine would (its
+    tool replies too, at once, without waiting), and times every request."""
 
     def __init__(self) -> None:
         self.bridge: Bridge | None = None
@@ -57,43 +59,47 @@ class Client:
         self.expected = 0
         self.done = anyio.Event()
         self._ids = 0
+        self._lines, self.input = anyio.create_memory_object_stream[bytes](1 << 20)
 
     async def write(self, data: bytes) -> None:
         for line in data.split(b"\n"):
             message = _decode(line)
             if message.get("method") == "tool/call":
-                reply = b'{"jsonrpc":"2.0","id":"%s","result":{"output":{"opened":true}}}' % message["id"].encode()
-                assert self.bridge is not None
-                await self.bridge.receive(reply)
+                self._lines.send_nowait(b'{"jsonrpc":"2.0","id":"%s","result":{"output":{"opened":true}}}' % message["id"].encode())
             elif "method" not in message:
                 assert "result" in message, message
                 self.latencies.append(time.perf_counter() - self.sent.pop(message["id"]))
                 if len(self.latencies) == self.expected:
                     self.done.set()
 
-    async def request(self, method: str, params: dict[str, Any]) -> None:
-        assert self.bridge is not None
+    def request(self, method: str, params: dict[str, Any]) -> None:
         self._ids += 1
         self.sent[self._ids] = time.perf_counter()
-        await self.bridge.receive(_encode({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}))
+        self._lines.send_nowait(_encode({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}))
 
     async def run(self, requests: list[tuple[str, dict[str, Any]]]) -> float:
         """Send every request (pipelined); seconds until the last answer."""
         self.expected, self.done, self.latencies = len(requests), anyio.Event(), []
         started = time.perf_counter()
         for method, params in requests:
-            await self.request(method, params)
+            self.request(method, params)
         await self.done.wait()
         return time.perf_counter() - started
 
+    def close(self) -> None:
+        self._lines.close()
+
 
 async def with_bridge(make_system: Callable[[], ActorSystem], body: Callable[[Client], Any]) -> Any:
-    async with make_system() as system:
+    async with make_system() as system, anyio.create_task_group() as tasks:
         client = Client()
         game = GameExtension(max_npcs=100_000, max_worlds=1000)
         client.bridge = Bridge(system, client.write, config=BridgeConfig(max_sessions=100_000), extensions=[game])
-        async with client.bridge:
+        tasks.start_soon(client.bridge.serve, client.input)
+        try:
             return await body(client)
+        finally:
+            client.close()
 
 
 async def crowd_round(make_system: Callable[[], ActorSystem], npcs: int, turns: int) -> dict[str, float]:
@@ -215,7 +221,6 @@ async def naive(objects: int, turns: int) -> tuple[float, float, float]:
     per_session = max(1, turns // objects)
     started = time.perf_counter()
     actors = [NaiveSession.remote(per_session) for _ in range(objects)]
-    await anyio.sleep(0)
     for actor in actors:
         await actor.turn.remote("warm-up")
     created = time.perf_counter() - started

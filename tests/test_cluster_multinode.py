@@ -25,11 +25,11 @@ import anyio
 import pytest
 import ray
 import ray._raylet
-
 from bridge_process import BridgeProcess
 from scenarios import SCENARIO_DIR, load, replay
 from test_cluster_ray import HANG_GUARD, check_invariants, open_wire
 from test_scenarios import StdioConnection
+
 from oam_actors.cluster import RaySystem, shard_of
 from oam_actors.runtime import Address
 

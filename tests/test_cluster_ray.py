@@ -432,7 +432,9 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
                 await anyio.sleep(0.05)
         assert (await wire.call("world/get", {"world": "village", "path": "quests.ring"}))["value"] == "started"
         state = (await wire.call("npc/state", {"npc": gorm, "settle": False}))["state"]
-        assert [entry["type"] for entry in state["transcript"]["transcript"]["entries"]][0] == "prompt"
+        entries = state["transcript"]["transcript"]["entries"]
+        assert [entry["type"] for entry in entries] == ["prompt", "toolUse", "response"]
+        assert entries[1]["call"]["arguments"] == {"path": "quests.ring", "value": "started"}
         check_invariants(wire.log)
 
 

@@ -19,7 +19,6 @@ from oam_actors.cluster.wire import Failure, dumps_actor, dumps_value, loads_act
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
 from oam_actors.runtime import Actor, ActorStopped, Address, LocalSystem, MailboxFull
 
-
 # --- the state store -------------------------------------------------------------------------------
 
 
@@ -254,3 +253,47 @@ def test_a_restored_actor_continues_from_its_checkpoint() -> None:
     actor = _Counter()
     actor.restore(b"41")
     assert actor.total == 41 and actor.snapshot() == b"41"
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+def _runtime_args(*argv: str) -> Any:
+    import argparse
+
+    from oam_actors.cli.runtime import add_runtime_arguments
+
+    parser = argparse.ArgumentParser()
+    add_runtime_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_runtime_options_choose_the_system() -> None:
+    from oam_actors.cli.runtime import system_from_args
+    from oam_actors.cluster import RaySystem
+
+    assert system_from_args(_runtime_args()) is LocalSystem
+    system = system_from_args(_runtime_args("--runtime", "ray", "--address", "auto", "--shards", "3"))()
+    assert isinstance(system, RaySystem) and (system.address, system.shards) == ("auto", 3)
+    with pytest.raises(SystemExit, match="need --runtime ray"):
+        system_from_args(_runtime_args("--address", "auto"))
+    with pytest.raises(SystemExit, match="at least 1"):
+        system_from_args(_runtime_args("--runtime", "ray", "--shards", "0"))
+
+
+def test_exports() -> None:
+    import oam_actors.cluster as cluster
+
+    assert sorted(cluster.__all__) == sorted(set(cluster.__all__))
+    for name in cluster.__all__:
+        obj = getattr(cluster, name)
+        if isinstance(obj, type):
+            assert obj.__module__ == "oam_actors.cluster", name
+
+
+def test_importing_oam_actors_does_not_import_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, oam_actors, oam_actors.runtime, oam_actors.bridge, oam_actors.cli.runtime; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

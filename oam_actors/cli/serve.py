@@ -1,9 +1,9 @@
 """``oam-actors serve``: the bridge protocol over TCP (JSON lines) and WebSocket.
 
-All connections share one ``LocalSystem``; each gets its own bridge. stdout carries exactly one line
-per listener, first ``tcp://HOST:PORT`` then ``ws://HOST:PORT/ws``, with the bound ports (so
-``:0`` works), and nothing else; logs go to stderr. SIGINT or SIGTERM stops the server: every
-connection is closed and its work cancelled.
+All connections share one actor system (``LocalSystem``, or ``RaySystem`` with ``--runtime ray``);
+each gets its own bridge. stdout carries exactly one line per listener, first ``tcp://HOST:PORT``
+then ``ws://HOST:PORT/ws``, with the bound ports (so ``:0`` works), and nothing else; logs go to
+stderr. SIGINT or SIGTERM stops the server: every connection is closed and its work cancelled.
 
 Refuses to start (exit status 2) when a listen address is not loopback and no ``--token`` is
 given, and (exit status 1) when an address cannot be bound.

@@ -12,15 +12,15 @@ ever written after its events and its checkpoint.
 Faults: when the connection ends, the shard (or the way to it) failed. The link finds the shard
 again over Ray (``ping``), restarting it if its process still runs, so that nothing it received
 can still happen; every op written to the old incarnation then fails with ``HostFailed`` (never
-silence), and what is still queued goes to the new one. If Ray says the shard is gone for good,
-everything fails.
+silence), and what is still queued goes to the new one. If Ray gives up on the shard (its node is
+gone), the link starts a replacement; when replacements die too, everything fails.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import anyio
@@ -78,8 +78,12 @@ class Hosted(Protocol):
     blob: bytes
     max_queue: int
     placed: str | None
-    owners: list[Hosted]
-    shares: list[SharedRef]
+
+    @property
+    def owners(self) -> Sequence[Hosted]: ...
+
+    @property
+    def shares(self) -> list[SharedRef]: ...
 
 
 class ShardLink:
@@ -235,8 +239,9 @@ class ShardLink:
         replaced = 0
         delay = _RETRY_FIRST
         while True:
+            hello: Hello | None
             try:
-                hello: Hello = await self.handle.ping.remote()
+                hello = await self.handle.ping.remote()
             except ray.exceptions.ActorDiedError as exc:
                 if replaced == _REPLACEMENTS:
                     _log.error("shard %d is gone for good: %s", self.index, exc)
@@ -246,7 +251,7 @@ class ShardLink:
                 replaced += 1
                 continue
             except ray.exceptions.RayError:
-                hello = None  # type: ignore[assignment]  # restarting: ask again
+                hello = None  # restarting: ask again
             if hello is not None and hello.incarnation != old:
                 return hello
             if hello is not None and not killed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -156,7 +156,7 @@ def host_model(name: str, factory: Callable[[], Any], *, namespace: str = MODEL_
         max_concurrency=1000,
         num_cpus=0,
     ).remote(factory)
-    capabilities = ray.get(handle.capabilities.remote())
+    capabilities = cast(ModelCapabilities, ray.get(handle.capabilities.remote()))  # type: ignore[attr-defined]
     return RemoteModel(name, capabilities, namespace)
 
 

@@ -18,10 +18,10 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
 - ``statistics`` counts this side's view (sent and not answered = queued + running).
 - A shard whose process dies is restarted by Ray (on another node if its node is gone).
   Messages, control calls and stops it had received resolve with ``HostFailed``; what was still
-  queued here goes to the new process. An
-  actor is re-created there when next used: from the pickled original, then ``restore`` of its
-  last checkpoint. Checkpoints (``Actor.snapshot`` after each committed message) are written to
-  ``store`` here before the message's reply resolves, so no answered commit is ever lost.
+  queued here goes to the new process. An actor is re-created there when next used: from the
+  pickled original, then ``restore`` of its last checkpoint. Checkpoints (``Actor.snapshot``
+  after each committed message) are written to ``store`` here before the message's reply
+  resolves, so no answered commit is ever lost.
 
 Use it inside ``async with RaySystem(...) as system`` on the asyncio backend (Ray's futures
 are asyncio futures). It connects with ``ray.init(address)`` unless Ray is already initialised,
@@ -64,8 +64,8 @@ from ..runtime import (
 from .link import ShardLink
 from .outlet import OutletRelay, is_outlet
 from .shard import ShardHost
-from .store import SqliteStore, StateStore
 from .shared import SharedCopies
+from .store import SqliteStore, StateStore
 from .wire import (
     Ask,
     CancelAll,
@@ -204,10 +204,16 @@ class _RayReply(Reply):
             self._callbacks.append(fn)
 
     def cancel(self) -> bool:
+        if not self.claim_cancel():
+            return False
+        self._entry.link.send(None, CancelOne(self.seq))
+        return True
+
+    def claim_cancel(self) -> bool:
+        """Count this message as cancelled by the caller now; ``False`` if done or claimed."""
         if self._done or self._cancelling:
             return False
         self._cancelling = True
-        self._entry.link.send(None, CancelOne(self.seq))
         return True
 
     def settle(self, value: Any, error: BaseException | None) -> None:
@@ -227,10 +233,6 @@ class _RayReply(Reply):
         if self._event is not None:
             self._event.set()
 
-    @property
-    def cancelling(self) -> bool:
-        return self._cancelling
-
 
 @final
 class _RayRef(ActorRef):
@@ -245,7 +247,7 @@ class _RayRef(ActorRef):
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        payload = dumps_value(message, self._system._endpoints.id_of)
+        payload = self._payload(message)
         reply = _RayReply(self._system._next_seq(), entry)
         entry.outstanding[reply.seq] = reply
         entry.link.send(entry, Ask(reply.seq, self.address, payload), reply)
@@ -255,23 +257,19 @@ class _RayRef(ActorRef):
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        entry.link.send(entry, Tell(self.address, dumps_value(message, self._system._endpoints.id_of)))
+        entry.link.send(entry, Tell(self.address, self._payload(message)))
 
     async def ask_control(self, message: Any) -> Any:
         entry = self._live_entry()
         outcome = _Outcome(self.address)
-        entry.link.send(
-            entry, Control(self._system._next_seq(), self.address, dumps_value(message, self._system._endpoints.id_of)), outcome
-        )
+        entry.link.send(entry, Control(self._system._next_seq(), self.address, self._payload(message)), outcome)
         return await outcome.wait()
 
     def cancel_all(self) -> int:
         entry = self._entry
-        waiting = [reply for reply in entry.outstanding.values() if not reply.cancelling]
-        for reply in waiting:
-            reply._cancelling = True
+        claimed = sum(reply.claim_cancel() for reply in list(entry.outstanding.values()))
         entry.link.send(None, CancelAll(self.address))
-        return len(waiting)
+        return claimed
 
     def statistics(self) -> ActorStatistics:
         entry = self._entry
@@ -284,6 +282,9 @@ class _RayRef(ActorRef):
             cancelled=entry.cancelled,
             max_queue=entry.max_queue,
         )
+
+    def _payload(self, message: Any) -> bytes:
+        return dumps_value(message, self._system._endpoints.id_of)
 
     def _live_entry(self) -> _Entry:
         entry = self._entry
@@ -341,9 +342,9 @@ class RaySystem(ActorSystem):
 
     ``address``: ``None`` starts a private local Ray instance (``ray_options``, by default
     :data:`LOCAL_RAY_OPTIONS`); ``"auto"`` or ``"HOST:PORT"`` joins a running cluster. ``store``
-    keeps checkpoints (default: an in-memory :class:`SqliteStore`, closed on exit; a store given here
-    stays open for its owner).
-    ``shard_options`` are extra Ray actor options for the shards (``num_cpus``, resources…).
+    keeps checkpoints (default: an in-memory :class:`SqliteStore`, closed on exit; a store given
+    here stays open for its owner). ``shard_options`` are extra Ray actor options for the shards
+    (``num_cpus``, custom resources, a ``scheduling_strategy`` replacing the round robin).
     """
 
     def __init__(

@@ -170,7 +170,7 @@ class ActorCell:
             state = self.actor.snapshot()
             if state is not None:
                 checkpoint(self.address, state)
-        except Exception as exc:  # noqa: BLE001 - the change stands; only its checkpoint is lost
+        except Exception as exc:  # the change stands; only its checkpoint is lost
             logger.error("%s: checkpoint failed", self.address, exc_info=exc)
 
     async def _on_failure(self, error: Exception) -> None:
