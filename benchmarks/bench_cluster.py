@@ -9,7 +9,7 @@
 3. Per message across the boundary: an echo actor asked one message at a time (round trip) and
    pipelined (asks per second), LocalSystem against RaySystem.
 4. Naive baseline: one Ray actor per object (what placement in shards avoids): time and memory to
-   create N of them, and their turns per second with each turn a Ray call.
+   create N of them (sessions with one tool), and their turns per second, each turn a Ray call.
 
 Run: ``python3 benchmarks/bench_cluster.py [--npcs 96] [--turns 1920] [--rounds 3] [--naive 8]``.
 Starts a private local Ray instance (2 CPUs). Not a test: it prints a table and a JSON line. On a
@@ -23,14 +23,14 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import msgspec
 import ray
+from anyio.abc import TaskGroup
 
 from oam_actors.bridge import Bridge, BridgeConfig
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem
@@ -49,64 +49,57 @@ SCRIPT_TURN = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north
 
 
 class Client:
-    """A client in this process: writes lines to the bridge's input as a game engine would (its
-    tool replies too, at once, without waiting), and times every request."""
+    """A client in this process: hands requests to the bridge a burst at a time (as a transport
+    does with a chunk of lines), answers each tool/call at once from a task of its own (as a game
+    engine would, without holding up the bridge's output), and times every request."""
 
-    def __init__(self) -> None:
-        self.bridge: Bridge | None = None
+    def __init__(self, bridge: Callable[[Callable[[bytes], Awaitable[None]]], Bridge], tasks: TaskGroup) -> None:
+        self.bridge = bridge(self.write)
         self.sent: dict[int, float] = {}
         self.latencies: list[float] = []
         self.expected = 0
         self.done = anyio.Event()
         self._ids = 0
-        self._lines, self.input = anyio.create_memory_object_stream[bytes](1 << 20)
+        self._tasks = tasks
 
     async def write(self, data: bytes) -> None:
         for line in data.split(b"\n"):
             message = _decode(line)
             if message.get("method") == "tool/call":
-                self._lines.send_nowait(b'{"jsonrpc":"2.0","id":"%s","result":{"output":{"opened":true}}}' % message["id"].encode())
+                reply = b'{"jsonrpc":"2.0","id":"%s","result":{"output":{"opened":true}}}' % message["id"].encode()
+                self._tasks.start_soon(self.bridge.receive, reply)
             elif "method" not in message:
                 assert "result" in message, message
                 self.latencies.append(time.perf_counter() - self.sent.pop(message["id"]))
                 if len(self.latencies) == self.expected:
                     self.done.set()
 
-    def request(self, method: str, params: dict[str, Any]) -> None:
-        self._ids += 1
-        self.sent[self._ids] = time.perf_counter()
-        self._lines.send_nowait(_encode({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}))
-
     async def run(self, requests: list[tuple[str, dict[str, Any]]]) -> float:
         """Send every request (pipelined); seconds until the last answer."""
         self.expected, self.done, self.latencies = len(requests), anyio.Event(), []
         started = time.perf_counter()
         for method, params in requests:
-            self.request(method, params)
+            self._ids += 1
+            self.sent[self._ids] = time.perf_counter()
+            await self.bridge.receive(_encode({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}))
         await self.done.wait()
         return time.perf_counter() - started
-
-    def close(self) -> None:
-        self._lines.close()
 
 
 async def with_bridge(make_system: Callable[[], ActorSystem], body: Callable[[Client], Any]) -> Any:
     async with make_system() as system, anyio.create_task_group() as tasks:
-        client = Client()
         game = GameExtension(max_npcs=100_000, max_worlds=1000)
-        client.bridge = Bridge(system, client.write, config=BridgeConfig(max_sessions=100_000), extensions=[game])
-        tasks.start_soon(client.bridge.serve, client.input)
-        try:
+        config = BridgeConfig(max_sessions=100_000)
+        client = Client(lambda write: Bridge(system, write, config=config, extensions=[game]), tasks)
+        async with client.bridge:
             return await body(client)
-        finally:
-            client.close()
 
 
 async def crowd_round(make_system: Callable[[], ActorSystem], npcs: int, turns: int) -> dict[str, float]:
     """Turns per second, and CPU ms per turn of this process and of the shard processes."""
 
     async def measured(client: Client) -> dict[str, float]:
-        system = client.bridge.system  # type: ignore[union-attr]
+        system = client.bridge.system
         shards = [shard.pid for shard in await system.shard_info()] if isinstance(system, RaySystem) else []
         before = [_cpu_seconds(pid) for pid in shards]
         driver = time.process_time()
@@ -203,15 +196,12 @@ class NaiveSession:
         self.agent = Agent(model, tools=tools)
 
     async def turn(self, prompt: str) -> str:
-        import anyio as local_anyio
-
         from oam_actors.agent import TextOutput, ToolCallStarted
 
         async def answer(event: Any) -> None:
             if isinstance(event, ToolCallStarted):
                 # The client's answer, as the shards' sessions get it, but with no bridge between.
                 self.agent.submit_tool_result(event.call.id, TextOutput('{"opened":true}'))
-                await local_anyio.lowlevel.checkpoint()
 
         return (await self.agent.respond(prompt, emit=answer)).text
 
