@@ -114,6 +114,11 @@ class OamError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.wire}, {self.message!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (Ray shards); rebuild them field for field so the
+        # ``retryAfter`` instant stays the one computed where the error happened.
+        return (_rebuild, (type(self), self.code, self.message, self.extra, getattr(self, "retry_after", None)))
+
 
 class AgentError(OamError):
     """A model or turn failure with one of the twelve agent codes.
@@ -143,6 +148,17 @@ class AgentError(OamError):
 
 class ProtocolError(OamError):
     """A non-agent protocol error: framing, parameters, unknown objects, limits, shutdown."""
+
+
+def _rebuild(
+    cls: type[OamError], code: ErrorCode, message: str, extra: dict[str, Any], retry_after: float | None
+) -> OamError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.code, error.message, error.extra = code, message, dict(extra)
+    if isinstance(error, AgentError):
+        error.retry_after = retry_after
+    return error
 
 
 def invalid_params(message: str) -> ProtocolError:
