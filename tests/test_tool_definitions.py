@@ -209,16 +209,3 @@ def test_call_ids() -> None:
     assert len(ids) == 50
     assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in ids)
 
-
-def test_protocol_errors_survive_pickling_with_their_data() -> None:
-    import pickle
-
-    from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-
-    limited = AgentError(ErrorCode.RATE_LIMITED, "Slow down.", retry_after=30)
-    again = pickle.loads(pickle.dumps(limited))
-    assert type(again) is AgentError
-    assert again.to_wire() == limited.to_wire()
-    assert again.retry_after == 30
-    missing = ProtocolError(ErrorCode.SESSION_NOT_FOUND, "Session 'x' not found.", session="x")
-    assert pickle.loads(pickle.dumps(missing)).to_wire() == missing.to_wire()
