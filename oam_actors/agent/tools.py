@@ -249,8 +249,9 @@ def check_timeout(value: Any, path: str) -> float | None:
         or not math.isfinite(value)
         or not 0 <= value <= MAX_TIMEOUT_SECONDS
     ):
+        shown = compact_json(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
         raise invalid_params(
-            f"Parameter '{path}' must be a number of seconds from 0 to 86400; got {value!r}."
+            f"Parameter '{path}' must be a number of seconds from 0 to 86400 (0 means no limit); got {shown}."
         )
     return float(value)
 

@@ -16,14 +16,13 @@ Contract (protocol-game §6.3):
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from ..agent.policy import ToolChoice, ToolChoiceKind
-from ..agent.tools import MAX_TIMEOUT_SECONDS, compact_json
+from ..agent.tools import check_timeout, compact_json
 from ..errors import invalid_params
 from ._decode import WireObject
 from .persona import Decoded, Emotion, parse_emotion
@@ -170,7 +169,7 @@ class NPCOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise invalid_params(f"'{path}' must be an object.")
         wire = WireObject(value, path)
         warnings = tuple(wire.unknown(_WIRE_KEYS))
-        timeout = _timeout(wire.raw("toolTimeoutSeconds"), wire.location("toolTimeoutSeconds"))
+        timeout = check_timeout(wire.raw("toolTimeoutSeconds"), wire.location("toolTimeoutSeconds"))
         memory_tools = _memory_tools(wire.raw("memoryTools"), wire.location("memoryTools"))
         choice = wire.raw("toolChoice")
         options = cls(
@@ -228,19 +227,6 @@ def _emotions(wire: WireObject) -> tuple[Emotion, ...]:
     return tuple(dict.fromkeys(parsed))
 
 
-def _timeout(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= MAX_TIMEOUT_SECONDS
-    ):
-        raise invalid_params(
-            f"Parameter '{path}' must be a number of seconds from 0 to 86400 (0 means no limit); got {compact_json(value)}."
-        )
-    return value
 
 
 def _memory_tools(value: Any, path: str) -> frozenset[MemoryTool]:
