@@ -31,11 +31,11 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
      "the real `oam-actors stdio` subprocess: pipelined pings, tool-round turns at 1/100/1000 sessions"),
     ("tcp", "bench_tcp.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
      "the same over TCP, next to stdio"),
-    ("crowd", "bench_crowd.py", [], ["--npcs", "1000"], "10,000 NPCs on one world, one grounded turn each"),
+    ("crowd", "bench_crowd.py", [], [], "10,000 NPCs on one world, one grounded turn each"),
     ("cluster", "bench_cluster.py", [], ["--turns", "1000", "--latency-turns", "100", "--asks", "1000", "--naive", "4"],
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline"),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
-    ("farm", "bench_farm.py", [], ["--windows", "10"], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
+    ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
 ]

@@ -14,19 +14,28 @@ comma-separated) or ``--model farm:N`` (N simulated phones in this process, runn
 ``--farm-time-scale`` real seconds per phone second). The pool starts and stops with
 ``async with setup.resources``; ``setup.extensions`` adds ``model/status`` (the pool's
 availability and statistics) to each bridge.
+
+With ``--runtime ray`` a pool or proxy system model cannot travel to the shards: it is hosted
+once on the cluster as a model actor (:class:`ClusterModel`), which builds the backend in its
+own process (a farm's phones start there), and sessions get its picklable ``RemoteModel``, so
+one quota holds for every shard. ``async with setup.hosted`` inside the running ``RaySystem``.
+A proxy model's API key is then read from the model actor's environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import os
 import re
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+import anyio.to_thread
 import msgspec
 
 from ..bridge import Bridge, Call, CustomModelFactory, Extension, ModelFactory
@@ -34,9 +43,11 @@ from ..models import ScriptedModel
 from ..models.proxy import ProxyBackends, ProxyConfig, parse_model_spec
 
 if TYPE_CHECKING:
+    from ..cluster import RemoteModel
     from ..models.pool import DevicePool, PoolConfig
 
 __all__ = [
+    "ClusterModel",
     "ModelSetup",
     "ModelStatusExtension",
     "PoolHost",
@@ -110,10 +121,19 @@ class PoolHost:
         self._stack = AsyncExitStack()
         self._pool: DevicePool | None = None
 
+    @property
+    def label(self) -> str:
+        """``farm:N`` or ``devices:URL,…``: what the pool is made of."""
+        return f"farm:{self._farm_phones}" if self._farm_phones else "devices:" + ",".join(self._urls)
+
     def model(self) -> DevicePool:
         if self._pool is None:
             raise RuntimeError("the device pool is not running (use it inside `async with PoolHost`)")
         return self._pool
+
+    def opener(self) -> Callable[[], AbstractAsyncContextManager[DevicePool]]:
+        """A picklable factory of this pool (and farm) for a model actor to run."""
+        return functools.partial(_open_pool, self._urls, self._farm_phones, self._time_scale, self._config)
 
     async def __aenter__(self) -> Self:
         from ..models.pool import DevicePool, SimulatedFarm, farm_phone_config
@@ -137,6 +157,62 @@ class PoolHost:
             self._pool = None
 
 
+@asynccontextmanager
+async def _open_pool(
+    urls: list[str], farm_phones: int, time_scale: float, config: PoolConfig
+) -> AsyncIterator[DevicePool]:
+    async with PoolHost(urls=urls, farm_phones=farm_phones, time_scale=time_scale, config=config) as host:
+        yield host.model()
+
+
+@asynccontextmanager
+async def _open_proxy(config: ProxyConfig) -> AsyncIterator[Any]:
+    async with ProxyBackends() as backends:
+        yield _scheduled(backends.model(config))
+
+
+class ClusterModel:
+    """The system model hosted once on the Ray cluster as the model actor ``name``, built there
+    by ``factory`` (picklable); :meth:`model` is the system model factory (its ``RemoteModel``).
+
+    Enter it while Ray is up (inside the ``RaySystem``). It stops the model actor on exit only
+    if it started it: a server joining a cluster where the same system model runs shares it.
+    """
+
+    def __init__(self, name: str, factory: Callable[[], Any]) -> None:
+        self.name = name
+        self._factory = factory
+        self._model: RemoteModel | None = None
+        self._started = False
+
+    def model(self) -> RemoteModel:
+        if self._model is None:
+            raise RuntimeError("the model actor is not hosted (use it inside `async with ClusterModel`)")
+        return self._model
+
+    async def __aenter__(self) -> Self:
+        from ..cluster.models import host_model, model_running, stop_model
+
+        self._started = not model_running(self.name)
+        try:
+            # Blocks until the backend is built in the model actor (a farm's phones started).
+            self._model = await anyio.to_thread.run_sync(host_model, self.name, self._factory)
+        except Exception as exc:
+            if self._started:
+                stop_model(self.name)
+            raise SystemExit(f"oam-actors: the system model {self.name!r} did not start: {exc}") from exc
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        from ..cluster.models import stop_model
+
+        self._model = None
+        if self._started:
+            stop_model(self.name)
+
+
 class ModelStatusExtension:
     """``model/status``: the system model's availability and its scheduler statistics (a device
     pool's per-device state, queues and counters). Install one per bridge."""
@@ -150,9 +226,12 @@ class ModelStatusExtension:
     async def _status(self, call: Call) -> Any:
         model = self._model()
         statistics = getattr(model, "statistics", None)
+        found = statistics() if statistics is not None else None
+        if inspect.isawaitable(found):  # a hosted model's, fetched from its model actor
+            found = await found
         return {
             "availability": (await model.availability()).to_wire(),
-            "statistics": msgspec.to_builtins(statistics()) if statistics is not None else None,
+            "statistics": msgspec.to_builtins(found),
         }
 
     async def aclose(self) -> None:
@@ -162,17 +241,23 @@ class ModelStatusExtension:
 @dataclass(frozen=True)
 class ModelSetup:
     """The system model, the session model types, the client they share (close it), and what
-    must run while serving: ``async with setup.resources`` (a device pool), ``extensions``."""
+    must run while serving: ``async with setup.resources`` (a device pool) before the actor
+    system starts, ``async with setup.hosted`` (a model actor) inside it, ``extensions``."""
 
     system_model: ModelFactory | None
     model_types: dict[str, CustomModelFactory]
     backends: ProxyBackends
     pool: PoolHost | None = None
     extension_factories: list[Callable[[], Extension]] = field(default_factory=list)
+    cluster: ClusterModel | None = None
 
     @property
     def resources(self) -> PoolHost | AsyncExitStack:
         return self.pool if self.pool is not None else AsyncExitStack()
+
+    @property
+    def hosted(self) -> ClusterModel | AsyncExitStack:
+        return self.cluster if self.cluster is not None else AsyncExitStack()
 
     def extensions(self) -> list[Extension]:
         """Fresh extensions for one bridge."""
@@ -182,19 +267,32 @@ class ModelSetup:
 def models_from_args(args: argparse.Namespace) -> ModelSetup:
     """Exits (``SystemExit``) with a readable message for a bad ``--model`` or device list."""
     backends = ProxyBackends(allowed_hosts=args.proxy_allow_host)
-    system: ModelFactory | None = None
+    types: dict[str, CustomModelFactory] = dict(backends.model_types())
     pool = _pool_host(args)
+    if pool is None and args.model in (None, "", "scripted"):
+        return ModelSetup(ScriptedModel if args.model else None, types, backends)
+    if args.runtime == "ray":
+        cluster = _cluster_model(args, pool, backends)
+        return ModelSetup(cluster.model, types, backends, extension_factories=_status(cluster.model, pool),
+                          cluster=cluster)
     if pool is not None:
-        system = pool.model
-    elif args.model == "scripted":
-        system = ScriptedModel
-    elif args.model:
-        config = _proxy_config(args)
-        backends.allow_host(config.host)
-        model = _scheduled(backends.model(config))
-        system = lambda: model  # noqa: E731 (one shared instance, so one quota scheduler)
-    extensions = [lambda: ModelStatusExtension(system)] if pool is not None and system is not None else []
-    return ModelSetup(system, dict(backends.model_types()), backends, pool, extensions)
+        return ModelSetup(pool.model, types, backends, pool, _status(pool.model, pool))
+    model = _scheduled(backends.model(_proxy_config(args, backends)))
+    return ModelSetup(lambda: model, types, backends)  # one shared instance, so one quota scheduler
+
+
+def _status(model: ModelFactory, pool: PoolHost | None) -> list[Callable[[], Extension]]:
+    """``model/status`` for a device pool's system model."""
+    return [lambda: ModelStatusExtension(model)] if pool is not None else []
+
+
+def _cluster_model(args: argparse.Namespace, pool: PoolHost | None, backends: ProxyBackends) -> ClusterModel:
+    """The pool or proxy system model as a model actor named after what it is."""
+    if pool is not None:
+        return ClusterModel(f"system:{pool.label}", pool.opener())
+    config = _proxy_config(args, backends)
+    return ClusterModel(f"system:{config.provider.value}:{config.url}#{config.model}",
+                        functools.partial(_open_proxy, config))
 
 
 def _pool_host(args: argparse.Namespace) -> PoolHost | None:
@@ -230,7 +328,8 @@ def system_model_from_args(args: argparse.Namespace) -> ModelFactory | None:
     return models_from_args(args).system_model
 
 
-def _proxy_config(args: argparse.Namespace) -> ProxyConfig:
+def _proxy_config(args: argparse.Namespace, backends: ProxyBackends) -> ProxyConfig:
+    """The proxy system model's config; sessions may name its host too."""
     try:
         config = parse_model_spec(args.model, base_url=args.base_url, model=args.model_name)
     except ValueError as exc:
@@ -243,7 +342,9 @@ def _proxy_config(args: argparse.Namespace) -> ProxyConfig:
         "structured_output": args.structured_output,
         "context_size": args.context_size,
     }
-    return msgspec.structs.replace(config, **{k: v for k, v in fields.items() if v is not None})
+    config = msgspec.structs.replace(config, **{k: v for k, v in fields.items() if v is not None})
+    backends.allow_host(config.host)
+    return config
 
 
 def _flag(name: str) -> bool:

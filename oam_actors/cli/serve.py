@@ -148,7 +148,7 @@ async def serve_network(
 ) -> None:
     """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
     HTTP client closes after every connection has ended."""
-    async with models.backends, models.resources, runtime() as system, AsyncExitStack() as stack:
+    async with models.backends, models.resources, runtime() as system, models.hosted, AsyncExitStack() as stack:
         hub = Hub(
             system,
             policy,

@@ -60,7 +60,7 @@ async def serve_stdio(
 ) -> None:
     """Serve until end of input or ``shutdown``; ``backends`` (their HTTP client) close after
     the bridge has finished. The game methods are installed with ``game``'s limits; ``models``
-    adds what the system model needs running (a device pool) and its extensions."""
+    adds what the system model needs running (a device pool or model actor) and its extensions."""
     stdin, write = await open_stdio()
     async with AsyncExitStack() as resources:
         if backends is not None:
@@ -69,6 +69,8 @@ async def serve_stdio(
             await resources.enter_async_context(models.resources)
         await resources.enter_async_context(stdin)
         system = await resources.enter_async_context(runtime())
+        if models is not None:
+            await resources.enter_async_context(models.hosted)
         limits = game or GameLimits()
         extension = GameExtension(
             max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions

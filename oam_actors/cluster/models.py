@@ -8,13 +8,16 @@ they stay inside the shard with their session.
 
 - ``host_model(name, factory)`` starts the actor ``oam-model:<name>`` (or finds the one already
   running) and returns a :class:`RemoteModel`. ``factory`` runs inside the actor and must pickle
-  (a module-level function or a ``functools.partial`` of one); a model that is an async context
-  manager (``DevicePool``) is entered there for the actor's lifetime.
+  (a module-level function or a ``functools.partial`` of one); if it returns an async context
+  manager (a ``DevicePool``, or one yielding the model), that is entered there for the actor's
+  lifetime and the model is what entering it returns. A factory that fails fails ``host_model``
+  with its error (the actor stays: stop it).
 - :class:`RemoteModel` is a :class:`~oam_actors.agent.LanguageModel` that pickles as its name,
   so sessions carrying it move to shards freely. ``stream`` relays the hosted model's pieces
   (Ray streaming generator); closing it early cancels the remote generation; the hosted model's
   ``AgentError`` is raised as is.
-- :func:`stop_model` ends the actor. Detached actors outlive drivers: stop what you host.
+- :func:`stop_model` ends the actor. Detached actors outlive drivers: stop what you host;
+  :func:`model_running` tells whether one is hosted already.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import ray
 from ..agent import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
 from .wire import Failure
 
-__all__ = ["MODEL_NAMESPACE", "ModelHost", "RemoteModel", "host_model", "stop_model"]
+__all__ = ["MODEL_NAMESPACE", "ModelHost", "RemoteModel", "host_model", "model_running", "stop_model"]
 
 MODEL_NAMESPACE = "oam-actors"
 """The Ray namespace of model actors: shared by every driver that uses it."""
@@ -46,6 +49,7 @@ class ModelHost:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._factory = factory
         self._model: LanguageModel | None = None
+        self._failure: Exception | None = None
         self._ready: anyio.Event | None = None
 
     async def capabilities(self) -> ModelCapabilities:
@@ -79,17 +83,26 @@ class ModelHost:
             # on it; Ray owns the loop, so it lives as long as the actor.
             asyncio.get_running_loop().create_task(self._host())
         await self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
         assert self._model is not None
         return self._model
 
     async def _host(self) -> None:
-        assert self._ready is not None
-        model = self._factory()
-        if hasattr(model, "__aenter__"):
-            async with model:
-                self._model = model
-                self._ready.set()
+        try:
+            made = self._factory()
+            if not hasattr(made, "__aenter__"):
+                self._serve(made)
+                return
+            async with made as model:
+                self._serve(model)
                 await anyio.sleep_forever()
+        except Exception as exc:  # noqa: BLE001 - each call raises it: none waits forever
+            self._failure = exc
+            self._serve(None)
+
+    def _serve(self, model: LanguageModel | None) -> None:
+        assert self._ready is not None
         self._model = model
         self._ready.set()
 
@@ -156,8 +169,20 @@ def host_model(name: str, factory: Callable[[], Any], *, namespace: str = MODEL_
         max_concurrency=1000,
         num_cpus=0,
     ).remote(factory)
-    capabilities = cast(ModelCapabilities, ray.get(handle.capabilities.remote()))  # type: ignore[attr-defined]
+    try:
+        capabilities = cast(ModelCapabilities, ray.get(handle.capabilities.remote()))  # type: ignore[attr-defined]
+    except ray.exceptions.RayTaskError as exc:
+        raise exc.cause from exc  # the factory's own error
     return RemoteModel(name, capabilities, namespace)
+
+
+def model_running(name: str, *, namespace: str = MODEL_NAMESPACE) -> bool:
+    """Whether the model actor ``name`` is hosted (by anyone). Needs ``ray.init`` first."""
+    try:
+        ray.get_actor(_actor_name(name), namespace=namespace)
+    except ValueError:
+        return False
+    return True
 
 
 def stop_model(name: str, *, namespace: str = MODEL_NAMESPACE) -> bool:

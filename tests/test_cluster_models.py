@@ -1,0 +1,145 @@
+"""The system model on ``--runtime ray``: hosted once as a model actor, shared by every shard.
+
+Without Ray: what ``models_from_args`` chooses per runtime, and how a model actor's body
+(``ModelHost``) builds its model. With Ray: a real ``oam-actors stdio --runtime ray`` subprocess
+(a private Ray instance) whose sessions on two shards run turns on the one simulated phone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import ray.cloudpickle
+from bridge_process import BridgeProcess
+
+from oam_actors.cli.models import (
+    ClusterModel,
+    ModelStatusExtension,
+    add_model_arguments,
+    models_from_args,
+)
+from oam_actors.cli.runtime import add_runtime_arguments
+from oam_actors.cluster import LOCAL_RAY_OPTIONS, shard_of
+from oam_actors.cluster.models import ModelHost, model_running
+from oam_actors.errors import AgentError, ErrorCode, ProtocolError
+from oam_actors.models import ScriptedModel
+from oam_actors.runtime import Address
+
+# Model actors cannot import this test module: the factories defined here travel by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    add_runtime_arguments(parser)
+    return parser.parse_args(argv)
+
+
+# --- choosing the system model ---------------------------------------------------------------------
+
+
+def test_on_ray_a_farm_becomes_a_model_actor_with_model_status() -> None:
+    setup = models_from_args(parse("--runtime", "ray", "--model", "farm:2"))
+    assert setup.pool is None and isinstance(setup.cluster, ClusterModel)
+    assert setup.cluster.name == "system:farm:2"
+    assert [type(e) for e in setup.extensions()] == [ModelStatusExtension]
+    with pytest.raises(RuntimeError, match="not hosted"):
+        setup.system_model()  # type: ignore[misc]
+
+
+def test_on_ray_a_proxy_becomes_a_model_actor_whose_factory_pickles() -> None:
+    setup = models_from_args(parse("--runtime", "ray", "--model", "openai:http://10.0.0.7:8080/v1#qwen"))
+    assert setup.cluster is not None and setup.cluster.name == "system:openai:http://10.0.0.7:8080/v1#qwen"
+    assert setup.extensions() == []
+    factory = ray.cloudpickle.loads(ray.cloudpickle.dumps(setup.cluster._factory))
+    assert [(c.url, c.model) for c in factory.args] == [("http://10.0.0.7:8080/v1", "qwen")]
+    session_model = setup.model_types["openai"]
+    with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
+        session_model({"type": "openai", "baseUrl": "http://10.0.0.8:8080/v1", "model": "m"}, "model")
+    session_model({"type": "openai", "baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}, "model")  # allowed
+
+
+def test_locally_a_farm_is_a_pool_in_this_process_and_scripted_is_never_hosted() -> None:
+    local = models_from_args(parse("--model", "farm:1"))
+    assert local.pool is not None and local.cluster is None
+    scripted = models_from_args(parse("--runtime", "ray", "--model", "scripted"))
+    assert (scripted.system_model, scripted.cluster) == (ScriptedModel, None)
+    assert models_from_args(parse("--runtime", "ray")).system_model is None
+
+
+# --- the model actor's body ------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def opened_scripted() -> AsyncIterator[ScriptedModel]:
+    yield ScriptedModel()
+
+
+async def test_a_model_host_serves_what_entering_the_factorys_context_manager_returns() -> None:
+    host = ModelHost(opened_scripted)
+    assert await host.capabilities() == ScriptedModel().capabilities
+    assert (await host.availability()).available is True
+
+
+def no_model() -> ScriptedModel:
+    raise AgentError(ErrorCode.MODEL_UNAVAILABLE, "no phone answers")
+
+
+async def test_a_model_host_whose_factory_fails_raises_its_error_on_every_call() -> None:
+    host = ModelHost(no_model)
+    for _ in range(2):
+        with pytest.raises(AgentError, match="no phone answers"):
+            await host.capabilities()
+
+
+# --- on Ray ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_cluster_model_stops_the_model_actor_only_if_it_started_it() -> None:
+    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
+    try:
+        async with ClusterModel("shared", opened_scripted) as first:
+            async with ClusterModel("shared", no_model) as second:  # finds it running: no_model unused
+                assert second.model().capabilities == first.model().capabilities == ScriptedModel().capabilities
+            assert model_running("shared")
+        assert not model_running("shared")
+        with pytest.raises(SystemExit, match="'broken' did not start: .*no phone answers"):
+            async with ClusterModel("broken", no_model):
+                pass
+        assert not model_running("broken")
+    finally:
+        ray.shutdown()
+
+
+def one_session_per_shard() -> list[str]:
+    """Two session ids that hash to shards 0 and 1 of two."""
+    by_shard: dict[int, str] = {}
+    for n in range(100):
+        by_shard.setdefault(shard_of(Address("session", f"guard{n}"), 2), f"guard{n}")
+    return [by_shard[0], by_shard[1]]
+
+
+@pytest.mark.slow
+def test_sessions_on_two_shards_share_the_one_farm_phone_of_the_model_actor() -> None:
+    sessions = one_session_per_shard()
+    args = ["--runtime", "ray", "--shards", "2", "--model", "farm:1", "--farm-time-scale", "0.01"]
+    with BridgeProcess(args) as bridge:
+        availability = bridge.call("model/availability")
+        for session in sessions:
+            bridge.call("session/create", {"session": session})
+        replies = [bridge.call("session/respond", {"session": s, "prompt": "Good morning!"}) for s in sessions]
+        status = bridge.call("model/status")
+        assert bridge.close() == 0
+    assert availability["available"] is True
+    assert availability["detail"] == "1 of 1 devices ready, 0 cooling down, 0 dead."
+    assert all(reply["text"] for reply in replies)
+    stats = status["statistics"]
+    assert [(d["name"], d["state"]) for d in stats["devices"]] == [("phone1", "ready")]
+    assert stats["stepsOk"] == stats["devices"][0]["ok"] >= 2
+    assert status["availability"] == availability
