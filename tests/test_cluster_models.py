@@ -8,8 +8,11 @@ Without Ray: what ``models_from_args`` chooses per runtime, and how a model acto
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from contextlib import asynccontextmanager
 
 import pytest
@@ -143,3 +146,20 @@ def test_sessions_on_two_shards_share_the_one_farm_phone_of_the_model_actor() ->
     assert [(d["name"], d["state"]) for d in stats["devices"]] == [("phone1", "ready")]
     assert stats["stepsOk"] == stats["devices"][0]["ok"] >= 2
     assert status["availability"] == availability
+
+
+@pytest.mark.slow
+def test_simulate_on_ray_hosts_the_farm_as_one_model_actor(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "oam_actors", "simulate", "--runtime", "ray", "--duration", "4",
+         "--sessions", "3", "--npcs", "1", "--phones", "2", "--cancel-rate", "0", "--tool-timeout-rate", "0",
+         "--no-progress", "--report-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["turns"]["byOutcome"].get("ok", 0) > 0
+    # The pool's statistics come back from the model actor: both phones, and the steps they served.
+    devices = report["backend"]["devices"]
+    assert [d["name"] for d in devices] == ["phone1", "phone2"]
+    assert sum(d["ok"] for d in devices) >= report["turns"]["byOutcome"]["ok"]

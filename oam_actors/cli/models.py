@@ -53,7 +53,6 @@ __all__ = [
     "PoolHost",
     "add_model_arguments",
     "models_from_args",
-    "system_model_from_args",
 ]
 
 _FARM = re.compile(r"farm:(\d+)")
@@ -321,11 +320,6 @@ def _scheduled(model: Any) -> Any:
     scheduler = QuotaScheduler(QuotaLimits())
     model.on_rate_limit = scheduler_hook(scheduler)
     return ScheduledModel(model, scheduler)
-
-
-def system_model_from_args(args: argparse.Namespace) -> ModelFactory | None:
-    """The system model alone; a proxy one keeps its HTTP client until the process ends."""
-    return models_from_args(args).system_model
 
 
 def _proxy_config(args: argparse.Namespace, backends: ProxyBackends) -> ProxyConfig:

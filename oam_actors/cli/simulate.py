@@ -56,13 +56,15 @@ def _config(args: argparse.Namespace) -> SimConfig:
         duration_seconds=args.duration, think_seconds=args.think,
         cancel_rate=args.cancel_rate, tool_timeout_rate=args.tool_timeout_rate,
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
+        runtime=args.runtime,
     )
 
 
 async def _main(config: SimConfig, progress: bool, runtime: SystemFactory = LocalSystem) -> dict:
     display = None
     try:
-        async with make_backend(config) as backend, runtime() as system:
+        # The actor system first: on Ray, a pool backend hosts its model actor on the cluster.
+        async with runtime() as system, make_backend(config) as backend:
             display = _Progress(config, backend) if progress else None
 
             def make_client() -> BridgeClient:

@@ -15,7 +15,8 @@ Use a backend as ``async with make_backend(config) as backend``.
 from __future__ import annotations
 
 import random
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -98,7 +99,11 @@ class ScriptedBackend:
 
 
 class _PoolBackend:
-    """A device pool as the system model; subclasses say where the phones are."""
+    """A device pool as the system model; subclasses say where the phones are.
+
+    On ``--runtime ray`` the pool (and a farm's phones) is built inside one model actor, so every
+    shard's sessions share its quotas; the live display then shows only what the report shows.
+    """
 
     name = "devices"
 
@@ -106,13 +111,21 @@ class _PoolBackend:
         self.config = config
         self._stack = AsyncExitStack()
         self._pool: Any = None
+        self._remote: Any = None
 
     async def _open_pool(self, stack: AsyncExitStack) -> Any:
         raise NotImplementedError
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
-            self._pool = await self._open_pool(stack)
+            if self.config.runtime == "ray":
+                from ..cli.models import ClusterModel
+
+                hosted = ClusterModel(f"sim:{self.name}:{self.config.seed}", _PoolOpener(type(self), self.config))
+                await stack.enter_async_context(hosted)
+                self._remote = hosted.model()
+            else:
+                self._pool = await self._open_pool(stack)
             self._stack = stack.pop_all()
         return self
 
@@ -120,8 +133,8 @@ class _PoolBackend:
         await self._stack.aclose()
 
     def system_model(self) -> ModelFactory | None:
-        pool = self._pool
-        return lambda: pool
+        model = self._remote if self._remote is not None else self._pool
+        return lambda: model
 
     def session_model(self, index: int) -> Any:
         return None
@@ -130,12 +143,28 @@ class _PoolBackend:
         return None
 
     def snapshot(self) -> dict[str, Any]:
+        if self._pool is None:
+            return {}
         stats = self._pool.statistics()
         return {"ready": stats.ready, "cooling": stats.cooling, "dead": stats.dead, "queued": stats.queued,
                 "absorbed": stats.quota_events_absorbed, "surfaced": stats.quota_events_surfaced}
 
     async def statistics(self) -> dict[str, Any]:
-        return {"backend": self.name, **msgspec.to_builtins(self._pool.statistics())}
+        stats = await self._remote.statistics() if self._remote is not None else self._pool.statistics()
+        return {"backend": self.name, **msgspec.to_builtins(stats)}
+
+
+class _PoolOpener:
+    """Builds a backend's pool inside the Ray model actor (picklable: a class and a config)."""
+
+    def __init__(self, backend: type[_PoolBackend], config: SimConfig) -> None:
+        self.backend = backend
+        self.config = msgspec.structs.replace(config, runtime="local")
+
+    @asynccontextmanager
+    async def __call__(self) -> AsyncIterator[Any]:
+        async with AsyncExitStack() as stack:
+            yield await self.backend(self.config)._open_pool(stack)
 
 
 class DevicesBackend(_PoolBackend):
@@ -179,6 +208,8 @@ class FarmBackend(_PoolBackend):
 
     async def statistics(self) -> dict[str, Any]:
         stats = await super().statistics()
+        if self.farm is None:  # the phones run inside the Ray model actor
+            return stats
         phones = {f"phone{n + 1}": msgspec.to_builtins(p.statistics()) for n, p in enumerate(self.farm.phones)}
         return {**stats, "phones": phones}
 

@@ -27,6 +27,8 @@ class SimConfig(msgspec.Struct, kw_only=True):
     model_latency_seconds: float = 0.3
     seed: int = 7
     report_dir: str = "reports"
+    runtime: str = "local"
+    """``local`` or ``ray`` (``--runtime``): where the conversations' objects run."""
 
     @property
     def npc_count(self) -> int:
