@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from oam_actors.tuning import tune_gc_for_servers
 from oam_actors.bridge import Bridge
 from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import LocalSystem
@@ -226,7 +227,11 @@ def main() -> None:
     parser.add_argument("--npcs", type=int, default=10_000)
     parser.add_argument("--stdio", action="store_true", help="also run through the `oam-actors stdio` subprocess")
     parser.add_argument("--tracemalloc", action="store_true", help="count Python allocations per NPC (slower create)")
+    parser.add_argument("--default-gc", action="store_true",
+                        help="keep CPython's default collector settings instead of the servers' tuning")
     args = parser.parse_args()
+    if not args.default_gc:
+        tune_gc_for_servers()  # what `oam-actors` does at start-up
     anyio.run(in_process, args.npcs, args.tracemalloc).print("in process")
     if args.stdio:
         over_stdio(args.npcs).print("over stdio")

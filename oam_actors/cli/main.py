@@ -13,6 +13,7 @@ import sys
 from types import ModuleType
 
 from .. import __version__
+from ..tuning import tune_gc_for_servers
 
 __all__ = ["main"]
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if module is None:
         return 2
+    tune_gc_for_servers()
     return int(module.run(args))
 
 
