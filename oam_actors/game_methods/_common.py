@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 import unicodedata
 from typing import Any
 
 from ..agent import ToolDefinition, parse_tool_definitions
+from ..agent.tools import check_timeout
 from ..bridge.params import Params, preview
 from ..errors import ErrorCode, ProtocolError, invalid_params
 
 __all__ = [
-    "MAX_TIMEOUT_SECONDS",
     "client_id",
     "limit_reached",
     "npc_exists",
@@ -25,8 +24,6 @@ __all__ = [
     "world_exists",
     "world_not_found",
 ]
-
-MAX_TIMEOUT_SECONDS = 86400
 
 
 def npc_not_found(npc: str) -> ProtocolError:
@@ -72,20 +69,7 @@ def client_id(params: Params, name: str) -> str | None:
 
 def timeout_seconds(params: Params, name: str) -> float | None:
     """A ``…TimeoutSeconds`` param: a finite number from 0 to 86400 (0 = no limit)."""
-    value = params.raw(name)
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= MAX_TIMEOUT_SECONDS
-    ):
-        raise invalid_params(
-            f"Parameter '{params.path(name)}' must be a number of seconds from 0 to 86400 (0 means no limit); "
-            f"got {preview(value)}."
-        )
-    return float(value)
+    return check_timeout(params.raw(name), params.path(name))
 
 
 def tools_array(value: Any, path: str) -> list[Any]:

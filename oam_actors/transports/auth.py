@@ -19,13 +19,13 @@ Contract
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import re
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
+from ..addresses import is_loopback
 from ..bridge import jsonrpc
 from ..errors import ErrorCode, ProtocolError
 from .stdio import LineTooLong
@@ -104,16 +104,6 @@ def bearer_token(authorization: str | None) -> str | None:
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP; any other name or address (``0.0.0.0``, ``""``) is not."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class AuthOutcome(msgspec.Struct, frozen=True):

@@ -15,7 +15,6 @@ Gemini's are the bare host (the codec adds ``/v1/messages`` and ``/v1beta/models
 from __future__ import annotations
 
 import enum
-import ipaddress
 import math
 import re
 from typing import Any
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ...addresses import is_loopback
 from ...errors import ProtocolError, invalid_params
 
 __all__ = [
@@ -120,16 +120,6 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     def label(self) -> str:
         """``openai:gpt-4o-mini`` — for availability and messages (never a secret)."""
         return f"{self.provider.value}:{self.model}"
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 # --- the protocol's model object -------------------------------------------------------------
