@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import cloudpickle
 import msgspec
 import pytest
 import pytest_asyncio
@@ -44,7 +43,6 @@ HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the s
 
 # Shards cannot import this test module: what it defines travels by value (actors through our
 # pickler, model factories through Ray's own).
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 

@@ -20,7 +20,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
+from ray import cloudpickle
 import msgspec
 
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError
