@@ -1,0 +1,1 @@
+"""Counters, gauges and histograms, and their Prometheus text."""

@@ -1,0 +1,1 @@
+"""Front doors: stdio line framing, TCP JSON lines and WebSocket serving (tokens, limits, the shared hub)."""
