@@ -1,0 +1,150 @@
+"""What a command-line value may be: argparse ``type=`` functions, and :class:`UsageError`.
+
+Every subcommand validates its options with these, so a mistake is caught while parsing and
+reported the same way everywhere: exit status 2 and one line on stderr,
+``oam-actors stdio: error: argument --max-line-bytes: expected an integer of at least 1, got '0'``
+(argparse adds the option's name). Each function raises ``argparse.ArgumentTypeError`` saying
+what is allowed and what was given.
+
+A mistake that only shows after parsing (options that do not fit together, a port in use, a host
+that does not resolve) is raised as :class:`UsageError` from a subcommand's ``run``; the entry
+point prints it on one line and exits 2. Nothing here imports more than the standard library, so
+a bad value is reported before any heavy import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "LOG_LEVELS",
+    "Endpoint",
+    "UsageError",
+    "host",
+    "host_port",
+    "log_level",
+    "non_negative_float",
+    "non_negative_int",
+    "port",
+    "positive_float",
+    "positive_int",
+    "unit_interval",
+]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class UsageError(Exception):
+    """A command-line mistake found after parsing. The message names the option(s) and says what
+    is allowed; the entry point prints ``oam-actors COMMAND: error: MESSAGE`` and exits 2."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A listen or connect address; ``host == ""`` means every interface."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def _integer(text: str, allowed: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
+
+
+def _number(text: str, allowed: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A limit or a count that must not be zero: an integer ≥ 1."""
+    allowed = "an integer of at least 1"
+    if (value := _integer(text, allowed)) < 1:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A count where 0 means none (or "no limit", as the option's help says): an integer ≥ 0."""
+    allowed = "an integer of at least 0"
+    if (value := _integer(text, allowed)) < 0:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A duration, a scale or a rate per second: a finite number > 0."""
+    allowed = "a number greater than 0"
+    if (value := _number(text, allowed)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A delay that may be nothing: a finite number ≥ 0."""
+    allowed = "a number of at least 0"
+    if (value := _number(text, allowed)) < 0:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def unit_interval(text: str) -> float:
+    """A probability or a share: a number from 0 to 1."""
+    allowed = "a number from 0 to 1"
+    if not 0 <= (value := _number(text, allowed)) <= 1:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0-65535 (0: the system picks a free one)."""
+    allowed = "a port from 0 to 65535"
+    if not 0 <= (value := _integer(text, allowed)) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def host(text: str) -> str:
+    """A host name or address (IPv6 with or without brackets); not empty, no spaces."""
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if not _is_host(bare):
+        raise argparse.ArgumentTypeError(f"expected a host name or address, got {text!r}")
+    return bare
+
+
+def _is_host(text: str) -> bool:
+    return bool(text) and not any(c.isspace() or c in "/[]" for c in text)
+
+
+def host_port(text: str) -> Endpoint:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (every interface), port 0-65535."""
+    name, sep, number = text.rpartition(":")
+    if not sep or not number.isdigit() or int(number) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port from 0 to 65535, got {text!r}")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    elif ":" in name:
+        raise argparse.ArgumentTypeError(f"write an IPv6 address in brackets: [{name}]:{number}")
+    if name and not _is_host(name):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a host name or address, got {text!r}")
+    return Endpoint(name, int(number))
+
+
+def log_level(text: str) -> str:
+    """One of :data:`LOG_LEVELS`, any case; returned in upper case."""
+    if (level := text.upper()) not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
