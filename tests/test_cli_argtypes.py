@@ -26,6 +26,7 @@ from oam_actors.cli.argtypes import Endpoint
         (argtypes.host_port, "127.0.0.1:0", Endpoint("127.0.0.1", 0)),
         (argtypes.host_port, "[::1]:9000", Endpoint("::1", 9000)),
         (argtypes.host_port, ":80", Endpoint("", 80)),
+        (argtypes.host_port, "localhost:65535", Endpoint("localhost", 65535)),
     ],
 )
 def test_accepted(check: Callable[[str], Any], text: str, value: Any) -> None:
@@ -45,6 +46,7 @@ def test_accepted(check: Callable[[str], Any], text: str, value: Any) -> None:
         (argtypes.port, "65536", "0 to 65535"), (argtypes.port, "-1", "0 to 65535"),
         (argtypes.host, "", "host name"), (argtypes.host, "a b", "host name"),
         (argtypes.host_port, "127.0.0.1", "HOST:PORT"), (argtypes.host_port, "h:65536", "HOST:PORT"),
+        (argtypes.host_port, "host:port", "HOST:PORT"), (argtypes.host_port, "h:-1", "HOST:PORT"),
         (argtypes.host_port, "::1:9000", "brackets"), (argtypes.host_port, "a b:1", "host name"),
         (argtypes.log_level, "LOUD", "DEBUG, INFO, WARNING, ERROR, CRITICAL"),
     ],

@@ -269,16 +269,15 @@ def _runtime_args(*argv: str) -> Any:
 
 
 def test_the_runtime_options_choose_the_system() -> None:
+    from oam_actors.cli.argtypes import UsageError
     from oam_actors.cli.runtime import system_from_args
     from oam_actors.cluster import RaySystem
 
     assert system_from_args(_runtime_args()) is LocalSystem
     system = system_from_args(_runtime_args("--runtime", "ray", "--address", "auto", "--shards", "3"))()
     assert isinstance(system, RaySystem) and (system.address, system.shards) == ("auto", 3)
-    with pytest.raises(SystemExit, match="need --runtime ray"):
+    with pytest.raises(UsageError, match="need --runtime ray"):
         system_from_args(_runtime_args("--address", "auto"))
-    with pytest.raises(SystemExit, match="at least 1"):
-        system_from_args(_runtime_args("--runtime", "ray", "--shards", "0"))
 
 
 def test_exports() -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from oam_actors.cli import device as cli
+from oam_actors.cli.argtypes import UsageError
 from oam_actors.cli.main import build_parser
 from oam_actors.models.device.protocol import (
     CountTokensRequest,
@@ -190,7 +191,7 @@ def test_the_cli_merges_the_file_and_the_flags(tmp_path: Path) -> None:
 
 
 def test_the_cli_rejects_a_bad_configuration() -> None:
-    argv = ["device", "--simulate", "--fault-hang", "2"]
+    argv = ["device", "--simulate", "--fault-hang", "0.6", "--fault-garbage", "0.6"]  # sum over 1
     args = build_parser(argv)[0].parse_args(argv)
-    with pytest.raises(SystemExit, match="invalid phone configuration"):
+    with pytest.raises(UsageError, match="invalid phone configuration"):
         cli.config_from_args(args)

@@ -47,8 +47,8 @@ def test_listening_beyond_loopback_needs_a_token(flag: str) -> None:
 def test_a_listen_address_that_is_taken_fails_clearly(tenants: ServeProcess) -> None:
     assert tenants.tcp_address is not None
     refused = run_serve(["--tcp", f"127.0.0.1:{tenants.tcp_address[1]}"])
-    assert refused.returncode == 1
-    assert "cannot listen" in refused.stderr
+    assert refused.returncode == 2
+    assert f"--tcp 127.0.0.1:{tenants.tcp_address[1]}: cannot listen there" in refused.stderr
 
 
 # --- TCP authentication ---------------------------------------------------------------------------

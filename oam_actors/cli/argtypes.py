@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "UsageError",
     "host",
     "host_port",
+    "listen_errors",
     "log_level",
     "non_negative_float",
     "non_negative_int",
@@ -39,6 +43,18 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 class UsageError(Exception):
     """A command-line mistake found after parsing. The message names the option(s) and says what
     is allowed; the entry point prints ``oam-actors COMMAND: error: MESSAGE`` and exits 2."""
+
+
+@contextmanager
+def listen_errors(option: str, address: object) -> Iterator[None]:
+    """Around binding ``address``: a failure (port in use, address not on this machine, host that
+    does not resolve) becomes a :class:`UsageError` naming ``option`` and the address."""
+    try:
+        yield
+    except OSError as exc:
+        # errno's own text: asyncio's servers put their own sentence in strerror.
+        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+        raise UsageError(f"{option} {address}: cannot listen there: {reason}") from exc
 
 
 @dataclass(frozen=True)

@@ -4,15 +4,21 @@
 ``HOST:PORT`` joins a running cluster, no address starts a private local Ray instance;
 ``--shards`` sets how many shard actors host the objects, ``--state-store`` an SQLite file for
 checkpoints (default: in memory). Ray is imported only when ``ray`` is chosen.
+
+Values are checked while parsing (``--shards`` at least 1, ``--address`` ``auto`` or
+``HOST:PORT``); :func:`system_from_args` raises :class:`UsageError` for options that do not fit
+together, an ``--address`` host that does not resolve, or a ``--state-store`` in a missing folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 from collections.abc import Callable
 
 from ..runtime import ActorSystem, LocalSystem
+from .argtypes import UsageError, host_port, positive_int
 
 __all__ = ["SystemFactory", "add_runtime_arguments", "system_from_args"]
 
@@ -25,10 +31,11 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("local", "ray"), default=env("OAM_RUNTIME", "local"),
                         help="where object actors run: this process (local, the default) or shard actors "
                         "on a Ray cluster (ray) (environment: OAM_RUNTIME)")
-    parser.add_argument("--address", default=env("OAM_RAY_ADDRESS"),
+    parser.add_argument("--address", type=_ray_address, default=env("OAM_RAY_ADDRESS"), metavar="auto|HOST:PORT",
                         help="with --runtime ray: the cluster to join, 'auto' or HOST:PORT; unset starts a "
                         "private local Ray instance (environment: OAM_RAY_ADDRESS)")
-    parser.add_argument("--shards", type=int, default=int(env("OAM_SHARDS", "2")),
+    # A string default goes through type= too, so a bad OAM_SHARDS is reported like a bad --shards.
+    parser.add_argument("--shards", type=positive_int, default=env("OAM_SHARDS", "2"), metavar="N",
                         help="with --runtime ray: shard actors hosting the objects (default 2; environment: "
                         "OAM_SHARDS)")
     parser.add_argument("--state-store", default=env("OAM_STATE_STORE"), metavar="PATH",
@@ -36,14 +43,24 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         "environment: OAM_STATE_STORE)")
 
 
+def _ray_address(text: str) -> str:
+    """``auto`` or ``HOST:PORT``, kept as text for ``ray.init``."""
+    if text != "auto":
+        host_port(text)
+    return text
+
+
 def system_from_args(args: argparse.Namespace) -> SystemFactory:
-    """Exits (``SystemExit``) with a readable message for options that do not fit together."""
+    """The runtime the options choose; :class:`UsageError` for options that do not fit together,
+    an unresolvable ``--address`` host or a ``--state-store`` whose folder does not exist."""
     if args.runtime == "local":
         if args.address or args.state_store:
-            raise SystemExit("oam-actors: --address and --state-store need --runtime ray")
+            raise UsageError("--address and --state-store need --runtime ray")
         return LocalSystem
-    if args.shards < 1:
-        raise SystemExit(f"oam-actors: --shards must be at least 1, got {args.shards}")
+    if args.address not in (None, "auto"):
+        _check_resolves(args.address)
+    if args.state_store and not os.path.isdir(os.path.dirname(os.path.abspath(args.state_store))):
+        raise UsageError(f"--state-store {args.state_store}: the folder does not exist")
     from ..cluster import RaySystem, SqliteStore
 
     def ray_system() -> ActorSystem:
@@ -51,3 +68,11 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
         return RaySystem(shards=args.shards, address=args.address, store=store)
 
     return ray_system
+
+
+def _check_resolves(address: str) -> None:
+    endpoint = host_port(address)
+    try:
+        socket.getaddrinfo(endpoint.host, endpoint.port)
+    except OSError as exc:
+        raise UsageError(f"--address {address}: cannot resolve {endpoint.host!r} ({exc.strerror or exc})") from exc

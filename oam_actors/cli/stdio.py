@@ -17,6 +17,7 @@ from ..game_methods import GameExtension, GameLimits
 from ..models.proxy import ProxyBackends
 from ..runtime import LocalSystem
 from ..transports.stdio import MAX_LINE_BYTES, open_stdio, read_lines
+from .argtypes import positive_int
 from .models import ModelSetup, add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
@@ -25,8 +26,9 @@ __all__ = ["add_arguments", "add_game_arguments", "game_limits_from_args", "run"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--max-sessions", type=int, default=64, help="sessions per connection (default 64)")
-    parser.add_argument("--max-line-bytes", type=int, default=MAX_LINE_BYTES,
+    parser.add_argument("--max-sessions", type=positive_int, default=64, metavar="N",
+                        help="sessions per connection (default 64)")
+    parser.add_argument("--max-line-bytes", type=positive_int, default=MAX_LINE_BYTES, metavar="N",
                         help=f"longest accepted input line (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
     add_game_arguments(parser)
@@ -36,11 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_game_arguments(parser: argparse.ArgumentParser) -> None:
     """The game extension's per-connection limits (crowd servers raise them)."""
     defaults = GameLimits()
-    parser.add_argument("--max-npcs", type=int, default=defaults.max_npcs,
+    parser.add_argument("--max-npcs", type=positive_int, default=defaults.max_npcs, metavar="N",
                         help=f"NPCs per connection (default {defaults.max_npcs})")
-    parser.add_argument("--max-worlds", type=int, default=defaults.max_worlds,
+    parser.add_argument("--max-worlds", type=positive_int, default=defaults.max_worlds, metavar="N",
                         help=f"worlds per connection (default {defaults.max_worlds})")
-    parser.add_argument("--max-subscriptions", type=int, default=defaults.max_subscriptions,
+    parser.add_argument("--max-subscriptions", type=positive_int, default=defaults.max_subscriptions, metavar="N",
                         help=f"world subscriptions per connection (default {defaults.max_subscriptions})")
 
 

@@ -2,11 +2,13 @@
 
 Contract
 --------
-- ``--token NAME=SECRET`` gives tenant ``NAME`` the secret ``SECRET``; ``--token SECRET`` gives it to
-  the anonymous tenant (name ``""``). ``NAME`` is 1-64 of ``A-Z a-z 0-9 _ . -`` and ``SECRET`` must
-  not start with ``=``; a value that does not split that way (``abc=``, ``abc==``: base64 padding)
-  is a whole secret. Secrets are unique and non-empty; :meth:`TokenTable.parse` raises
-  ``ValueError`` otherwise.
+- ``--token NAME=SECRET`` gives tenant ``NAME`` the secret ``SECRET``; ``--token SECRET`` (no ``=``)
+  gives it to the anonymous tenant (name ``""``). ``NAME`` is 1-64 of ``A-Z a-z 0-9 _ . -``;
+  ``SECRET`` is not empty, has no white space and does not start with ``=``. A value with ``=``
+  is always ``NAME=SECRET``, so a secret containing ``=`` (base64 padding) needs a name:
+  ``alice=`` (empty secret), ``=s3cret`` (empty name) and ``abc==`` are refused rather than
+  guessed at. Secrets are unique; :meth:`TokenTable.parse` raises ``ValueError`` saying what is
+  wrong, without echoing the secret.
 - :meth:`TokenTable.tenant` compares the offered token with every secret in constant time, so the
   answer's timing does not tell how much of a secret matched.
 - :func:`check_auth_line` is the TCP handshake: the first message must be
@@ -67,10 +69,8 @@ class TokenTable:
         entries: dict[str, Tenant] = {}
         for value in values:
             secret, tenant = _entry(value)
-            if not secret:
-                raise ValueError("a token must not be empty")
             if secret in entries:
-                raise ValueError("the same token is given twice")
+                raise ValueError("the same secret is given twice")
             entries[secret] = tenant
         return cls(entries.items())
 
@@ -89,12 +89,24 @@ class TokenTable:
         return found
 
 
+_PADDED = "a secret containing '=' (base64 padding) needs a NAME: NAME=SECRET"
+
+
 def _entry(value: str) -> tuple[str, Tenant]:
-    name, sep, secret = value.partition("=")
-    # "abc==" is a padded base64 secret, not tenant "abc" with the secret "=".
-    if sep and secret and not secret.startswith("=") and _NAME.fullmatch(name):
-        return secret, Tenant(name)
-    return value, ANONYMOUS
+    if "=" not in value:
+        secret, tenant = value, ANONYMOUS
+    else:
+        name, _, secret = value.partition("=")
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"NAME in NAME=SECRET must be 1-64 of A-Z a-z 0-9 _ . - ({_PADDED})")
+        if secret.startswith("="):
+            raise ValueError(f"the secret of {name!r} starts with '=' ({_PADDED})")
+        tenant = Tenant(name)
+    if not secret:
+        raise ValueError(f"the secret of {tenant.name!r} is empty" if tenant.name else "a token must not be empty")
+    if any(c.isspace() for c in secret):
+        raise ValueError("a secret must not contain white space (clients send it in an HTTP header)")
+    return secret, tenant
 
 
 def bearer_token(authorization: str | None) -> str | None:
