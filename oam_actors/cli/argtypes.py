@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = [
     "LOG_LEVELS",
@@ -36,6 +37,8 @@ __all__ = [
     "positive_int",
     "unit_interval",
 ]
+
+_N = TypeVar("_N", int, float)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -68,69 +71,51 @@ class Endpoint:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def _integer(text: str, allowed: str) -> int:
+def _checked(text: str, parse: Callable[[str], _N], allowed: str, fits: Callable[[_N], bool]) -> _N:
+    """``parse(text)`` if it parses and ``fits``; else the refusal saying what is ``allowed``."""
     try:
-        return int(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
-
-
-def _number(text: str, allowed: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
+        value = None
+    if value is None or not fits(value):
         raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+    return value
+
+
+def _finite(text: str) -> float:
+    if not math.isfinite(value := float(text)):
+        raise ValueError(text)
     return value
 
 
 def positive_int(text: str) -> int:
     """A limit or a count that must not be zero: an integer ≥ 1."""
-    allowed = "an integer of at least 1"
-    if (value := _integer(text, allowed)) < 1:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, int, "an integer of at least 1", lambda value: value >= 1)
 
 
 def non_negative_int(text: str) -> int:
     """A count where 0 means none (or "no limit", as the option's help says): an integer ≥ 0."""
-    allowed = "an integer of at least 0"
-    if (value := _integer(text, allowed)) < 0:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, int, "an integer of at least 0", lambda value: value >= 0)
 
 
 def positive_float(text: str) -> float:
     """A duration, a scale or a rate per second: a finite number > 0."""
-    allowed = "a number greater than 0"
-    if (value := _number(text, allowed)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, _finite, "a number greater than 0", lambda value: value > 0)
 
 
 def non_negative_float(text: str) -> float:
     """A delay that may be nothing: a finite number ≥ 0."""
-    allowed = "a number of at least 0"
-    if (value := _number(text, allowed)) < 0:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, _finite, "a number of at least 0", lambda value: value >= 0)
 
 
 def unit_interval(text: str) -> float:
     """A probability or a share: a number from 0 to 1."""
-    allowed = "a number from 0 to 1"
-    if not 0 <= (value := _number(text, allowed)) <= 1:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, _finite, "a number from 0 to 1", lambda value: 0 <= value <= 1)
 
 
 def port(text: str) -> int:
     """A TCP port, 0-65535 (0: the system picks a free one)."""
-    allowed = "a port from 0 to 65535"
-    if not 0 <= (value := _integer(text, allowed)) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
-    return value
+    return _checked(text, int, "a port from 0 to 65535", lambda value: 0 <= value <= 65535)
 
 
 def host(text: str) -> str:
