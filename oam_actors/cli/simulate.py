@@ -2,18 +2,29 @@
 
 On the defaults it starts a simulated farm of four phones behind a device pool, a shared world with
 16 NPCs and 40 sessions, drives their conversations (client tools, cancels and tool timeouts at
-small rates) for 60 s with a live display, and ends with a report (JSON and an HTML page with
-charts) under ``reports/``: turns by outcome, latency, queue waits by priority, quota events
-absorbed and surfaced, per-device utilisation and Jain's fairness across conversations.
+small rates) for 60 s, and ends with a report (JSON and an HTML page with charts) under
+``reports/``: turns by outcome, latency, queue waits by priority, quota events absorbed and
+surfaced, per-device utilisation and Jain's fairness across conversations.
+
+Progress goes to stderr (stdout carries only the summary): a live table on a terminal, otherwise
+one plain line every ``--progress-interval`` seconds (and at each change of phase). Ctrl-C stops
+the load, prints one line, writes the report of what ran so far and exits 130; a second Ctrl-C
+stops without a report.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 
 from ..bridge import Bridge, BridgeConfig
 from ..game_methods import GameExtension
@@ -23,30 +34,128 @@ from ..sim.backends import Backend, make_backend
 from ..sim.client import BridgeClient
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
+
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT, as shells report it), with or without a report."""
+
+PROGRESS_INTERVAL = 5.0
+"""Default seconds between plain progress lines when stderr is not a terminal."""
+
+
+# --- option values (argparse ``type=``): each names what is allowed -------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = _parse(int, text, "an integer of at least 1")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _parse(int, text, "an integer of at least 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _parse(float, text, "a number greater than 0")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _parse(float, text, "a number of at least 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
+    return value
+
+
+def _unit_interval(text: str) -> float:
+    value = _parse(float, text, "a number from 0 to 1")
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
+def _parse(kind: Callable[[str], Any], text: str, allowed: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimConfig()
     parser.add_argument("--backend", default=defaults.backend, choices=["farm", "scripted", "devices", "proxy"],
                         help="what the conversations run on (default: a simulated farm of phones)")
-    parser.add_argument("--phones", type=int, default=defaults.phones, help="simulated phones in the farm")
-    parser.add_argument("--device", action="append", default=[], metavar="URL", help="a real device URL (repeatable)")
-    parser.add_argument("--proxy", metavar="URL[#MODEL]", help="an OpenAI-compatible base URL for --backend proxy")
-    parser.add_argument("--time-scale", type=float, default=defaults.time_scale,
+    parser.add_argument("--phones", metavar="N", type=_positive_int, default=defaults.phones,
+                        help=f"farm: simulated phones (default {defaults.phones})")
+    parser.add_argument("--device", action="append", default=[], metavar="URL",
+                        help="devices: a real device URL (repeatable; needed by --backend devices)")
+    parser.add_argument("--proxy", metavar="URL[#MODEL]",
+                        help="proxy: an OpenAI-compatible base URL (needed by --backend proxy)")
+    parser.add_argument("--time-scale", metavar="S", type=_positive_float, default=defaults.time_scale,
                         help="farm: real seconds per phone second (default 0.1: the 60 s quota window lasts 6 s)")
-    parser.add_argument("--sessions", type=int, default=defaults.sessions, help="concurrent session conversations")
-    parser.add_argument("--npcs", type=int, default=None,
+    parser.add_argument("--sessions", metavar="N", type=_non_negative_int, default=defaults.sessions,
+                        help=f"concurrent player sessions (default {defaults.sessions})")
+    parser.add_argument("--npcs", metavar="N", type=_non_negative_int, default=None,
                         help="NPCs on one shared world, each in its own conversation (default: 16 on the farm, else 0)")
-    parser.add_argument("--duration", type=float, default=defaults.duration_seconds, help="seconds of load")
-    parser.add_argument("--think", type=float, default=defaults.think_seconds, help="mean pause between turns (s)")
-    parser.add_argument("--cancel-rate", type=float, default=defaults.cancel_rate)
-    parser.add_argument("--tool-timeout-rate", type=float, default=defaults.tool_timeout_rate)
-    parser.add_argument("--tool-timeout", type=float, default=defaults.tool_timeout_seconds, help="seconds")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--report-dir", default=defaults.report_dir)
-    parser.add_argument("--no-progress", action="store_true", help="no live display")
+    parser.add_argument("--duration", metavar="S", type=_positive_float, default=defaults.duration_seconds,
+                        help=f"seconds of load (default {defaults.duration_seconds:g})")
+    parser.add_argument("--think", metavar="S", type=_non_negative_float, default=defaults.think_seconds,
+                        help=f"mean pause between a conversation's turns, seconds (default {defaults.think_seconds:g})")
+    parser.add_argument("--cancel-rate", metavar="R", type=_unit_interval, default=defaults.cancel_rate,
+                        help=f"share of turns cancelled in flight, 0-1 (default {defaults.cancel_rate:g})")
+    parser.add_argument("--tool-timeout-rate", metavar="R", type=_unit_interval, default=defaults.tool_timeout_rate,
+                        help=f"share of tool calls the game never answers, 0-1 (default {defaults.tool_timeout_rate:g})")
+    parser.add_argument("--tool-timeout", metavar="S", type=_positive_float, default=defaults.tool_timeout_seconds,
+                        help=f"seconds a turn waits for a tool result (default {defaults.tool_timeout_seconds:g})")
+    parser.add_argument("--seed", metavar="N", type=int, default=defaults.seed, help=f"random seed (default {defaults.seed})")
+    parser.add_argument("--report-dir", default=defaults.report_dir, metavar="DIR",
+                        help=f"where report.json and report.html go (default {defaults.report_dir})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    parser.add_argument("--progress-interval", type=_positive_float, default=PROGRESS_INTERVAL, metavar="S",
+                        help=f"seconds between plain progress lines when stderr is not a terminal "
+                        f"(default {PROGRESS_INTERVAL:g})")
     add_runtime_arguments(parser)
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with options that are each fine alone, or None."""
+    if args.backend == "proxy":
+        if not args.proxy:
+            return "--backend proxy needs --proxy URL[#MODEL]"
+        from ..models.proxy import parse_model_spec
+
+        try:
+            parse_model_spec(f"openai:{args.proxy}", model="default")
+        except ValueError as exc:
+            return f"--proxy: {exc}"
+    elif args.proxy:
+        return "--proxy needs --backend proxy"
+    if args.backend == "devices":
+        if not args.device:
+            return "--backend devices needs at least one --device URL"
+        from ..models.pool import PoolConfigError, normalize_urls
+
+        try:
+            normalize_urls(args.device)
+        except PoolConfigError as exc:
+            return f"--device: {exc}"
+    elif args.device:
+        return "--device needs --backend devices"
+    if args.sessions == 0 and args.npcs == 0:
+        return "nothing to run: --sessions and --npcs are both 0 (give at least one conversation)"
+    report_dir = Path(args.report_dir)
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--report-dir {args.report_dir}: cannot create the directory ({exc.strerror or exc})"
+    return None
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -60,74 +169,216 @@ def _config(args: argparse.Namespace) -> SimConfig:
     )
 
 
-async def _main(config: SimConfig, progress: bool, runtime: SystemFactory = LocalSystem) -> dict:
-    display = None
-    try:
-        # The actor system first: on Ray, a pool backend hosts its model actor on the cluster.
-        async with runtime() as system, make_backend(config) as backend:
-            display = _Progress(config, backend) if progress else None
-
-            def make_client() -> BridgeClient:
-                npcs = max(128, config.npc_count)
-                return BridgeClient(lambda write: Bridge(
-                    system, write,
-                    config=BridgeConfig(max_sessions=max(64, config.sessions)),
-                    system_model=backend.system_model(),
-                    extensions=[GameExtension(max_npcs=npcs, max_subscriptions=npcs)],
-                ))
-
-            run = await run_simulation(config, backend, make_client, on_tick=display.update if display else None)
-    finally:
-        if display is not None:
-            display.stop()
-    return build_report(run)
+# --- progress on stderr ----------------------------------------------------------------------------
 
 
-class _Progress:
-    """A live rich display of the run (stderr, so stdout stays clean for the summary)."""
+class _Progress(Protocol):
+    def update(self, run: SimRun, backend: Backend) -> None: ...
 
-    def __init__(self, config: SimConfig, backend: Backend) -> None:
+    def note(self, line: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _phase(run: SimRun) -> str:
+    if run.finished is not None:
+        return "interrupted" if run.interrupted else "done"
+    if run.interrupted:
+        return "interrupted, stopping"
+    if run.load_started is None:
+        return "starting"
+    if run.load_ended is None:
+        return "running"
+    return "finishing the turns in flight"
+
+
+def _figures(run: SimRun, backend: Backend) -> list[tuple[str, str]]:
+    """What the display shows, as (label, value) rows: the same for the live table and the lines."""
+    outcomes = run.outcomes
+    elapsed = run.elapsed
+    failures = outcomes.failures()
+    failed = str(outcomes.failed)
+    if failures:
+        failed += " (" + ", ".join(f"{code} {count}" for code, count in failures.items()) + ")"
+    rows = [
+        ("phase", _phase(run)),
+        ("elapsed", f"{elapsed:.0f} s (load {run.config.duration_seconds:g} s)"),
+        ("turns ok", f"{outcomes.ok} ({outcomes.ok / max(elapsed, 1e-9):.1f}/s)"),
+    ]
+    if outcomes.fallback:
+        rows.append(("fallback lines", str(outcomes.fallback)))
+    rows += [
+        ("cancelled", str(outcomes.cancelled)),
+        ("failed", failed),
+        ("in flight", str(run.in_flight)),
+        ("tool calls answered / unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}"),
+        ("cancels sent", str(run.cancels_sent)),
+    ]
+    rows += [(f"model {key}", str(value)) for key, value in backend.snapshot().items()]
+    return rows
+
+
+class _LiveProgress:
+    """A live rich table on a terminal; the last frame is drawn from the final numbers."""
+
+    def __init__(self, config: SimConfig) -> None:
         from rich.console import Console
         from rich.live import Live
 
-        self.config = config
-        self.backend = backend
+        self.title = f"oam-actors simulate — {config.backend}"
         self.live = Live(console=Console(stderr=True), refresh_per_second=4, transient=False)
         self.live.start()
 
-    def update(self, run: SimRun) -> None:
+    def update(self, run: SimRun, backend: Backend) -> None:
         from rich.table import Table
 
-        ok = sum(1 for s in run.samples if s.outcome == "ok")
-        failed = len(run.samples) - ok
-        elapsed = run.elapsed
-        table = Table(title=f"oam-actors simulate — {self.config.backend}", show_header=False)
-        table.add_row("elapsed", f"{min(elapsed, self.config.duration_seconds):.0f} / {self.config.duration_seconds:.0f} s")
-        table.add_row("turns ok", f"{ok}  ({ok / max(elapsed, 1e-9):.1f}/s)")
-        table.add_row("turns failed", str(failed))
-        table.add_row("tool calls answered / left unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}")
-        table.add_row("cancels sent", str(run.cancels_sent))
-        for key, value in self.backend.snapshot().items():
-            table.add_row(f"model: {key}", str(value))
-        self.live.update(table)
+        table = Table(title=self.title, show_header=False)
+        for label, value in _figures(run, backend):
+            table.add_row(label, value)
+        self.live.update(table, refresh=run.finished is not None)
+
+    def note(self, line: str) -> None:
+        self.live.console.print(line, markup=False, highlight=False)
 
     def stop(self) -> None:
         self.live.stop()
 
 
+class _PlainProgress:
+    """One plain line every ``interval`` seconds, and whenever the phase changes."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.last_line = -math.inf
+        self.last_phase = ""
+
+    def update(self, run: SimRun, backend: Backend) -> None:
+        phase = _phase(run)
+        now = self.clock()
+        if phase == self.last_phase and now - self.last_line < self.interval:
+            return
+        self.last_line, self.last_phase = now, phase
+        (_, phase_value), *rest = _figures(run, backend)
+        self.note(f"simulate: {phase_value}; " + "; ".join(f"{label} {value}" for label, value in rest))
+
+    def note(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        return None
+
+
+class _Quiet:
+    """``--no-progress``: only the interruption line."""
+
+    def update(self, run: SimRun, backend: Backend) -> None:
+        return None
+
+    def note(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        return None
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+async def _watch_interrupts(
+    stop: anyio.Event, everything: anyio.CancelScope, progress: _Progress, started: float,
+    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Ctrl-C once: stop the load and keep what ran. Twice: give up on the report too."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        task_status.started()
+        async for _ in signals:
+            if not stop.is_set():
+                progress.note(f"interrupted after {time.monotonic() - started:.1f} s; writing the report of what ran")
+                stop.set()
+            else:
+                progress.note("interrupted again; stopping without a report")
+                everything.cancel()
+
+
+async def _simulate(config: SimConfig, progress: _Progress, runtime: SystemFactory, stop: anyio.Event) -> SimRun:
+    # The actor system first: on Ray, a pool backend hosts its model actor on the cluster.
+    async with runtime() as system, make_backend(config) as backend:
+
+        def make_client() -> BridgeClient:
+            npcs = max(128, config.npc_count)
+            return BridgeClient(lambda write: Bridge(
+                system, write,
+                config=BridgeConfig(max_sessions=max(64, config.sessions)),
+                system_model=backend.system_model(),
+                extensions=[GameExtension(max_npcs=npcs, max_subscriptions=npcs)],
+            ))
+
+        return await run_simulation(config, backend, make_client, stop=stop,
+                                    on_tick=lambda run: progress.update(run, backend))
+
+
+Written = tuple[dict[str, Any], tuple[Path, Path]]
+
+
+async def _main(config: SimConfig, progress: _Progress, runtime: SystemFactory, started: float) -> Written | None:
+    """The report of the run (of what ran, after Ctrl-C) and where it was written; None after a
+    second Ctrl-C."""
+    stop = anyio.Event()
+    written = None
+    try:
+        with anyio.CancelScope() as everything:
+            async with anyio.create_task_group() as tg:
+                await tg.start(_watch_interrupts, stop, everything, progress, started)
+                run = await _simulate(config, progress, runtime, stop)
+                # Still under the signal watcher, so a Ctrl-C now cannot tear the files.
+                report = build_report(run)
+                written = report, write_report(report, config.report_dir)
+                tg.cancel_scope.cancel()
+    finally:
+        progress.stop()
+    return written
+
+
+def _summary(report: dict[str, Any], seconds: float) -> str:
+    turns, latency, quota = report["turns"], report["latency"]["ok"], report["quota"]
+    jain = report["fairness"]["jainIndex"]
+    parts = [
+        f"{turns['total']} turns in {seconds:.0f} s: {turns['ok']} ok, {turns['cancelled']} cancelled, "
+        f"{turns['failed']} failed" + (f", {turns['fallback']} fallback" if turns["fallback"] else ""),
+        f"p50 {latency['p50Ms']:.0f} ms, p99 {latency['p99Ms']:.0f} ms" if latency["count"] else "no ok turns",
+        f"Jain's fairness {'—' if jain is None else f'{jain:.3f}'}",
+    ]
+    if quota is not None:
+        absorbed = quota.get("absorbedByScheduler", quota.get("throttlesFromServer"))
+        label = "absorbed" if "absorbedByScheduler" in quota else "server rate limits"
+        parts.append(f"quota events {label} {absorbed}, surfaced {quota['surfacedToClients']}")
+    return "; ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
+    problem = _usage_problem(args)
+    if problem is not None:
+        print(f"oam-actors simulate: error: {problem}", file=sys.stderr)
+        return 2
     config = _config(args)
+    runtime = system_from_args(args)
+    progress: _Progress
+    if args.no_progress:
+        progress = _Quiet()
+    elif sys.stderr.isatty():
+        progress = _LiveProgress(config)
+    else:
+        progress = _PlainProgress(args.progress_interval)
     started = time.monotonic()
-    report = anyio.run(_main, config, not args.no_progress and sys.stderr.isatty(), system_from_args(args))
-    json_path, html_path = write_report(report, config.report_dir)
-    turns = report["turns"]
-    latency = report["latency"]["ok"]
-    quota = report["quota"]
-    print(
-        f"{turns['total']} turns in {time.monotonic() - started:.0f} s: {turns['byOutcome']}; "
-        f"p50 {latency['p50_ms']:.0f} ms, p99 {latency['p99_ms']:.0f} ms; "
-        f"Jain's fairness {report['fairness']['jainIndex']:.3f}; quota events absorbed "
-        f"{quota['absorbedByScheduler']}, surfaced {quota['surfacedToClients']}"
-    )
+    try:
+        written = anyio.run(_main, config, progress, runtime, started)
+    except KeyboardInterrupt:  # before the signal watcher was up: nothing ran yet
+        progress.note("interrupted while starting; no report")
+        return EXIT_INTERRUPTED
+    if written is None:
+        return EXIT_INTERRUPTED
+    report, (json_path, html_path) = written
+    print(_summary(report, time.monotonic() - started))
     print(f"report: {json_path} and {html_path}")
-    return 0
+    return EXIT_INTERRUPTED if report["interrupted"] else 0

@@ -7,7 +7,7 @@ import msgspec
 __all__ = ["SimConfig"]
 
 
-class SimConfig(msgspec.Struct, kw_only=True):
+class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     backend: str = "farm"
     """``farm`` (simulated phones), ``scripted``, ``devices`` (real device URLs) or ``proxy``."""
     phones: int = 4
@@ -17,7 +17,7 @@ class SimConfig(msgspec.Struct, kw_only=True):
     """Simulated phones: real seconds per phone second (0.1: the 60 s quota window lasts 6 s)."""
     sessions: int = 40
     npcs: int | None = None
-    """NPCs on one shared world; ``None``: 16 on the simulated farm, none otherwise."""
+    """NPCs on one shared world; ``None`` becomes 16 on the simulated farm, 0 otherwise."""
     duration_seconds: float = 60.0
     think_seconds: float = 1.0
     cancel_rate: float = 0.05
@@ -30,8 +30,11 @@ class SimConfig(msgspec.Struct, kw_only=True):
     runtime: str = "local"
     """``local`` or ``ray`` (``--runtime``): where the conversations' objects run."""
 
+    def __post_init__(self) -> None:
+        # Resolved here so the config (and the report's copy of it) says how many NPCs ran.
+        if self.npcs is None:
+            self.npcs = 16 if self.backend == "farm" else 0
+
     @property
     def npc_count(self) -> int:
-        if self.npcs is not None:
-            return self.npcs
-        return 16 if self.backend == "farm" else 0
+        return self.npcs or 0

@@ -20,6 +20,7 @@ import anyio
 from .backends import Backend
 from .client import BridgeClient, RpcError
 from .config import SimConfig
+from .stats import FALLBACK, OK, Outcomes
 
 __all__ = ["Conversation", "SimRun", "Talker", "TurnSample", "run_simulation"]
 
@@ -77,7 +78,7 @@ class TurnSample:
     owner: str
     started: float
     latency: float
-    outcome: str  # "ok", "fallback" (an NPC's canned line) or the error's data.code
+    outcome: str  # OK, FALLBACK (an NPC's canned line), or the error's data.code (CANCELLED, …)
     tool_calls: int = 0
     tool_errors: int = 0
 
@@ -91,13 +92,26 @@ class Conversation:
 
 @dataclass
 class SimRun:
-    """Everything measured during one run; the report is computed from it."""
+    """Everything measured during one run; the report is computed from it.
+
+    Times are ``time.monotonic()`` readings, except ``load_started`` / ``load_ended``, which are
+    seconds since ``started`` (None until that phase begins)."""
 
     config: SimConfig
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    load_started: float | None = None
+    """The conversations exist and the first turns go out."""
+    load_ended: float | None = None
+    """No new turns from here on: the deadline passed, or the run was interrupted."""
+    interrupted: bool = False
+    """Stopped early (``stop`` was set)."""
+    abandoned: int = 0
+    """Turns in flight when the run was interrupted: not waited for, not counted as samples."""
     samples: list[TurnSample] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)
     conversations: dict[str, Conversation] = field(default_factory=dict)
+    in_flight: int = 0
     tool_calls_answered: int = 0
     tool_calls_ignored: int = 0
     cancels_sent: int = 0
@@ -107,6 +121,15 @@ class SimRun:
     def elapsed(self) -> float:
         return (self.finished or time.monotonic()) - self.started
 
+    def record(self, sample: TurnSample) -> None:
+        self.samples.append(sample)
+        self.outcomes.add(sample.outcome)
+        conversation = self.conversations[sample.owner]
+        if sample.outcome == OK:
+            conversation.turns_ok += 1
+        else:
+            conversation.turns_failed += 1
+
 
 async def run_simulation(
     config: SimConfig,
@@ -114,24 +137,57 @@ async def run_simulation(
     make_client: Callable[[], BridgeClient],
     *,
     on_tick: Callable[[SimRun], None] | None = None,
+    stop: anyio.Event | None = None,
 ) -> SimRun:
-    """Run one simulation to its deadline; returns the measurements."""
+    """Run one simulation to its deadline, then let the turns in flight finish; returns the
+    measurements.
+
+    ``on_tick`` sees the run every quarter second while it runs, and once more at the very end
+    with the final numbers. Setting ``stop`` ends the run early: turns in flight are abandoned
+    (``run.interrupted``), the bridge is shut down, and what ran so far is returned.
+    """
     run = SimRun(config)
     rng = random.Random(config.seed)
     async with make_client() as client:
         client.on_tool_call = _game_engine(client, run, random.Random(rng.random()), config)
-        talkers = await _create_sessions(client, config, backend) + await _create_npcs(client, config, backend)
-        deadline = time.monotonic() + config.duration_seconds
-        async with anyio.create_task_group() as tg:
-            for index, talker in enumerate(talkers):
-                run.conversations[talker.owner] = Conversation(talker.owner)
-                tg.start_soon(_converse, client, run, talker, deadline, random.Random(config.seed * 1000 + index))
+        async with anyio.create_task_group() as watchers:
             if on_tick is not None:
-                tg.start_soon(_ticker, run, on_tick, deadline)
+                watchers.start_soon(_ticker, run, on_tick)
+            with anyio.CancelScope() as load:
+                if stop is not None:
+                    watchers.start_soon(_interrupt, stop, run, load)
+                await _load(client, run, backend, rng)
+            watchers.cancel_scope.cancel()
         run.finished = time.monotonic()
-        run.backend_stats = await backend.statistics()
+        if run.load_ended is None:
+            run.load_ended = run.finished - run.started
         await client.request("shutdown")
+    run.backend_stats = await backend.statistics()
+    if on_tick is not None:
+        on_tick(run)
     return run
+
+
+async def _load(client: BridgeClient, run: SimRun, backend: Backend, rng: random.Random) -> None:
+    config = run.config
+    talkers = await _create_sessions(client, config, backend) + await _create_npcs(client, config, backend)
+    run.load_started = time.monotonic() - run.started
+    deadline = time.monotonic() + config.duration_seconds
+    async with anyio.create_task_group() as tg:
+        for index, talker in enumerate(talkers):
+            run.conversations[talker.owner] = Conversation(talker.owner)
+            tg.start_soon(_converse, client, run, talker, deadline, random.Random(config.seed * 1000 + index))
+        await anyio.sleep(max(0.0, deadline - time.monotonic()))
+        run.load_ended = time.monotonic() - run.started
+
+
+async def _interrupt(stop: anyio.Event, run: SimRun, load: anyio.CancelScope) -> None:
+    await stop.wait()
+    run.interrupted = True
+    run.abandoned = run.in_flight
+    if run.load_ended is None:
+        run.load_ended = time.monotonic() - run.started
+    load.cancel()
 
 
 async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Backend) -> list[Talker]:
@@ -179,29 +235,28 @@ async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend
 async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline: float, rng: random.Random) -> None:
     # Spread the first turns so the crowd does not start in lock step.
     await anyio.sleep(rng.random() * run.config.think_seconds)
-    owner = talker.owner
-    conversation = run.conversations[owner]
     while time.monotonic() < deadline:
         started = time.monotonic()
-        outcome = "ok"
+        outcome = OK
         tool_calls = tool_errors = 0
-        async with anyio.create_task_group() as tg:
-            if rng.random() < run.config.cancel_rate:
-                tg.start_soon(_cancel_later, client, run, talker, rng.random() * 0.5)
-            try:
-                result = await client.request(talker.talk_method, talker.talk_params(rng.choice(PLAYER_LINES)))
-                tool_calls = len(result.get("toolCalls", []))
-                tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
-                if result.get("isFallback"):
-                    outcome = "fallback"
-            except RpcError as exc:
-                outcome = exc.code
-            tg.cancel_scope.cancel()
-        run.samples.append(TurnSample(owner, started - run.started, time.monotonic() - started, outcome, tool_calls, tool_errors))
-        if outcome == "ok":
-            conversation.turns_ok += 1
-        else:
-            conversation.turns_failed += 1
+        run.in_flight += 1
+        try:
+            async with anyio.create_task_group() as tg:
+                if rng.random() < run.config.cancel_rate:
+                    tg.start_soon(_cancel_later, client, run, talker, rng.random() * 0.5)
+                try:
+                    result = await client.request(talker.talk_method, talker.talk_params(rng.choice(PLAYER_LINES)))
+                    tool_calls = len(result.get("toolCalls", []))
+                    tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
+                    if result.get("isFallback"):
+                        outcome = FALLBACK
+                except RpcError as exc:
+                    outcome = exc.code
+                tg.cancel_scope.cancel()
+        finally:
+            run.in_flight -= 1
+        run.record(TurnSample(talker.owner, started - run.started, time.monotonic() - started, outcome,
+                              tool_calls, tool_errors))
         pause = rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0.0
         await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
@@ -225,14 +280,17 @@ def _game_engine(client: BridgeClient, run: SimRun, rng: random.Random, config: 
             output: Any = {"opened": rng.random() > 0.2, "gate": call["arguments"].get("gate", "north")}
         else:
             output = {"ale": rng.randint(0, 9), "stew": rng.randint(0, 5), "bread": rng.randint(0, 12)}
+        try:
+            await client.reply(message["id"], {"output": output})
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return  # the run was interrupted and the bridge has gone: nobody waits for this answer
         run.tool_calls_answered += 1
-        await client.reply(message["id"], {"output": output})
 
     return answer
 
 
-async def _ticker(run: SimRun, on_tick: Callable[[SimRun], None], deadline: float) -> None:
-    while time.monotonic() < deadline:
+async def _ticker(run: SimRun, on_tick: Callable[[SimRun], None]) -> None:
+    """Until cancelled: the run drains after its deadline, and the display keeps up with it."""
+    while True:
         on_tick(run)
         await anyio.sleep(0.25)
-    on_tick(run)

@@ -1,35 +1,48 @@
-"""The simulation report: figures as JSON, and a self-contained HTML page with SVG charts."""
+"""The simulation report: figures as JSON, and a self-contained HTML page with SVG charts.
+
+The JSON (``build_report``) is the record; the page (``render_html``) is drawn from the JSON
+alone, as a list of sections (:data:`SECTIONS`), each a function that returns its HTML or None
+when it has nothing to show (no quota section for a backend without quota, no devices without a
+device pool). A new figure is a new section function.
+"""
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from .charts import Bar, Marker, Series, bar_chart, line_chart
 from .driver import SimRun
-from .stats import Outcomes, jain_index, summarize
+from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 
-__all__ = ["build_report", "render_html", "write_report"]
+__all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
 
 
 def build_report(run: SimRun) -> dict[str, Any]:
-    outcomes = Outcomes()
-    for sample in run.samples:
-        outcomes.add(sample.outcome)
-    ok = [s for s in run.samples if s.outcome == "ok"]
+    outcomes = run.outcomes
+    ok = [s for s in run.samples if s.outcome == OK]
     elapsed = max(run.elapsed, 1e-9)
-    per_owner = [c.turns_ok for c in run.conversations.values()]
     backend = dict(run.backend_stats)
-    surfaced = outcomes.counts.get("rate_limited", 0)
     return {
         "config": msgspec.to_builtins(run.config),
+        "interrupted": run.interrupted,
         "elapsedSeconds": round(elapsed, 2),
+        "loadSeconds": round(_load_seconds(run), 2),
+        "loadEndedAtSeconds": None if run.load_ended is None else round(run.load_ended, 2),
         "turns": {
             "total": outcomes.total,
+            "ok": outcomes.ok,
+            "fallback": outcomes.fallback,
+            "cancelled": outcomes.cancelled,
+            "failed": outcomes.failed,
+            "failedByCode": outcomes.failures(),
             "byOutcome": outcomes.as_dict(),
+            "abandoned": run.abandoned,
             "okPerSecond": round(len(ok) / elapsed, 2),
         },
         "latency": {
@@ -42,21 +55,43 @@ def build_report(run: SimRun) -> dict[str, Any]:
             "answeredByGame": run.tool_calls_answered,
             "leftUnanswered": run.tool_calls_ignored,
         },
-        "cancels": {"sent": run.cancels_sent, "turnsCancelled": outcomes.counts.get("cancelled", 0)},
-        "quota": {
-            "surfacedToClients": surfaced,
-            "absorbedByScheduler": backend.get("quotaEventsAbsorbed", 0),
-        },
-        "fairness": {
-            "owners": len(per_owner),
-            "jainIndex": round(jain_index(per_owner), 4),
-            "okTurnsMin": min(per_owner, default=0),
-            "okTurnsMax": max(per_owner, default=0),
-        },
+        "cancels": {"sent": run.cancels_sent, "turnsCancelled": outcomes.cancelled},
+        "quota": _quota(backend, outcomes.counts.get("rate_limited", 0)),
+        "fairness": _fairness([c.turns_ok for c in run.conversations.values()]),
         "queueWait": backend.get("queueWait", {}),
         "throughputTimeline": _timeline(run),
         "backend": backend,
     }
+
+
+def _load_seconds(run: SimRun) -> float:
+    if run.load_started is None:
+        return 0.0
+    end = run.load_ended if run.load_ended is not None else run.elapsed
+    return max(0.0, end - run.load_started)
+
+
+def _quota(backend: dict[str, Any], surfaced: int) -> dict[str, Any] | None:
+    """Quota events, or None for a backend that has no quota (scripted)."""
+    if "quotaEventsAbsorbed" in backend:  # a device pool
+        return {"surfacedToClients": surfaced, "absorbedByScheduler": backend["quotaEventsAbsorbed"]}
+    if "scheduler" in backend:  # one quota scheduler in front of a proxy
+        return {"surfacedToClients": surfaced, "throttlesFromServer": backend["scheduler"].get("throttles", 0)}
+    return None
+
+
+def _fairness(ok_turns: list[int]) -> dict[str, Any]:
+    """Jain's index over conversations' ok turns; null (with the reason) when it is undefined."""
+    index = jain_index(ok_turns)
+    fairness: dict[str, Any] = {
+        "owners": len(ok_turns),
+        "jainIndex": None if index is None else round(index, 4),
+        "okTurnsMin": min(ok_turns, default=0),
+        "okTurnsMax": max(ok_turns, default=0),
+    }
+    if index is None:
+        fairness["reason"] = "no conversations ran" if not ok_turns else "no conversation completed a turn"
+    return fairness
 
 
 def _timeline(run: SimRun) -> list[int]:
@@ -64,7 +99,7 @@ def _timeline(run: SimRun) -> list[int]:
     seconds = max(1, math.ceil(run.elapsed))
     buckets = [0] * seconds
     for sample in run.samples:
-        if sample.outcome == "ok":
+        if sample.outcome == OK:
             index = min(seconds - 1, int(sample.started + sample.latency))
             buckets[index] += 1
     return buckets
@@ -83,64 +118,187 @@ def write_report(report: dict[str, Any], directory: str | Path) -> tuple[Path, P
 
 # --- HTML ----------------------------------------------------------------------------------------
 
-_PALETTE = ["#2f6f9f", "#d9822b", "#4e9a4e", "#b04a4a", "#7b5ea7", "#8c8c8c", "#c7a02b", "#3aa3a3"]
+_BLUE, _AMBER, _GREY, _RED, _GREEN = "#2f6f9f", "#c7a02b", "#8c8c8c", "#b04a4a", "#4e9a4e"
+
+
+def _ms(value: float) -> str:
+    """A duration in milliseconds, for people: 850 ms, 4.46 s."""
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
+
+
+def _words(code: str) -> str:
+    return code.replace("_", " ")
+
+
+def _cards(report: dict[str, Any]) -> str:
+    turns, latency, fairness, quota = report["turns"], report["latency"]["ok"], report["fairness"], report["quota"]
+    jain = fairness["jainIndex"]
+    cards = [
+        ("ok turns per second", f"{turns['okPerSecond']:g}", ""),
+        ("turns ok / all", f"{turns['ok']} / {turns['total']}", ""),
+        ("median latency (ok turns)", _ms(latency["p50Ms"]) if latency["count"] else "—", ""),
+        ("p99 latency (ok turns)", _ms(latency["p99Ms"]) if latency["count"] else "—", ""),
+        ("Jain's fairness", "—" if jain is None else f"{jain:.3f}", fairness.get("reason", "")),
+    ]
+    if quota is not None:
+        cards.append(("quota errors surfaced", f"{quota['surfacedToClients']}", "rate_limited errors clients got"))
+        if "absorbedByScheduler" in quota:
+            cards.append(("quota events absorbed", f"{quota['absorbedByScheduler']}",
+                          "refusals rerouted or waited out by the pool"))
+        else:
+            cards.append(("rate limits from the server", f"{quota['throttlesFromServer']}", ""))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div>'
+        + (f'<div class="why">{html.escape(why)}</div>' if why else "") + "</div>"
+        for k, v, why in cards
+    ) + "</div>"
+
+
+def _throughput(report: dict[str, Any]) -> str | None:
+    if not report["turns"]["ok"]:
+        return _section("Throughput", "<p>No turn completed.</p>")
+    ended = report["loadEndedAtSeconds"]
+    markers = []
+    if ended is not None and report["interrupted"]:
+        markers.append(Marker(ended, "interrupted"))
+    elif ended is not None and report["elapsedSeconds"] > ended + 0.5:
+        markers.append(Marker(ended, "load ends; the turns in flight finish"))
+    chart = line_chart(report["throughputTimeline"], x_label="seconds since the start of the run",
+                       y_label="ok turns finished per second", markers=markers)
+    return _section("Throughput", chart)
+
+
+def _outcomes(report: dict[str, Any]) -> str | None:
+    turns = report["turns"]
+    if not turns["total"]:
+        return _section("Turns by outcome", "<p>No turn ran.</p>")
+    colors = {OK: _BLUE, FALLBACK: _AMBER, CANCELLED: _GREY}
+    labels = {OK: "ok", FALLBACK: "fallback line", CANCELLED: "cancelled by the player"}
+    bars = [Bar(labels.get(code, f"failed: {_words(code)}"), [count], colors.get(code, _RED))
+            for code, count in turns["byOutcome"].items()]
+    note = ""
+    if turns["abandoned"]:
+        note = f"<p>{turns['abandoned']} turns were still in flight when the run was interrupted (not counted).</p>"
+    return _section("Turns by outcome", bar_chart(bars, axis_label="turns") + note)
+
+
+def _utilisation(report: dict[str, Any]) -> str | None:
+    devices = report["backend"].get("devices")
+    if not devices:
+        return None
+    bars = [Bar(d["name"], [round(100 * d["utilisation"], 1)]) for d in devices]
+    chart = bar_chart(bars, axis_label="time spent generating, % of the run", axis_max=100, unit="%",
+                      value_format=lambda v: f"{v:.1f}")
+    table = _rows(
+        ["device", "state", "steps ok", "quota refusals", "errors", "refused by the model",
+         "requests per window (learned)", "generating"],
+        [[d["name"], d["state"], d["ok"], d["busy"], d["errors"], d["rejected"],
+          "—" if d["requestsLimit"] is None else d["requestsLimit"], f"{100 * d['utilisation']:.1f}%"]
+         for d in devices],
+    )
+    return _section("Device utilisation", chart + table)
+
+
+def _queue_wait(report: dict[str, Any]) -> str | None:
+    waits: dict[str, Any] = report.get("queueWait") or {}
+    if not waits:
+        return None
+    used = {name: w for name, w in waits.items() if w["count"]}
+    idle = [name for name, w in waits.items() if not w["count"]]
+    series = [Series("p50", "#9ec3e0"), Series("p90", "#5b97c4"), Series("p99", _BLUE), Series("max", "#1d3f5c")]
+    bars = [Bar(f"{name} ({w['count']} steps)", [w["p50Ms"], w["p90Ms"], w["p99Ms"], w["maxMs"]])
+            for name, w in used.items()]
+    body = bar_chart(bars, axis_label="wait for a device (ms)", series=series) if bars else ""
+    if idle:
+        body += f"<p>No steps at priority {', '.join(idle)}.</p>"
+    return _section("Queue wait for a device, by priority", body)
+
+
+def _latency(report: dict[str, Any]) -> str | None:
+    rows = []
+    for key, label in (("ok", "ok turns"), ("all", "all turns")):
+        s = report["latency"][key]
+        cells = [_ms(s[k]) if s["count"] else "—" for k in ("meanMs", "p50Ms", "p90Ms", "p99Ms", "maxMs")]
+        rows.append([label, s["count"], *cells])
+    return _section("Turn latency", _rows(["", "turns", "mean", "median", "p90", "p99", "max"], rows))
+
+
+def _tools(report: dict[str, Any]) -> str | None:
+    tools, cancels = report["tools"], report["cancels"]
+    return _section("Tools and cancels", _pairs([
+        ("tool calls in ok turns", tools["callsInOkTurns"]),
+        ("tool errors in ok turns", tools["errorsInOkTurns"]),
+        ("tool calls answered by the game", tools["answeredByGame"]),
+        ("tool calls left unanswered (to time out)", tools["leftUnanswered"]),
+        ("cancels sent", cancels["sent"]),
+        ("turns cancelled", cancels["turnsCancelled"]),
+    ]))
+
+
+def _settings(report: dict[str, Any]) -> str | None:
+    c = report["config"]
+    pairs: list[tuple[str, str]] = [("backend", c["backend"])]
+    if c["backend"] == "farm":
+        pairs += [("simulated phones", str(c["phones"])), ("time scale", f"{c['timeScale']:g} real s per phone s")]
+    if c["deviceUrls"]:
+        pairs.append(("devices", ", ".join(c["deviceUrls"])))
+    if c["proxy"]:
+        pairs.append(("proxy", c["proxy"]))
+    pairs += [
+        ("runtime", c["runtime"]),
+        ("player sessions", str(c["sessions"])),
+        ("NPCs on the shared world", str(c["npcs"])),
+        ("duration of load", f"{c['durationSeconds']:g} s"),
+        ("mean think time between turns", f"{c['thinkSeconds']:g} s"),
+        ("share of turns cancelled in flight", f"{100 * c['cancelRate']:g}%"),
+        ("share of tool calls left unanswered", f"{100 * c['toolTimeoutRate']:g}%"),
+        ("tool timeout", f"{c['toolTimeoutSeconds']:g} s"),
+        ("seed", str(c["seed"])),
+    ]
+    return _section("Settings", _pairs(pairs))
+
+
+SECTIONS: list[Callable[[dict[str, Any]], str | None]] = [
+    _throughput, _outcomes, _utilisation, _queue_wait, _latency, _tools, _settings,
+]
+"""The page's sections in order; each returns its HTML, or None to leave itself out."""
 
 
 def render_html(report: dict[str, Any]) -> str:
-    turns = report["turns"]
-    latency = report["latency"]["ok"]
-    fairness = report["fairness"]
-    quota = report["quota"]
-    cards = [
-        ("turns ok / s", f"{turns['okPerSecond']:g}"),
-        ("turns", f"{turns['total']}"),
-        ("p50 latency", f"{latency['p50_ms']:.0f} ms"),
-        ("p99 latency", f"{latency['p99_ms']:.0f} ms"),
-        ("Jain's fairness", f"{fairness['jainIndex']:.3f}"),
-        ("quota errors surfaced", f"{quota['surfacedToClients']}"),
-        ("quota events absorbed", f"{quota['absorbedByScheduler']}"),
-    ]
-    sections = [
-        _section("Throughput (ok turns per second)", _line_chart(report["throughputTimeline"])),
-        _section("Turns by outcome", _bar_chart(list(turns["byOutcome"].items()))),
-    ]
-    devices = report["backend"].get("devices")
-    if devices:
-        sections.append(_section(
-            "Device utilisation (share of the run spent generating)",
-            _bar_chart([(d["name"], round(100 * d.get("utilisation", 0.0), 1)) for d in devices], unit="%"),
-        ))
-        sections.append(_section("Devices", _rows(
-            ["device", "state", "ok", "busy", "errors", "utilisation"],
-            [[d["name"], d["state"], d["ok"], d["busy"], d["errors"], f"{100 * d['utilisation']:.1f}%"]
-             for d in devices],
-        )))
-    waits = report.get("queueWait") or {}
-    if waits:
-        sections.append(_section("Queue wait for a device, by priority (ms)", _rows(
-            ["priority", "steps", "p50", "p90", "p99", "max"],
-            [[name, w["count"], w["p50Ms"], w["p90Ms"], w["p99Ms"], w["maxMs"]] for name, w in waits.items()],
-        )))
-    sections.append(_section("Latency of ok turns", _table(report["latency"]["ok"])))
-    sections.append(_section("Tools and cancels", _table({**report["tools"], **report["cancels"]})))
     config = report["config"]
-    title = f"oam-actors simulate — {config['backend']} backend, {fairness['owners']} conversations, {report['elapsedSeconds']} s"
-    card_html = "".join(
-        f'<div class="card"><div class="v">{html.escape(v)}</div><div class="k">{html.escape(k)}</div></div>' for k, v in cards
-    )
+    conversations = report["fairness"]["owners"]
+    title = f"oam-actors simulate — {config['backend']} backend, {conversations} conversations"
+    subtitle = (f"{report['loadSeconds']:g} s of load, {report['elapsedSeconds']:g} s in all "
+                f"(setup and the turns in flight at the end included)")
+    banner = ""
+    if report["interrupted"]:
+        banner = (f'<p class="banner">Interrupted after {report["elapsedSeconds"]:g} s: this report covers '
+                  f"what ran until then.</p>")
+    sections = [s for s in (section(report) for section in SECTIONS) if s]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
-body {{ font: 15px/1.4 system-ui, sans-serif; margin: 2rem auto; max-width: 960px; color: #222; }}
-h1 {{ font-size: 1.3rem; }} h2 {{ font-size: 1.05rem; margin-top: 2rem; }}
-.cards {{ display: flex; flex-wrap: wrap; gap: .75rem; }}
-.card {{ border: 1px solid #ddd; border-radius: 8px; padding: .6rem .9rem; min-width: 8rem; }}
-.card .v {{ font-size: 1.4rem; font-weight: 600; }} .card .k {{ color: #666; font-size: .85rem; }}
-table {{ border-collapse: collapse; }} td {{ padding: .2rem .8rem; border-bottom: 1px solid #eee; }}
-svg text {{ font: 12px system-ui, sans-serif; fill: #444; }}
+body {{ font: 15px/1.4 system-ui, sans-serif; margin: 2rem auto; max-width: 900px; color: #222; }}
+h1 {{ font-size: 1.3rem; margin-bottom: .2rem; }} h2 {{ font-size: 1.05rem; margin-top: 2rem; }}
+.sub {{ color: #666; margin-top: 0; }}
+.banner {{ background: #fdf0e0; border: 1px solid #e8b26a; border-radius: 6px; padding: .5rem .8rem; }}
+.cards {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(160px, 1fr)); gap: .75rem; margin-top: 1rem; }}
+.card {{ border: 1px solid #ddd; border-radius: 8px; padding: .6rem .9rem; }}
+.card .v {{ font-size: 1.4rem; font-weight: 600; }} .card .k {{ color: #555; font-size: .85rem; }}
+.card .why {{ color: #888; font-size: .75rem; margin-top: .2rem; }}
+table {{ border-collapse: collapse; margin-top: .8rem; }}
+th {{ text-align: left; font-weight: 600; }}
+td, th {{ padding: .2rem .8rem; border-bottom: 1px solid #eee; }}
+td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+svg {{ max-width: 100%; height: auto; }}
+svg text {{ font: 12px system-ui, sans-serif; fill: #333; }}
+svg text.tick {{ fill: #666; font-size: 11px; }} svg text.axis {{ font-size: 12px; fill: #444; font-weight: 600; }}
+svg text.marker {{ fill: #b04a4a; font-size: 11px; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<div class="cards">{card_html}</div>
+<p class="sub">{html.escape(subtitle)}</p>
+{banner}
+{_cards(report)}
 {''.join(sections)}
 </body></html>
 """
@@ -150,54 +308,16 @@ def _section(title: str, body: str) -> str:
     return f"<h2>{html.escape(title)}</h2>\n{body}\n"
 
 
-def _table(values: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>" for k, v in values.items())
-    return f"<table>{rows}</table>"
+def _cell(value: Any) -> str:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f'<td class="n">{value}</td>' if numeric else f"<td>{html.escape(str(value))}</td>"
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> str:
+    return "<table>" + "".join(f"<tr><td>{html.escape(k)}</td>{_cell(v)}</tr>" for k, v in pairs) + "</table>"
 
 
 def _rows(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<td><b>{html.escape(h)}</b></td>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _bar_chart(items: list[tuple[str, float]], *, unit: str = "") -> str:
-    if not items:
-        return "<p>(none)</p>"
-    width, bar_height, label_width = 860, 22, 180
-    top = max(value for _, value in items) or 1
-    rows = []
-    for index, (label, value) in enumerate(items):
-        y = index * (bar_height + 6)
-        length = (width - label_width - 80) * value / top
-        color = _PALETTE[0] if label == "ok" or index == 0 else _PALETTE[index % len(_PALETTE)]
-        rows.append(
-            f'<text x="{label_width - 8}" y="{y + 15}" text-anchor="end">{html.escape(str(label))}</text>'
-            f'<rect x="{label_width}" y="{y}" width="{length:.1f}" height="{bar_height}" fill="{color}" rx="3"/>'
-            f'<text x="{label_width + length + 6:.1f}" y="{y + 15}">{value:g}{unit}</text>'
-        )
-    height = len(items) * (bar_height + 6)
-    return f'<svg width="{width}" height="{height}" role="img">{"".join(rows)}</svg>'
-
-
-def _line_chart(values: list[int]) -> str:
-    if not values:
-        return "<p>(none)</p>"
-    width, height, pad = 860, 220, 36
-    top = max(values) or 1
-    step = (width - 2 * pad) / max(1, len(values) - 1)
-    points = " ".join(
-        f"{pad + i * step:.1f},{height - pad - (height - 2 * pad) * v / top:.1f}" for i, v in enumerate(values)
-    )
-    ticks = "".join(
-        f'<text x="{pad + i * step:.1f}" y="{height - 12}" text-anchor="middle">{i}s</text>'
-        for i in range(0, len(values), max(1, len(values) // 10))
-    )
-    return (
-        f'<svg width="{width}" height="{height}" role="img">'
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#bbb"/>'
-        f'<text x="{pad - 6}" y="{pad}" text-anchor="end">{top}</text>'
-        f'<text x="{pad - 6}" y="{height - pad}" text-anchor="end">0</text>'
-        f'<polyline fill="none" stroke="{_PALETTE[0]}" stroke-width="2" points="{points}"/>{ticks}</svg>'
-    )
-

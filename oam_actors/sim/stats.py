@@ -8,7 +8,13 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-__all__ = ["LatencySummary", "Outcomes", "jain_index", "percentile", "summarize"]
+__all__ = ["CANCELLED", "FALLBACK", "OK", "LatencySummary", "Outcomes", "jain_index", "percentile", "summarize"]
+
+OK = "ok"
+FALLBACK = "fallback"
+"""An NPC answered with one of its canned lines: the turn completed, without the model."""
+CANCELLED = "cancelled"
+"""The simulated player cancelled the turn in flight: asked for, so not a failure."""
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -19,17 +25,19 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-def jain_index(values: Iterable[float]) -> float:
-    """Jain's fairness index (Σx)² / (n·Σx²): 1.0 when every owner got the same, 1/n at worst."""
+def jain_index(values: Iterable[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1.0 when every owner got the same, 1/n at worst.
+
+    None when it is undefined: no owners, or nobody got anything (0/0)."""
     xs = list(values)
-    if not xs:
-        return 1.0
-    total = sum(xs)
     squares = sum(x * x for x in xs)
-    return 1.0 if squares == 0 else total * total / (len(xs) * squares)
+    if squares == 0:
+        return None
+    total = sum(xs)
+    return total * total / (len(xs) * squares)
 
 
-class LatencySummary(msgspec.Struct, frozen=True):
+class LatencySummary(msgspec.Struct, frozen=True, rename="camel"):
     count: int
     mean_ms: float
     p50_ms: float
@@ -54,10 +62,11 @@ def summarize(seconds: Iterable[float]) -> LatencySummary:
 
 
 class Outcomes:
-    """Tallies of request outcomes: ``ok`` or an error's ``data.code``."""
+    """Tallies of turn outcomes: :data:`OK`, :data:`FALLBACK`, :data:`CANCELLED` or an error's
+    ``data.code`` (a failure)."""
 
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+    def __init__(self, outcomes: Iterable[str] = ()) -> None:
+        self.counts: Counter[str] = Counter(outcomes)
 
     def add(self, outcome: str) -> None:
         self.counts[outcome] += 1
@@ -66,5 +75,29 @@ class Outcomes:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    @property
+    def ok(self) -> int:
+        return self.counts[OK]
+
+    @property
+    def fallback(self) -> int:
+        return self.counts[FALLBACK]
+
+    @property
+    def cancelled(self) -> int:
+        return self.counts[CANCELLED]
+
+    def failures(self) -> dict[str, int]:
+        """Failed turns by error code, most frequent first."""
+        return _by_count({k: v for k, v in self.counts.items() if k not in (OK, FALLBACK, CANCELLED)})
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures().values())
+
     def as_dict(self) -> dict[str, int]:
-        return dict(sorted(self.counts.items(), key=lambda item: (-item[1], item[0])))
+        return _by_count(self.counts)
+
+
+def _by_count(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(((k, v) for k, v in counts.items() if v), key=lambda item: (-item[1], item[0])))
