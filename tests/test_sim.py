@@ -6,17 +6,18 @@ import json
 import subprocess
 import sys
 
+import msgspec
 import pytest
 
 from oam_actors.sim.stats import jain_index, percentile, summarize
 
 
-def test_jain_index_is_one_for_equal_shares_and_one_over_n_at_worst() -> None:
+def test_jain_index_is_one_for_equal_shares_one_over_n_at_worst_and_undefined_for_nothing() -> None:
     assert jain_index([5, 5, 5, 5]) == 1.0
     assert jain_index([10, 0, 0, 0]) == pytest.approx(0.25)
     assert jain_index([3, 1]) == pytest.approx(16 / 20)
-    assert jain_index([]) == 1.0
-    assert jain_index([0, 0]) == 1.0
+    assert jain_index([]) is None
+    assert jain_index([0, 0]) is None
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -34,6 +35,7 @@ def test_summarize_reports_milliseconds() -> None:
     assert summary.p50_ms == 200.0
     assert summary.max_ms == 400.0
     assert summary.mean_ms == 250.0
+    assert msgspec.to_builtins(summary)["p50Ms"] == 200.0
 
 
 def test_simulate_scripted_run_writes_a_consistent_report(tmp_path) -> None:

@@ -148,7 +148,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             return f"--device: {exc}"
     elif args.device:
         return "--device needs --backend devices"
-    if args.sessions == 0 and args.npcs == 0:
+    if args.sessions == 0 and _config(args).npc_count == 0:
         return "nothing to run: --sessions and --npcs are both 0 (give at least one conversation)"
     report_dir = Path(args.report_dir)
     try:
@@ -211,6 +211,7 @@ def _figures(run: SimRun, backend: Backend) -> list[tuple[str, str]]:
         ("cancelled", str(outcomes.cancelled)),
         ("failed", failed),
         ("in flight", str(run.in_flight)),
+        *([("abandoned when interrupted", str(run.abandoned))] if run.abandoned else []),
         ("tool calls answered / unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}"),
         ("cancels sent", str(run.cancels_sent)),
     ]

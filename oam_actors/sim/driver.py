@@ -2,9 +2,10 @@
 
 Every conversation is one owner (a session, or an NPC on the shared world ``village``) that loops
 until the deadline: send a player line (``session/respond`` or ``npc/talk``), wait for the reply,
-pause. The simulated game engine
-answers ``tool/call`` requests — except a configurable share it leaves unanswered to exercise tool
-timeouts — and a configurable share of turns is cancelled while in flight.
+pause. The simulated game engine answers ``tool/call`` requests — except a configurable share it
+leaves unanswered to exercise tool timeouts — and a configurable share of turns is cancelled while
+in flight. After the deadline no turn starts and the turns in flight finish; a ``stop`` event ends
+the run at once instead (Ctrl-C), keeping what completed.
 """
 
 from __future__ import annotations
