@@ -126,12 +126,10 @@ def test_log_level_goes_before_or_after_the_subcommand(argv: list[str]) -> None:
 
 # Plain int/float on purpose: any integer seeds; the phone configuration checks the battery code.
 UNCHECKED_BY_DESIGN = {("device", "--seed"), ("device", "--battery-code"), ("simulate", "--seed")}
-# Owned elsewhere (cli/models.py, cli/simulate.py) and to move to oam_actors.cli.argtypes there.
+# Owned elsewhere (cli/models.py) and to move to oam_actors.cli.argtypes there.
 PENDING = {
     ("stdio", "--context-size"), ("stdio", "--farm-time-scale"),
     ("serve", "--context-size"), ("serve", "--farm-time-scale"),
-    *(("simulate", option) for option in ("--phones", "--time-scale", "--sessions", "--npcs", "--duration",
-                                          "--think", "--cancel-rate", "--tool-timeout-rate", "--tool-timeout")),
 }
 
 

@@ -63,12 +63,7 @@ def _parsed(command: str) -> set[str]:
     return {option for action in sub._actions for option in action.option_strings if option.startswith("--")}
 
 
-@pytest.mark.parametrize(
-    "command",
-    [pytest.param(c, marks=pytest.mark.xfail(
-        reason="README's simulate table (the simreport work's) lacks --device and --proxy in its first column",
-        strict=False)) if c == "simulate" else c for c in COMMANDS],
-)
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_readme_tables_name_every_option(command: str) -> None:
     parsed, documented = _parsed(command) - COMMON, _documented(command) - COMMON
     assert sorted(parsed - documented) == [], f"options of `oam-actors {command}` missing from README.md's table"

@@ -28,10 +28,10 @@ import anyio.abc
 
 from ..bridge import Bridge, BridgeConfig
 from ..game_methods import GameExtension
-from ..runtime import LocalSystem
 from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
 from ..sim.backends import Backend, make_backend
 from ..sim.client import BridgeClient
+from .argtypes import UsageError, non_negative_float, non_negative_int, positive_float, positive_int, unit_interval
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
@@ -43,119 +43,73 @@ PROGRESS_INTERVAL = 5.0
 """Default seconds between plain progress lines when stderr is not a terminal."""
 
 
-# --- option values (argparse ``type=``): each names what is allowed -------------------------------
-
-
-def _positive_int(text: str) -> int:
-    value = _parse(int, text, "an integer of at least 1")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _parse(int, text, "an integer of at least 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 0, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _parse(float, text, "a number greater than 0")
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _parse(float, text, "a number of at least 0")
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
-    return value
-
-
-def _unit_interval(text: str) -> float:
-    value = _parse(float, text, "a number from 0 to 1")
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    return value
-
-
-def _parse(kind: Callable[[str], Any], text: str, allowed: str) -> Any:
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimConfig()
     parser.add_argument("--backend", default=defaults.backend, choices=["farm", "scripted", "devices", "proxy"],
                         help="what the conversations run on (default: a simulated farm of phones)")
-    parser.add_argument("--phones", metavar="N", type=_positive_int, default=defaults.phones,
+    parser.add_argument("--phones", metavar="N", type=positive_int, default=defaults.phones,
                         help=f"farm: simulated phones (default {defaults.phones})")
     parser.add_argument("--device", action="append", default=[], metavar="URL",
                         help="devices: a real device URL (repeatable; needed by --backend devices)")
     parser.add_argument("--proxy", metavar="URL[#MODEL]",
                         help="proxy: an OpenAI-compatible base URL (needed by --backend proxy)")
-    parser.add_argument("--time-scale", metavar="S", type=_positive_float, default=defaults.time_scale,
+    parser.add_argument("--time-scale", metavar="S", type=positive_float, default=defaults.time_scale,
                         help="farm: real seconds per phone second (default 0.1: the 60 s quota window lasts 6 s)")
-    parser.add_argument("--sessions", metavar="N", type=_non_negative_int, default=defaults.sessions,
+    parser.add_argument("--sessions", metavar="N", type=non_negative_int, default=defaults.sessions,
                         help=f"concurrent player sessions (default {defaults.sessions})")
-    parser.add_argument("--npcs", metavar="N", type=_non_negative_int, default=None,
+    parser.add_argument("--npcs", metavar="N", type=non_negative_int, default=None,
                         help="NPCs on one shared world, each in its own conversation (default: 16 on the farm, else 0)")
-    parser.add_argument("--duration", metavar="S", type=_positive_float, default=defaults.duration_seconds,
+    parser.add_argument("--duration", metavar="S", type=positive_float, default=defaults.duration_seconds,
                         help=f"seconds of load (default {defaults.duration_seconds:g})")
-    parser.add_argument("--think", metavar="S", type=_non_negative_float, default=defaults.think_seconds,
+    parser.add_argument("--think", metavar="S", type=non_negative_float, default=defaults.think_seconds,
                         help=f"mean pause between a conversation's turns, seconds (default {defaults.think_seconds:g})")
-    parser.add_argument("--cancel-rate", metavar="R", type=_unit_interval, default=defaults.cancel_rate,
+    parser.add_argument("--cancel-rate", metavar="R", type=unit_interval, default=defaults.cancel_rate,
                         help=f"share of turns cancelled in flight, 0-1 (default {defaults.cancel_rate:g})")
-    parser.add_argument("--tool-timeout-rate", metavar="R", type=_unit_interval, default=defaults.tool_timeout_rate,
+    parser.add_argument("--tool-timeout-rate", metavar="R", type=unit_interval, default=defaults.tool_timeout_rate,
                         help=f"share of tool calls the game never answers, 0-1 (default {defaults.tool_timeout_rate:g})")
-    parser.add_argument("--tool-timeout", metavar="S", type=_positive_float, default=defaults.tool_timeout_seconds,
+    parser.add_argument("--tool-timeout", metavar="S", type=positive_float, default=defaults.tool_timeout_seconds,
                         help=f"seconds a turn waits for a tool result (default {defaults.tool_timeout_seconds:g})")
     parser.add_argument("--seed", metavar="N", type=int, default=defaults.seed, help=f"random seed (default {defaults.seed})")
     parser.add_argument("--report-dir", default=defaults.report_dir, metavar="DIR",
                         help=f"where report.json and report.html go (default {defaults.report_dir})")
     parser.add_argument("--no-progress", action="store_true", help="no progress on stderr")
-    parser.add_argument("--progress-interval", type=_positive_float, default=PROGRESS_INTERVAL, metavar="S",
+    parser.add_argument("--progress-interval", type=positive_float, default=PROGRESS_INTERVAL, metavar="S",
                         help=f"seconds between plain progress lines when stderr is not a terminal "
                         f"(default {PROGRESS_INTERVAL:g})")
     add_runtime_arguments(parser)
 
 
-def _usage_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with options that are each fine alone, or None."""
+def _check(args: argparse.Namespace) -> None:
+    """Raises :class:`UsageError` for options that are each fine alone but do not fit together,
+    before anything starts."""
     if args.backend == "proxy":
         if not args.proxy:
-            return "--backend proxy needs --proxy URL[#MODEL]"
+            raise UsageError("--backend proxy needs --proxy URL[#MODEL]")
         from ..models.proxy import parse_model_spec
 
         try:
             parse_model_spec(f"openai:{args.proxy}", model="default")
         except ValueError as exc:
-            return f"--proxy: {exc}"
+            raise UsageError(f"--proxy: {exc}") from exc
     elif args.proxy:
-        return "--proxy needs --backend proxy"
+        raise UsageError("--proxy needs --backend proxy")
     if args.backend == "devices":
         if not args.device:
-            return "--backend devices needs at least one --device URL"
+            raise UsageError("--backend devices needs at least one --device URL")
         from ..models.pool import PoolConfigError, normalize_urls
 
         try:
             normalize_urls(args.device)
         except PoolConfigError as exc:
-            return f"--device: {exc}"
+            raise UsageError(f"--device: {exc}") from exc
     elif args.device:
-        return "--device needs --backend devices"
+        raise UsageError("--device needs --backend devices")
     if args.sessions == 0 and _config(args).npc_count == 0:
-        return "nothing to run: --sessions and --npcs are both 0 (give at least one conversation)"
-    report_dir = Path(args.report_dir)
+        raise UsageError("nothing to run: --sessions and --npcs are both 0 (give at least one conversation)")
     try:
-        report_dir.mkdir(parents=True, exist_ok=True)
+        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        return f"--report-dir {args.report_dir}: cannot create the directory ({exc.strerror or exc})"
-    return None
+        raise UsageError(f"--report-dir {args.report_dir}: cannot create the directory ({exc.strerror or exc})") from exc
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -358,12 +312,9 @@ def _summary(report: dict[str, Any], seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = _usage_problem(args)
-    if problem is not None:
-        print(f"oam-actors simulate: error: {problem}", file=sys.stderr)
-        return 2
-    config = _config(args)
     runtime = system_from_args(args)
+    _check(args)
+    config = _config(args)
     progress: _Progress
     if args.no_progress:
         progress = _Quiet()
