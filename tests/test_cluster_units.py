@@ -14,10 +14,12 @@ import pytest
 from oam_actors.agent import ToolCall
 from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameReader, encode_frame, raw_frame
-from oam_actors.cluster.outlet import CallTool, Notify, OutletRelay, Release, ShardOutlet, is_outlet, provisional_ids
-from oam_actors.cluster.wire import Failure, dumps_actor, dumps_value, loads_actor, loads_value
+from oam_actors.cluster.endpoints import Endpoints, provisional_ids
+from oam_actors.cluster.wire import Failure, Out, dumps_actor, dumps_value, loads_actor, loads_value
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.runtime import Actor, ActorStopped, Address, LocalSystem, MailboxFull
+from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
+from oam_actors.game import WorldState
+from oam_actors.runtime import Actor, ActorStopped, Address, LocalSystem, MailboxFull, detached_copy, endpoint_kind
 
 # --- the state store -------------------------------------------------------------------------------
 
@@ -141,9 +143,34 @@ def test_messages_cross_with_outlets_by_reference_and_refuse_functions() -> None
         dumps_value(lambda: None)
 
 
-def test_is_outlet_recognises_the_outlet_methods() -> None:
-    assert is_outlet(_Outlet()) and not is_outlet(object()) and not is_outlet("notify")
+def test_outlets_are_endpoints_by_their_methods() -> None:
+    assert endpoint_kind(_Outlet()) is OUTLETS
+    assert endpoint_kind(object()) is None and endpoint_kind("notify") is None
+    assert pickle.loads(pickle.dumps(OUTLETS)) is OUTLETS  # references carry it by name
 
+
+def test_the_driver_numbers_each_endpoint_once_and_relays_its_calls() -> None:
+    endpoints, outlet = Endpoints(), _Outlet()
+    ref = endpoints.reference(outlet)
+    assert ref == (1, OUTLETS) and endpoints.reference(outlet) == ref and endpoints.reference("text") is None
+    endpoints.deliver(Out(1, Notify("session/event", {"x": 1})))
+    assert outlet.calls == [("notify", "session/event", {"x": 1})]
+    del outlet  # a collected endpoint is forgotten: late calls go nowhere
+    endpoints.deliver(Out(1, Notify("session/event", {})))
+    assert endpoints.reference(_Outlet())[0] == 2
+
+
+
+def test_a_world_document_is_shared_and_leaves_as_a_copy_without_its_observers() -> None:
+    document = WorldState({"gate": "open"})
+    heard: list[Any] = []
+    document.observe("", heard.append)
+    copy = detached_copy(document)
+    assert isinstance(copy, WorldState) and copy is not document
+    assert (copy.to_json(), copy.version) == (document.to_json(), document.version)
+    copy.set("gate", "shut")
+    assert heard == [] and document.get("gate") == "open"
+    assert detached_copy({"gate": "open"}) is None  # not a shared type: pickled by value
 
 # --- the outlet relay ------------------------------------------------------------------------------
 
@@ -152,7 +179,7 @@ def test_tool_ids_are_the_connections_and_cancels_name_them() -> None:
     outlet = _Outlet()
     relay = OutletRelay(outlet)
     emitted: list[Any] = []
-    shard_side = ShardOutlet(emitted.append, provisional_ids("inc1"))
+    shard_side = OUTLETS.stand_in(emitted.append, provisional_ids("inc1"))
     call = ToolCall("call_1", "open_gate", {"gate": "north"})
     target = Address("session", "a")
     provisional = shard_side.call_tool({"session": "a"}, 5, call, target=target)
@@ -289,10 +316,3 @@ def test_exports() -> None:
         if isinstance(obj, type):
             assert obj.__module__ == "oam_actors.cluster", name
 
-
-def test_importing_oam_actors_does_not_import_ray() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, oam_actors, oam_actors.runtime, oam_actors.bridge, oam_actors.cli.runtime; print('ray' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

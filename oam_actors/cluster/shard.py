@@ -32,10 +32,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..runtime import Actor, ActorRef, ActorStopped, Address, LocalSystem, MailboxFull
+from ..runtime import Actor, ActorRef, ActorStopped, Address, LocalSystem, MailboxFull, detached_copy
+from .endpoints import EndpointRef, provisional_ids
 from .frames import CONNECTION_LOST, FrameReader, encode_frame
-from .outlet import ShardOutlet, provisional_ids
-from .shared import detached_copy
 from .wire import (
     Ask,
     CancelAll,
@@ -91,8 +90,8 @@ class Shard:
         self._items: list[Any] = []
         self._wakeup: anyio.Event | None = None
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
-        self._outlets: dict[int, ShardOutlet] = {}
-        self._tool_ids = provisional_ids(self.incarnation)
+        self._stand_ins: dict[int, Any] = {}  # endpoint -> what actors here hold instead
+        self._new_id = provisional_ids(self.incarnation)
         # State shared by reference (.shared): live objects handed out, who holds whose, the
         # actors (to checkpoint an owner when a holder commits), and ops waiting for a holder.
         self._shares: dict[SharedRef, Any] = {}
@@ -161,11 +160,12 @@ class Shard:
             if (actor := self._actors.get(owner)) is not None and (owner_state := actor.snapshot()) is not None:
                 self._emit(Saved(owner, owner_state))
 
-    def _outlet(self, endpoint: int) -> ShardOutlet:
-        outlet = self._outlets.get(endpoint)
-        if outlet is None:
-            outlet = self._outlets[endpoint] = ShardOutlet(lambda call: self._emit(Out(endpoint, call)), self._tool_ids)
-        return outlet
+    def _stand_in(self, ref: EndpointRef) -> Any:
+        endpoint, kind = ref
+        stand_in = self._stand_ins.get(endpoint)
+        if stand_in is None:
+            stand_in = self._stand_ins[endpoint] = kind.stand_in(lambda call: self._emit(Out(endpoint, call)), self._new_id)
+        return stand_in
 
     # --- ops ---------------------------------------------------------------------------------
 
@@ -235,13 +235,13 @@ class Shard:
             owner = self._lookup(share.owner)
             if owner is None:
                 raise ActorStopped(share.owner)
-            self._shares[share] = await owner.ask_control(loads_value(share.message, self._outlet))
+            self._shares[share] = await owner.ask_control(loads_value(share.message, self._stand_in))
         return self._shares[share]
 
     def _install(self, op: Spawn, live: dict[SharedRef, Any]) -> None:
         assert self._system is not None
         try:
-            actor = loads_actor(op.actor, lambda ref: live[ref] if isinstance(ref, SharedRef) else self._outlet(ref))
+            actor = loads_actor(op.actor, lambda ref: live[ref] if isinstance(ref, SharedRef) else self._stand_in(ref))
             if op.state is not None:
                 actor.restore(op.state)
             # The driver enforces the bound; one more here so the two views never disagree.
@@ -262,7 +262,7 @@ class Shard:
         try:
             if ref is None:
                 raise ActorStopped(address)
-            reply = ref.ask_nowait(loads_value(message, self._outlet))
+            reply = ref.ask_nowait(loads_value(message, self._stand_in))
         except (ActorStopped, MailboxFull) as exc:
             self._emit(Done(seq, failure=Failure.of(exc)))
             return
@@ -278,7 +278,7 @@ class Shard:
         try:
             if ref is None:
                 raise ActorStopped(address)
-            ref.tell_nowait(loads_value(message, self._outlet))
+            ref.tell_nowait(loads_value(message, self._stand_in))
         except (ActorStopped, MailboxFull) as exc:
             _log.info("shard %d: told message dropped: %s", self.index, exc)
 
@@ -287,7 +287,7 @@ class Shard:
         try:
             if ref is None:
                 raise ActorStopped(address)
-            value = await ref.ask_control(loads_value(message, self._outlet))
+            value = await ref.ask_control(loads_value(message, self._stand_in))
         except Exception as exc:  # noqa: BLE001 - the caller's error, sent back
             self._emit(Done(seq, failure=Failure.of(exc)))
         else:

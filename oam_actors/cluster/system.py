@@ -8,9 +8,10 @@ Data flows over one TCP connection per shard (:mod:`.link`); Ray places, restart
 The ``ActorSystem`` contract holds with these differences, all because the actor is elsewhere:
 
 - ``spawn`` runs ``factory()`` here and ships the actor pickled (cloudpickle); ``TypeError``
-  if its state does not pickle. An :class:`~oam_actors.objects.Outlet` it holds (a connection's
-  bridge) stays here: the shard gets a stand-in that relays, in order (:mod:`.outlet`). State it
-  shares with another actor (a world's document, :mod:`.shared`) places it on that actor's shard.
+  if its state does not pickle. An endpoint it holds (what its layer declared with
+  ``register_endpoint``: a connection's outlet) stays here: the shard gets a stand-in that
+  relays, in order (:mod:`.endpoints`). State it shares with another actor (declared with
+  ``register_shared``: a world's document, :mod:`.shared`) places it on that actor's shard.
   Messages and replies are pickled too (``ask_nowait`` raises ``TypeError`` for one that is not).
 - ``cancel_all`` and ``Reply.cancel`` decide *which* messages are cancelled in the shard, in
   order with everything sent before; the count (the bool) they return is this side's view: a
@@ -33,7 +34,6 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-import weakref
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -61,8 +61,8 @@ from ..runtime import (
     MessageCancelled,
     Reply,
 )
+from .endpoints import Endpoints
 from .link import ShardLink
-from .outlet import OutletRelay, is_outlet
 from .shard import ShardHost
 from .shared import SharedCopies
 from .store import SqliteStore, StateStore
@@ -72,7 +72,6 @@ from .wire import (
     CancelOne,
     Control,
     Hello,
-    Out,
     SharedRef,
     Stop,
     Tell,
@@ -284,7 +283,7 @@ class _RayRef(ActorRef):
         )
 
     def _payload(self, message: Any) -> bytes:
-        return dumps_value(message, self._system._endpoints.id_of)
+        return dumps_value(message, self._system._endpoints.reference)
 
     def _live_entry(self) -> _Entry:
         entry = self._entry
@@ -294,34 +293,6 @@ class _RayRef(ActorRef):
 
     def __repr__(self) -> str:
         return f"<ActorRef {self.address} (shard {self._entry.link.index})>"
-
-
-class _Endpoints:
-    """Driver-side objects that actors reach by reference (outlets), by small integer id."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._by_object: dict[int, int] = {}  # id(outlet) -> endpoint id
-        self._relays: dict[int, OutletRelay] = {}
-
-    def id_of(self, obj: Any) -> int | None:
-        if not is_outlet(obj):
-            return None
-        endpoint = self._by_object.get(id(obj))
-        if endpoint is None:
-            endpoint = self._by_object[id(obj)] = next(self._ids)
-            self._relays[endpoint] = OutletRelay(obj)
-            weakref.finalize(obj, self._forget, id(obj), endpoint)
-        return endpoint
-
-    def deliver(self, out: Out) -> None:
-        relay = self._relays.get(out.endpoint)
-        if relay is not None:
-            relay.deliver(out.call)
-
-    def _forget(self, object_id: int, endpoint: int) -> None:
-        self._by_object.pop(object_id, None)
-        self._relays.pop(endpoint, None)
 
 
 class ShardInfo(msgspec.Struct, frozen=True):
@@ -370,7 +341,7 @@ class RaySystem(ActorSystem):
         self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
         self._entries: dict[Address, _Entry] = {}
         self._links: list[ShardLink] = []
-        self._endpoints = _Endpoints()
+        self._endpoints = Endpoints()
         self._copies = SharedCopies()
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -550,7 +521,7 @@ class RaySystem(ActorSystem):
                 self.store.delete(str(entry.address))
 
     def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]]) -> Any:
-        endpoint = self._endpoints.id_of(obj)
+        endpoint = self._endpoints.reference(obj)
         if endpoint is not None:
             return endpoint
         ref = self._copies.reference(obj)

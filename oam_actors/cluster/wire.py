@@ -7,9 +7,10 @@ reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
 Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
 contract asks). Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
-the caller's factory and ships it. Some objects travel *by reference* (``persistent_id``): a
-connection's outlet (an endpoint number; the shard gets a relaying stand-in), and state one actor
-shares with others in its process (a :class:`SharedRef`; the shard gets the live object).
+the caller's factory and ships it. Some objects travel *by reference* (``persistent_id``), as
+their layer declared them to the runtime: an endpoint such as a connection's outlet (its number
+and kind; the shard gets a relaying stand-in, :mod:`.endpoints`), and state one actor shares with
+others in its process (a :class:`SharedRef`; the shard gets the live object, :mod:`.shared`).
 Exceptions travel as :class:`Failure`, because the protocol's errors do not pickle.
 """
 
@@ -164,7 +165,7 @@ class Unhosted(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Out(msgspec.Struct, frozen=True, array_like=True):
-    """A call an actor made on the driver-side object behind ``endpoint`` (an outlet)."""
+    """A call an actor made on the stand-in for the driver-side endpoint numbered ``endpoint``."""
 
     endpoint: int
     call: Any
@@ -187,7 +188,7 @@ class Hello(msgspec.Struct, frozen=True, array_like=True):
 
 Reference = Callable[[Any], Any]
 """``persistent_id`` of our picklers: for an object to keep by reference, the reference (an
-endpoint number, a :class:`SharedRef`…); ``None`` to pickle it by value."""
+``EndpointRef``, a :class:`SharedRef`…); ``None`` to pickle it by value."""
 
 Resolve = Callable[[Any], Any]
 """``persistent_load``: the object standing for a reference on this side."""

@@ -1,6 +1,9 @@
 """Object actors: sessions, NPCs, worlds and one-off game requests, each behind an ordered
 mailbox, talking to their connection through an :class:`Outlet`. The game actors' messages live
-in their modules (``objects.npc``, ``objects.world``, ``objects.request``)."""
+in their modules (``objects.npc``, ``objects.world``, ``objects.request``). Importing this package
+declares to the runtime how outlets and world documents cross processes (``objects.crossing``)."""
+
+from . import crossing as crossing  # registers with the runtime: needed wherever these actors are
 
 from .messages import (
     Compact,

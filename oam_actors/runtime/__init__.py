@@ -7,11 +7,21 @@ Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process 
         reply = ref.ask_nowait(Greet("hi"))   # queued before this line returns
         print(await reply.wait())
 
-See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks.
+See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks. A runtime
+that moves actors to other processes learns what must not be pickled by value from the layers
+that define it (``register_endpoint``, ``register_shared``; see ``_crossing``).
 """
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._crossing import (
+    EndpointKind,
+    Relay,
+    detached_copy,
+    endpoint_kind,
+    register_endpoint,
+    register_shared,
+)
 from oam_actors.runtime._errors import (
     ActorExists,
     ActorStopped,
@@ -34,12 +44,18 @@ __all__ = [
     "ActorStopped",
     "ActorSystem",
     "Address",
+    "EndpointKind",
     "HostFailed",
     "LocalSystem",
     "MailboxFull",
     "MessageCancelled",
+    "Relay",
     "Reply",
     "RuntimeErrorBase",
+    "detached_copy",
+    "endpoint_kind",
+    "register_endpoint",
+    "register_shared",
 ]
 
 # Tracebacks and reprs show the public home of each name.

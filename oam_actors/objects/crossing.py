@@ -1,22 +1,25 @@
-"""A connection's :class:`~oam_actors.objects.Outlet` across the Ray boundary.
+"""How object actors' outlets and shared documents cross to another process (for runtimes that
+move actors, such as ``RaySystem``), declared to the runtime (:mod:`oam_actors.runtime`'s
+``register_endpoint`` / ``register_shared``) when this package is imported.
 
-An object actor in a shard writes events and tool calls through an outlet; the real one (the
-connection's bridge) lives in the driver. The actor gets a :class:`ShardOutlet` instead, which
-turns each call into an item of the shard's ordered output stream; the driver hands those to an
-:class:`OutletRelay` that calls the bridge, in order.
+**Outlets are endpoints.** The real outlet (a connection's bridge) stays with the connection; an
+actor elsewhere holds an :class:`OutletStandIn`, which turns each call into a :data:`OutletCall`
+value; the runtime carries those back in order to an :class:`OutletRelay`, which calls the
+bridge. ``tool/call`` ids are ``t-<n>`` per connection and only the bridge can number them, so
+the stand-in answers ``call_tool`` with a provisional id and the relay maps it to the bridge's id
+when the call arrives: it rewrites the ``id`` of ``tool/cancel`` notifications and translates
+``release_tool``. Provisional ids never reach the client. A ``tool/cancel`` may follow its call's
+release (a timeout reports the completion first, then cancels), always right after it in the same
+stream, so the relay remembers the last :data:`RELEASED_KEPT` released ids.
 
-``tool/call`` ids are ``t-<n>`` per connection, and only the bridge can number them. So the shard
-answers ``call_tool`` with a provisional id (``<incarnation>.<n>``), and the relay maps it to the
-bridge's id when the call arrives: it rewrites the ``id`` of ``tool/cancel`` notifications and
-translates ``release_tool``. Provisional ids never reach the client. A ``tool/cancel`` may follow
-its call's release (a timeout reports the completion first, then cancels), always right after it
-in the same stream, so the relay remembers the last :data:`RELEASED_KEPT` released ids.
+**A world's document is shared.** A :class:`~oam_actors.game.WorldState` handed out by
+``WorldShare`` is shared by reference with the NPCs on the world; it leaves its process as a
+copy without its observers.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -24,34 +27,25 @@ from typing import Any
 import msgspec
 
 from ..agent import ToolCall
-from ..objects import Outlet, RequestId
-from ..runtime import Address
+from ..game import WorldState
+from ..runtime import Address, register_endpoint, register_shared
+from .outlet import Outlet, RequestId
 
 __all__ = [
+    "OUTLETS",
     "RELEASED_KEPT",
     "CallTool",
     "Notify",
     "OutletCall",
+    "OutletKind",
     "OutletRelay",
+    "OutletStandIn",
     "Release",
-    "ShardOutlet",
-    "is_outlet",
-    "provisional_ids",
 ]
 
 RELEASED_KEPT = 1024
 
 _OUTLET_METHODS = ("notify", "call_tool", "release_tool")
-_outlet_types: dict[type, bool] = {}
-
-
-def is_outlet(obj: Any) -> bool:
-    """Whether ``obj`` has the :class:`~oam_actors.objects.Outlet` methods (cached per type)."""
-    kind = type(obj)
-    known = _outlet_types.get(kind)
-    if known is None:
-        known = _outlet_types[kind] = all(callable(getattr(kind, name, None)) for name in _OUTLET_METHODS)
-    return known
 
 
 class Notify(msgspec.Struct, frozen=True, array_like=True):
@@ -74,18 +68,18 @@ class Release(msgspec.Struct, frozen=True, array_like=True):
 OutletCall = Notify | CallTool | Release
 
 
-class ShardOutlet:
-    """The shard-side stand-in for one connection's outlet: every call becomes ``emit(call)``."""
+class OutletStandIn:
+    """An outlet in another process: every call becomes ``emit(call)``."""
 
-    def __init__(self, emit: Callable[[OutletCall], None], ids: Callable[[], str]) -> None:
+    def __init__(self, emit: Callable[[OutletCall], None], new_id: Callable[[], str]) -> None:
         self._emit = emit
-        self._ids = ids
+        self._new_id = new_id
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self._emit(Notify(method, params))
 
     def call_tool(self, params_head: dict[str, Any], request_id: RequestId, call: ToolCall, *, target: Address) -> str:
-        provisional = self._ids()
+        provisional = self._new_id()
         self._emit(CallTool(provisional, params_head, request_id, call, target))
         return provisional
 
@@ -93,14 +87,8 @@ class ShardOutlet:
         self._emit(Release(tool_request_id))
 
 
-def provisional_ids(incarnation: str) -> Callable[[], str]:
-    """Provisional tool ids of one shard incarnation: unique across shards and restarts."""
-    counter = itertools.count(1)
-    return lambda: f"{incarnation}.{next(counter)}"
-
-
 class OutletRelay:
-    """The driver-side end: replays a shard's outlet calls on the real outlet, mapping tool ids.
+    """Replays a stand-in's calls on the real outlet, mapping tool ids.
 
     Holds the outlet weakly: once its connection is gone, late calls are dropped.
     """
@@ -130,3 +118,25 @@ class OutletRelay:
         provisional = params.get("id")
         real = self._ids.get(provisional) or self._released.get(provisional)  # type: ignore[arg-type]
         return params if real is None else {**params, "id": real}
+
+
+class OutletKind:
+    """The runtime's ``EndpointKind`` for outlets: any object with the :class:`Outlet` methods."""
+
+    def matches(self, cls: type) -> bool:
+        return all(callable(getattr(cls, name, None)) for name in _OUTLET_METHODS)
+
+    def relay(self, endpoint: Any) -> OutletRelay:
+        return OutletRelay(endpoint)
+
+    def stand_in(self, emit: Callable[[Any], None], new_id: Callable[[], str]) -> OutletStandIn:
+        return OutletStandIn(emit, new_id)
+
+    def __reduce__(self) -> str:
+        return "OUTLETS"  # travels by name: the one instance below
+
+
+OUTLETS = OutletKind()
+
+register_endpoint(OUTLETS)
+register_shared(WorldState, lambda state: WorldState.from_json(state.to_json()))
