@@ -497,6 +497,24 @@ async def test_a_killed_shard_fails_asks_with_host_failed_and_keeps_the_actor(ra
             assert await ref.ask_control("pid") != pid
 
 
+
+async def test_closing_raises_every_on_stop_error_and_then_refuses_spawns(ray_instance: None) -> None:
+    one_shard = RaySystem(shards=1)
+    async with one_shard:
+        for name in ("a", "b"):
+            one_shard.spawn(Address("failing", name), Failing)
+        echo = one_shard.spawn(Address("echo", "e"), Echo)
+        with anyio.fail_after(HANG_GUARD):
+            assert await echo.ask("hi") == ["hi", 1]
+            with pytest.raises(ExceptionGroup) as info:
+                await one_shard.aclose()
+        assert [repr(error) for error in info.value.exceptions] == [repr(KeyError("on_stop failed"))] * 2
+        assert one_shard.addresses() == []
+        with pytest.raises(RuntimeError, match="cannot spawn echo:f: the system is closed"):
+            one_shard.spawn(Address("echo", "f"), Echo)
+    with pytest.raises(RuntimeError, match="a RaySystem can be entered only once"):
+        await one_shard.__aenter__()
+
 # --- model actors --------------------------------------------------------------------------------
 
 

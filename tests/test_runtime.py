@@ -456,6 +456,35 @@ async def test_leaving_the_system_stops_every_actor() -> None:
         system.spawn(NPC, Probe)
 
 
+
+async def test_closing_stops_every_actor_then_raises_their_on_stop_errors_together() -> None:
+    system = LocalSystem()
+    async with system:
+        probe, _ = spawn_probe(system)
+        for name in ("a", "b"):
+            system.spawn(Address("failing", name), FailingStop)
+        with pytest.raises(ExceptionGroup) as info:
+            await system.aclose()
+        assert [str(error) for error in info.value.exceptions] == ["flush failed", "flush failed"]
+        assert probe.stopped and system.addresses() == []
+        with pytest.raises(RuntimeError, match="cannot spawn npc:gorm: the system is closed"):
+            system.spawn(NPC, Probe)
+        await system.aclose()  # closed already: nothing more happens, leaving the block is fine
+
+
+async def test_a_system_is_entered_once_and_one_closed_unopened_never() -> None:
+    system = LocalSystem()
+    async with system:
+        pass
+    with pytest.raises(RuntimeError, match="a LocalSystem can be entered only once"):
+        await system.__aenter__()
+    unopened = LocalSystem()
+    await unopened.aclose()
+    with pytest.raises(RuntimeError, match="entered only once"):
+        await unopened.__aenter__()
+    with pytest.raises(ValueError, match="max_queue must be at least 1, got 0"):
+        LocalSystem(max_queue=0)
+
 async def test_outer_cancellation_still_resolves_pending_replies() -> None:
     with anyio.CancelScope() as outer:
         async with LocalSystem() as system:

@@ -31,13 +31,12 @@ and shuts Ray down on exit only if it started it.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, final
 
 import anyio
 import anyio.abc
@@ -50,16 +49,15 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..runtime import (
     DEFAULT_MAX_QUEUE,
     Actor,
-    ActorExists,
     ActorRef,
     ActorStatistics,
     ActorStopped,
-    ActorSystem,
     Address,
     HostFailed,
     MailboxFull,
     MessageCancelled,
     Reply,
+    SystemBase,
 )
 from .endpoints import Endpoints
 from .link import ShardLink
@@ -112,13 +110,6 @@ def _where() -> tuple[str, str]:
 
 
 _ShardActor = ray.remote(ShardHost)
-
-
-class _State(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
 
 
 class _Entry:
@@ -308,7 +299,7 @@ class ShardInfo(msgspec.Struct, frozen=True):
 
 
 @final
-class RaySystem(ActorSystem):
+class RaySystem(SystemBase):
     """See the module docstring.
 
     ``address``: ``None`` starts a private local Ray instance (``ray_options``, by default
@@ -330,13 +321,11 @@ class RaySystem(ActorSystem):
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
+        super().__init__(max_queue=max_queue)
         self.shards = shards
         self.address = address
         self.store: StateStore = store if store is not None else SqliteStore()
         self._owns_store = store is None
-        self._max_queue = max_queue
         self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
         self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
         self._entries: dict[Address, _Entry] = {}
@@ -346,13 +335,10 @@ class RaySystem(ActorSystem):
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._started_ray = False
-        self._state = _State.NEW
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        if self._state is not _State.NEW:
-            raise RuntimeError("a RaySystem can be entered only once")
+    async def _open(self) -> None:
         self._connect()
         placements = self._placements()
         self._links = [
@@ -375,23 +361,21 @@ class RaySystem(ActorSystem):
             task_group.start_soon(link.run, name=f"shard {link.index} link")
         for link in self._links:
             await link.up.wait()
-        self._state = _State.OPEN
-        return self
 
-    async def __aexit__(
+    async def _close_on_exit(self) -> None:
+        with anyio.CancelScope(shield=True):  # the shards' actors stop, whatever cancels us
+            await self.aclose()
+
+    async def _release(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.aclose()
-        finally:
-            if self._task_group is not None:
-                self._task_group.cancel_scope.cancel()
-                await self._task_group.__aexit__(None, None, None)
-            self._release()
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+            await self._task_group.__aexit__(None, None, None)
+        self._disconnect()
         return None
 
     def _connect(self) -> None:
@@ -421,7 +405,8 @@ class RaySystem(ActorSystem):
     def _replacement(self, index: int) -> Any:
         return _ShardActor.options(**self._shard_options).remote(index, _where)
 
-    def _release(self) -> None:
+    def _disconnect(self) -> None:
+        """End the shards, close the store if it is ours, shut Ray down if we started it."""
         for link in self._links:
             link.close()
             ray.kill(link.handle, no_restart=True)
@@ -432,17 +417,7 @@ class RaySystem(ActorSystem):
 
     # --- ActorSystem ---------------------------------------------------------------------------
 
-    def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:
-        if self._state is not _State.OPEN:
-            raise RuntimeError(f"cannot spawn {address}: the system is {self._state.value}")
-        if address in self._entries:
-            raise ActorExists(address)
-        max_queue = self._max_queue if max_queue is None else max_queue
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
-        actor = factory()
-        if not isinstance(actor, Actor):
-            raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
+    def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
         shares: list[tuple[_Entry, SharedRef]] = []
         blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares))
         link = self._links[shard_of(address, self.shards)]
@@ -467,26 +442,6 @@ class RaySystem(ActorSystem):
             return False
         await self._stop(entry)
         return True
-
-    async def aclose(self) -> None:
-        if self._state in (_State.NEW, _State.CLOSED):
-            self._state = _State.CLOSED
-            return
-        self._state = _State.CLOSING
-        errors: list[Exception] = []
-
-        async def stop_one(entry: _Entry) -> None:
-            try:
-                await self._stop(entry)
-            except Exception as exc:  # noqa: BLE001 - gathered, raised below
-                errors.append(exc)
-
-        async with anyio.create_task_group() as stopping:
-            for entry in list(self._entries.values()):
-                stopping.start_soon(stop_one, entry)
-        self._state = _State.CLOSED
-        if errors:
-            raise ExceptionGroup("on_stop failed for some actors", errors)
 
     # --- more ----------------------------------------------------------------------------------
 

@@ -30,10 +30,10 @@ from oam_actors.runtime._errors import (
     MessageCancelled,
     RuntimeErrorBase,
 )
-from oam_actors.runtime._local import DEFAULT_MAX_QUEUE, LocalSystem
+from oam_actors.runtime._local import LocalSystem
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._system import ActorSystem
+from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, SystemBase, SystemState
 
 __all__ = [
     "DEFAULT_MAX_QUEUE",
@@ -52,6 +52,8 @@ __all__ = [
     "Relay",
     "Reply",
     "RuntimeErrorBase",
+    "SystemBase",
+    "SystemState",
     "detached_copy",
     "endpoint_kind",
     "register_endpoint",

@@ -7,10 +7,8 @@ the ``async with LocalSystem() as system:`` block.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, final
 
 import anyio
 import anyio.abc
@@ -18,21 +16,11 @@ import anyio.abc
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._cell import ActorCell, Checkpoint
-from oam_actors.runtime._errors import ActorExists
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._system import ActorSystem
+from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, SystemBase
 
 __all__ = ["LocalSystem"]
-
-DEFAULT_MAX_QUEUE = 1024
-
-
-class _SystemState(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
 
 
 @final
@@ -65,7 +53,7 @@ class _LocalRef(ActorRef):
 
 
 @final
-class LocalSystem(ActorSystem):
+class LocalSystem(SystemBase):
     """An ``ActorSystem`` in this process; ``max_queue`` is the default bound per actor.
 
     ``checkpoint``, when given, receives ``(address, actor.snapshot())`` after every committed
@@ -74,47 +62,27 @@ class LocalSystem(ActorSystem):
     """
 
     def __init__(self, *, max_queue: int = DEFAULT_MAX_QUEUE, checkpoint: Checkpoint | None = None) -> None:
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
-        self._max_queue = max_queue
+        super().__init__(max_queue=max_queue)
         self._checkpoint = checkpoint
         self._refs: dict[Address, _LocalRef] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._state = _SystemState.NEW
 
-    async def __aenter__(self) -> Self:
-        if self._state is not _SystemState.NEW:
-            raise RuntimeError("a LocalSystem can be entered only once")
+    async def _open(self) -> None:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        self._state = _SystemState.OPEN
-        return self
 
-    async def __aexit__(
+    async def _release(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._task_group is not None
-        try:
-            await self.aclose()
-        finally:
-            suppress = await self._task_group.__aexit__(exc_type, exc, tb)
-        return suppress
+        return await self._task_group.__aexit__(exc_type, exc, tb)
 
-    def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:
-        if self._state is not _SystemState.OPEN or self._task_group is None:
-            raise RuntimeError(f"cannot spawn {address}: the system is {self._state.value}")
-        if address in self._refs:
-            raise ActorExists(address)
-        max_queue = self._max_queue if max_queue is None else max_queue
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be at least 1, got {max_queue}")
-        actor = factory()
-        if not isinstance(actor, Actor):
-            raise TypeError(f"factory for {address} returned {type(actor).__name__}, not an Actor")
+    def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
+        assert self._task_group is not None
         actor.address = address
         actor.system = self
         cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint)
@@ -134,24 +102,6 @@ class LocalSystem(ActorSystem):
             return False
         await ref._cell.stop()
         return True
-
-    async def aclose(self) -> None:
-        if self._state in (_SystemState.NEW, _SystemState.CLOSED):
-            self._state = _SystemState.CLOSED
-            return
-        self._state = _SystemState.CLOSING
-        cells = [ref._cell for ref in self._refs.values()]
-        for cell in cells:
-            cell.request_stop()
-        errors: list[Exception] = []
-        for cell in cells:
-            try:
-                await cell.stop()
-            except Exception as exc:  # noqa: BLE001 - gathered, raised below
-                errors.append(exc)
-        self._state = _SystemState.CLOSED
-        if errors:
-            raise ExceptionGroup("on_stop failed for some actors", errors)
 
     def _forget(self, cell: ActorCell) -> None:
         ref = self._refs.get(cell.address)
