@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"  # before the imports: submodules read it
-
+from ._version import __version__
 from .agent import (
     Agent,
     AgentOptions,

@@ -36,7 +36,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from .. import __version__
+from .._version import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError
 from ..objects import Respond, ToolResult
