@@ -19,6 +19,7 @@ back from their checkpoints), so this process serves no second connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -164,8 +165,12 @@ class Shard:
         endpoint, kind = ref
         stand_in = self._stand_ins.get(endpoint)
         if stand_in is None:
-            stand_in = self._stand_ins[endpoint] = kind.stand_in(lambda call: self._emit(Out(endpoint, call)), self._new_id)
+            emit = functools.partial(self._emit_out, endpoint)
+            stand_in = self._stand_ins[endpoint] = kind.stand_in(emit, self._new_id)
         return stand_in
+
+    def _emit_out(self, endpoint: int, call: Any) -> None:
+        self._emit(Out(endpoint, call))
 
     # --- ops ---------------------------------------------------------------------------------
 
