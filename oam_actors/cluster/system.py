@@ -35,7 +35,6 @@ import itertools
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
 from typing import Any, final
 
 import anyio
@@ -56,6 +55,7 @@ from ..runtime import (
     HostFailed,
     MailboxFull,
     MessageCancelled,
+    ExcInfo,
     Reply,
     SystemBase,
 )
@@ -366,12 +366,7 @@ class RaySystem(SystemBase):
         with anyio.CancelScope(shield=True):  # the shards' actors stop, whatever cancels us
             await self.aclose()
 
-    async def _release(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def _release(self, exc_info: ExcInfo) -> bool | None:
         if self._task_group is not None:
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)

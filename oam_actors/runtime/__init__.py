@@ -33,7 +33,7 @@ from oam_actors.runtime._errors import (
 from oam_actors.runtime._local import LocalSystem
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, SystemBase, SystemState
+from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, ExcInfo, SystemBase, SystemState
 
 __all__ = [
     "DEFAULT_MAX_QUEUE",
@@ -45,6 +45,7 @@ __all__ = [
     "ActorSystem",
     "Address",
     "EndpointKind",
+    "ExcInfo",
     "HostFailed",
     "LocalSystem",
     "MailboxFull",

@@ -7,7 +7,6 @@ the ``async with LocalSystem() as system:`` block.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any, final
 
 import anyio
@@ -18,7 +17,7 @@ from oam_actors.runtime._address import Address
 from oam_actors.runtime._cell import ActorCell, Checkpoint
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, SystemBase
+from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ExcInfo, SystemBase
 
 __all__ = ["LocalSystem"]
 
@@ -72,14 +71,9 @@ class LocalSystem(SystemBase):
         await task_group.__aenter__()
         self._task_group = task_group
 
-    async def _release(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def _release(self, exc_info: ExcInfo) -> bool | None:
         assert self._task_group is not None
-        return await self._task_group.__aexit__(exc_type, exc, tb)
+        return await self._task_group.__aexit__(*exc_info)
 
     def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
         assert self._task_group is not None

@@ -32,9 +32,12 @@ from oam_actors.runtime._address import Address
 from oam_actors.runtime._errors import ActorExists
 from oam_actors.runtime._ref import ActorRef
 
-__all__ = ["DEFAULT_MAX_QUEUE", "ActorSystem", "SystemBase", "SystemState"]
+__all__ = ["DEFAULT_MAX_QUEUE", "ActorSystem", "ExcInfo", "SystemBase", "SystemState"]
 
 DEFAULT_MAX_QUEUE = 1024
+
+ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+"""What ``__aexit__`` is given: the exception leaving the block, if any."""
 
 
 class ActorSystem(abc.ABC):
@@ -133,7 +136,7 @@ class SystemBase(ActorSystem):
         try:
             await self._close_on_exit()
         finally:
-            suppress = await self._release(exc_type, exc, tb)
+            suppress = await self._release((exc_type, exc, tb))
         return suppress
 
     async def _close_on_exit(self) -> None:
@@ -145,14 +148,9 @@ class SystemBase(ActorSystem):
         """Make the system ready to host actors (runs once, on entering)."""
 
     @abc.abstractmethod
-    async def _release(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        """Release what ``_open`` took, after ``aclose`` (even if it failed); the return value
-        is ``__aexit__``'s."""
+    async def _release(self, exc_info: ExcInfo) -> bool | None:
+        """Release what ``_open`` took, after ``aclose`` (even if it failed); ``exc_info`` and
+        the return value are ``__aexit__``'s."""
 
     # --- spawning --------------------------------------------------------------------------
 
