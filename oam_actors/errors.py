@@ -28,6 +28,7 @@ __all__ = [
     "OamError",
     "ProtocolError",
     "cancelled",
+    "internal_error",
     "invalid_params",
 ]
 
@@ -164,6 +165,12 @@ def _rebuild(
 def invalid_params(message: str) -> ProtocolError:
     """``-32602 invalid_params`` with ``message``."""
     return ProtocolError(ErrorCode.INVALID_PARAMS, message)
+
+
+def internal_error() -> ProtocolError:
+    """``-32603 internal_error`` with the generic message a client gets for our own bug (the
+    details go to the log, never to the client)."""
+    return ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error.")
 
 
 def cancelled(message: str = "The operation was cancelled.") -> AgentError:

@@ -214,8 +214,7 @@ class Bridge:
             try:
                 result = await awaitable
             except Exception as exc:
-                self._completed(method, self.error_for(exc).code.wire)
-                self._finish_error(request_id, exc, method)
+                self._completed(method, self._finish_error(request_id, exc, method).code.wire)
             else:
                 self._completed(method, "ok")
                 if request_id is not None:
@@ -250,23 +249,25 @@ class Bridge:
         if self.metrics is not None:
             self.metrics.completed(method, code)
 
-    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> None:
-        error = self.error_for(exc)
+    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> OamError:
+        error = self.error_for(exc, request_id=request_id, method=method)
         if request_id is None:
             _log.info("notification %s failed: %s", method, error.message)
         else:
             self._answer_error(request_id, error)
+        return error
 
     @staticmethod
-    def error_for(exc: Exception) -> OamError:
-        """Runtime errors mapped onto the protocol; everything else as §4.2 says."""
+    def error_for(exc: Exception, *, request_id: Any = None, method: str | None = None) -> OamError:
+        """Runtime errors mapped onto the protocol; everything else as §4.2 says (a bug is
+        logged with ``request_id`` and ``method``)."""
         if isinstance(exc, MessageCancelled | ActorStopped):
             return AgentError(ErrorCode.CANCELLED, "The operation was cancelled.")
         if isinstance(exc, MailboxFull):
             return AgentError(ErrorCode.BUSY, "Too many operations are queued for this object; try again later.")
         if isinstance(exc, HostFailed):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
-        return jsonrpc.error_for_exception(exc)
+        return jsonrpc.error_for_exception(exc, request_id=request_id, method=method)
 
     # --- the Outlet that object actors write through -----------------------------------------
 
