@@ -297,8 +297,10 @@ class Bridge:
             return
         try:
             await ref.ask_control(ToolResult(call_id, tool_output_from_reply(reply)))
-        except Exception as exc:  # the object went away meanwhile: nobody waits for this answer
+        except (ActorStopped, HostFailed) as exc:  # the object went away meanwhile: nobody waits for this answer
             _log.info("tool reply %r not delivered: %s", reply.id, exc)
+        except Exception:  # a bug: the connection stays up, the turn times out its call
+            _log.exception("tool reply %r could not be delivered", reply.id)
 
     def _close_input(self) -> None:
         """End of input: nobody can answer ``tool/call`` any more (outstanding or later)."""
