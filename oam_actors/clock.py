@@ -2,11 +2,13 @@
 :class:`ManualClock` and move it themselves (like trio's ``MockClock``), so nothing sleeps for real
 and no test depends on the machine's speed.
 
-Used by the quota scheduler, the device pool and the agent's retry waits.
+Used by the quota scheduler, the device pool and the agent's retry waits. :func:`wire_instant` is
+the protocol's one spelling of a moment (``createdAt``, ``retryAfter``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import heapq
 import itertools
 import time
@@ -15,7 +17,14 @@ from typing import Protocol
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "MonotonicClock"]
+__all__ = ["Clock", "ManualClock", "MonotonicClock", "wire_instant"]
+
+
+def wire_instant(moment: dt.datetime | None = None) -> str:
+    """``moment`` (default: now) as the protocol writes instants: UTC, whole seconds, ``Z``
+    (``2024-05-01T12:00:00Z``)."""
+    moment = dt.datetime.now(dt.UTC) if moment is None else moment.astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Clock(Protocol):

@@ -21,6 +21,8 @@ import enum
 import math
 from typing import Any
 
+from .clock import wire_instant
+
 __all__ = [
     "AGENT_CODES",
     "AgentError",
@@ -143,7 +145,7 @@ class AgentError(OamError):
         if retry_after is not None and math.isfinite(retry_after):
             seconds = max(0, math.ceil(retry_after))
             at = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0) + _dt.timedelta(seconds=seconds)
-            self.extra["retryAfter"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.extra["retryAfter"] = wire_instant(at)
             self.extra["retryAfterSeconds"] = seconds
 
 

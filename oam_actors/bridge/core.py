@@ -7,7 +7,6 @@ session's ordered lane, and answer when it has been handled (a :class:`Deferred`
 
 from __future__ import annotations
 
-import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from ..agent import (
@@ -39,7 +38,7 @@ from ..objects import (
     SetTools,
 )
 from ..runtime import ActorExists, ActorStopped
-from .params import Params, preview
+from .params import Params, is_object_id, preview
 from .registry import Call
 
 if TYPE_CHECKING:
@@ -153,7 +152,7 @@ def _session_id(bridge: Bridge, params: Params) -> str:
         return bridge.new_session_id()
     if not isinstance(raw, str):
         raise invalid_params(f"Parameter 'session' must be a string; got {preview(raw)}.")
-    if not 1 <= len(raw) <= 128 or any(unicodedata.category(ch) in ("Cc", "Cf") for ch in raw):
+    if not is_object_id(raw):
         raise invalid_params("Parameter 'session' must be 1-128 characters without control or format characters.")
     return raw
 
