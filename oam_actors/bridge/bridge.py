@@ -38,7 +38,7 @@ import msgspec
 
 from .. import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
-from ..errors import AgentError, ErrorCode, OamError, ProtocolError
+from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
 from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply
 from . import jsonrpc
@@ -234,7 +234,7 @@ class Bridge:
             line = jsonrpc.encode_result(request_id, result)
         except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
             _log.error("result of request %r could not be encoded", request_id, exc_info=exc)
-            line = jsonrpc.encode_error(request_id, ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error."))
+            line = jsonrpc.encode_error(request_id, internal_error())
             code = ErrorCode.INTERNAL_ERROR.wire
         if self.metrics is not None:
             self.metrics.response(code)
@@ -297,7 +297,7 @@ class Bridge:
             return
         try:
             await ref.ask_control(ToolResult(call_id, tool_output_from_reply(reply)))
-        except (ActorStopped, HostFailed) as exc:  # the object went away meanwhile: nobody waits for this answer
+        except (ActorStopped, HostFailed) as exc:  # the object went away meanwhile: nobody waits
             _log.info("tool reply %r not delivered: %s", reply.id, exc)
         except Exception:  # a bug: the connection stays up, the turn times out its call
             _log.exception("tool reply %r could not be delivered", reply.id)
