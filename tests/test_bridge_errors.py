@@ -15,9 +15,12 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from oam_actors.agent import Agent, Availability
 from oam_actors.bridge import Bridge, Call, Deferred
+from oam_actors.game_methods import GameExtension
 from oam_actors.models import ScriptedModel
 from oam_actors.objects import SessionActor
 from oam_actors.objects.session import NAMESPACE_SEPARATOR
@@ -223,3 +226,46 @@ async def test_two_connections_creating_one_session_get_one_session_and_one_sess
         {"code": -32021, "message": "Session 'gorm' already exists.", "data": {"code": "session_exists", "session": "gorm"}}
     ]
     assert [entry["session"] for entry in listed["sessions"]] == ["gorm"]
+
+
+# --- no client input reaches the internal-error path ------------------------------------------------
+
+_NAMES = ["session", "npc", "world", "prompt", "line", "options", "tools", "schema", "history", "model",
+          "instructions", "state", "persona", "situation", "requests", "path", "value", "toolChoice",
+          "maxToolRounds", "temperature", "context", "actor", "fallbackOptionID", "keepRecentTurns", "stream",
+          "enabledTools", "note", "type", "steps", "text", "json", "id", "name", "parameters", "topK"]
+_LEAVES = st.sampled_from([None, True, False, 0, -1, 1.5, 1e300, 2**40, "", "x", "gorm", "village", "scripted",
+                           "system", "auto", "greedy", "a.b", "[0]"])
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_NAMES), inner, max_size=4),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.dictionaries(st.sampled_from(_NAMES), _VALUES, max_size=4)),
+                min_size=1, max_size=12))
+def test_no_params_make_a_method_answer_internal_error(calls: list[tuple[int, dict[str, Any]]]) -> None:
+    async def run() -> list[tuple[str, dict[str, Any]]]:
+        internal = []
+        async with LocalSystem() as system, BridgeClient(make_bridge(system, extensions=[GameExtension()])) as client:
+            await client.request("world/create", {"world": "village"})
+            await client.request("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "model": "scripted"})
+            await client.request("session/create", {"session": "gorm", "model": "scripted"})
+            methods = [m for m in client.bridge.registry.names() if m != "shutdown"]
+
+            async def refuse(message: dict[str, Any]) -> None:
+                await client.reply(message["id"], {"output": "No.", "isError": True})
+
+            client.on_tool_call = refuse
+            for pick, params in calls:
+                method = methods[pick % len(methods)]
+                try:
+                    await client.request(method, params)
+                except RpcError as error:
+                    if error.code == "internal_error":
+                        internal.append((method, params))
+        return internal
+
+    assert anyio.run(run) == []
