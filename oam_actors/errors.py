@@ -21,6 +21,8 @@ import enum
 import math
 from typing import Any
 
+from .clock import wire_instant
+
 __all__ = [
     "AGENT_CODES",
     "AgentError",
@@ -28,6 +30,7 @@ __all__ = [
     "OamError",
     "ProtocolError",
     "cancelled",
+    "internal_error",
     "invalid_params",
 ]
 
@@ -142,7 +145,7 @@ class AgentError(OamError):
         if retry_after is not None and math.isfinite(retry_after):
             seconds = max(0, math.ceil(retry_after))
             at = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0) + _dt.timedelta(seconds=seconds)
-            self.extra["retryAfter"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.extra["retryAfter"] = wire_instant(at)
             self.extra["retryAfterSeconds"] = seconds
 
 
@@ -164,6 +167,12 @@ def _rebuild(
 def invalid_params(message: str) -> ProtocolError:
     """``-32602 invalid_params`` with ``message``."""
     return ProtocolError(ErrorCode.INVALID_PARAMS, message)
+
+
+def internal_error() -> ProtocolError:
+    """``-32603 internal_error`` with the generic message a client gets for our own bug (the
+    details go to the log, never to the client)."""
+    return ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error.")
 
 
 def cancelled(message: str = "The operation was cancelled.") -> AgentError:

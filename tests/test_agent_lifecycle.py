@@ -9,6 +9,7 @@ is deterministic; timeouts are small and only outcomes are asserted.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from oam_actors.agent import (
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
 from oam_actors.agent.turn import format_duration
+from oam_actors.clock import ManualClock
 from oam_actors.errors import AgentError, ErrorCode
 from oam_actors.models.scripted import ScriptedModel, ScriptStep, ScriptStyle
 
@@ -297,14 +299,51 @@ async def test_attempts_are_bounded_and_the_last_error_is_raised() -> None:
     assert agent.history == []
 
 
-async def test_a_backend_bug_is_generation_failed_after_the_retries() -> None:
+async def test_a_backend_bug_is_generation_failed_after_the_retries(caplog: pytest.LogCaptureFixture) -> None:
     boom = ScriptStep.from_function(_raise(RuntimeError("boom")))
     model = envelope(boom, boom, boom, ScriptStep.say("Never."))
-    with pytest.raises(AgentError) as caught:
+    with caplog.at_level(logging.ERROR, logger="oam_actors.agent"), pytest.raises(AgentError) as caught:
         await Agent(model, options=FAST_RETRIES).respond("Go")
     assert caught.value.code is ErrorCode.GENERATION_FAILED
-    assert "boom" in caught.value.message
+    assert caught.value.message == "The model failed unexpectedly (RuntimeError)."  # its text stays in the log
+    assert isinstance(caught.value.__cause__, RuntimeError)
     assert len(model.requests) == 3
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError] * 3
+
+
+async def test_a_model_bug_is_logged_chained_and_retried_when_the_clock_says() -> None:
+    boom = ScriptStep.from_function(_raise(ZeroDivisionError("division by zero")))
+    model = envelope(boom, boom, ScriptStep.say("Never."))
+    clock = ManualClock()
+    agent = Agent(model, options=AgentOptions(retry=RetryPolicy(max_attempts=2, initial_backoff=0.3)), clock=clock)
+    failures: list[AgentError] = []
+
+    async def turn() -> None:
+        with pytest.raises(AgentError) as caught:
+            await agent.respond("Go")
+        failures.append(caught.value)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(turn)
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(0.29)
+        await anyio.wait_all_tasks_blocked()
+        assert len(model.requests) == 1  # the backoff has not passed yet
+        clock.advance(0.01)
+    assert len(model.requests) == 2
+    [error] = failures
+    assert error.code is ErrorCode.GENERATION_FAILED
+    assert isinstance(error.__cause__, ZeroDivisionError) and error.__cause__.__traceback__ is not None
+
+
+async def test_a_retried_model_bug_leaves_its_traceback_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    model = envelope(ScriptStep.from_function(_raise(ZeroDivisionError("division by zero"))), ScriptStep.say("Hi."))
+    with caplog.at_level(logging.ERROR, logger="oam_actors.agent"):
+        result = await Agent(model, options=FAST_RETRIES, owner="gorm").respond("Go")
+    assert result.text == "Hi."
+    [record] = [r for r in caplog.records if r.exc_info]
+    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+    assert "gorm" in record.getMessage() and "ZeroDivisionError: division by zero" in caplog.text
 
 
 async def test_a_long_rate_limit_is_not_retried() -> None:

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 from oam_actors.agent import JsonOutput, StepKind, ToolCallStarted, ToolDefinition
-from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.game import ContentGenerator
+from oam_actors.errors import AgentError, ErrorCode, OamError
+from oam_actors.game import ContentGenerator, DecisionEngine, DecisionOption, DecisionRequest
 from oam_actors.models.scripted import ScriptedModel
 
 WEAPON = {
@@ -57,9 +57,9 @@ async def test_schema_problems_and_settings():
     with pytest.raises(AgentError) as info:
         await ContentGenerator(scripted()).generate("x", {"type": "nope"})
     assert info.value.code is ErrorCode.INVALID_SCHEMA and info.value.data()["path"] == "schema"
-    with pytest.raises(AgentError) as info:
+    with pytest.raises(OamError) as info:
         await ContentGenerator(scripted(), temperature=-1).generate("x", WEAPON)
-    assert info.value.code is ErrorCode.INVALID_REQUEST
+    assert info.value.code is ErrorCode.INVALID_PARAMS
     loose = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"], "patternProperties": {}}
     content = await ContentGenerator(scripted({"json": {"name": "Bog"}})).generate("x", loose)
     assert content.to_wire(["first"])["warnings"] == ["first", "#: 'patternProperties' is not supported and is ignored"]
@@ -86,3 +86,20 @@ async def test_client_tools_run_before_the_content():
         content = await generator.generate("A monster.", schema, tools=[biome], emit=emit)
     assert content.content == {"name": "Bog Lurker"}
     assert content.tool_calls[0].to_wire()["output"] == {"biome": "swamp"}
+
+
+async def test_decisions_and_content_refuse_a_negative_temperature_alike():
+    options = [DecisionOption("a"), DecisionOption("b")]
+    errors = []
+    for run in (
+        ContentGenerator(scripted(), temperature=-0.5).generate("x", WEAPON),
+        DecisionEngine(scripted(), temperature=-0.5).decide(DecisionRequest(situation="x", options=options)),
+    ):
+        with pytest.raises(OamError) as info:
+            await run
+        errors.append(info.value.to_wire())
+    assert errors[0] == errors[1] == {
+        "code": -32602,
+        "message": "Parameter 'temperature' must be at least 0; got -0.5.",
+        "data": {"code": "invalid_params"},
+    }

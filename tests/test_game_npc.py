@@ -4,12 +4,14 @@ compaction, save and restore (protocol-game §6.5–§6.11, §8, §9 library ite
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import anyio
 import pytest
 
 from oam_actors.agent import (
+    Agent,
     JsonOutput,
     PromptEntry,
     ResponseEntry,
@@ -447,14 +449,34 @@ async def test_compaction_after_the_nth_turn_consumes_the_next_step():
     assert last.prompt.count("Player:") == 2
 
 
-async def test_pending_compaction_runs_before_the_next_turn_and_failures_change_nothing():
+async def test_pending_compaction_runs_before_the_next_turn_and_failures_change_nothing(
+    caplog: pytest.LogCaptureFixture,
+):
     model = scripted(reply("One."), {"error": "model_unavailable"}, reply("Two."))
     npc = NPC(GORM, model, options=options(compactAfterTurns=1, keepRecentTurns=0))
     await npc.talk("First")
     assert npc.compaction_pending
-    await npc.talk("Second")
+    with caplog.at_level(logging.WARNING, logger="oam_actors.game"):
+        await npc.talk("Second")
     assert [r.kind for r in model.requests] == [StepKind.STRUCTURED, StepKind.SUMMARY, StepKind.STRUCTURED]
     assert npc.memory.summary is None and npc.turn_count == 2
+    # Nobody waits for background work, so its failure is logged rather than lost.
+    [record] = caplog.records
+    assert "compaction" in record.getMessage() and "Gorm" in record.getMessage()
+    assert isinstance(record.exc_info[1], AgentError) and record.exc_info[1].code is ErrorCode.MODEL_UNAVAILABLE
+
+
+async def test_a_bug_in_background_compaction_is_not_swallowed(monkeypatch: pytest.MonkeyPatch):
+    model = scripted(reply("One."), reply("Two."))
+    npc = NPC(GORM, model, options=options(compactAfterTurns=1, keepRecentTurns=0))
+    await npc.talk("First")
+
+    async def broken(*args: Any, **kwargs: Any) -> str:
+        raise KeyError("summary")
+
+    monkeypatch.setattr(Agent, "compact", broken)
+    with pytest.raises(KeyError):
+        await npc.run_pending_compaction()
 
 
 async def test_manual_compaction():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
-from oam_actors.bridge.params import Params, preview
+from oam_actors.bridge.params import Params, is_object_id, preview
+from oam_actors.clock import wire_instant
 from oam_actors.errors import ErrorCode, ProtocolError
 
 
@@ -158,3 +161,19 @@ def test_preview_is_short_json() -> None:
     assert preview(float("nan")) == "NaN"
     assert preview([1, "x" * 100]) == '[1,"' + "x" * 35 + "…"
     assert len(preview("y" * 1000)) == 40
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [("gorm", True), ("Gorm the Smith", True), ("x" * 128, True), ("", False), ("x" * 129, False),
+     ("a\nb", False), ("a\u200bb", False), ("é" * 128, True)],
+)
+def test_one_rule_for_client_chosen_ids(text: str, valid: bool) -> None:
+    assert is_object_id(text) is valid
+
+
+def test_instants_are_written_in_utc_whole_seconds() -> None:
+    moment = dt.datetime(2024, 5, 1, 14, 0, 7, 900_000, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert wire_instant(moment) == "2024-05-01T12:00:07Z"
+    assert wire_instant().endswith("Z") and len(wire_instant()) == 20
+

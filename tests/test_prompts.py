@@ -367,6 +367,6 @@ def test_trimming_drops_turns_only_while_over_budget() -> None:
 def test_example_value_is_valid_for_common_schemas(schema, expected) -> None:
     from oam_actors.agent import Schema
 
-    value = prompts.example_value(Schema.compile(schema).generation_schema)
+    value = Schema.compile(schema).example()
     assert value == expected
     assert not Schema.compile(schema).validate(value)

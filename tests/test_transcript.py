@@ -136,6 +136,20 @@ def test_rejections_are_invalid_params_naming_the_parameter(value: Any) -> None:
     assert "'history'" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("value", "at"),
+    [
+        ({"entries": [{"type": "prompt", "text": 5}]}, "Expected `str`, got `int` at 'history.entries[0].text'."),
+        ({"transcript": {"entries": "x"}}, "Expected `array`, got `str` at 'history.transcript.entries'."),
+        ({"entries": [], "tools": [{"name": "wave"}, {"name": 5}]}, "Expected `str`, got `int` at 'history.tools[1].name'."),
+    ],
+)
+def test_a_rejection_names_the_member_at_fault(value: Any, at: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        Transcript.from_wire(value, path="history")
+    assert caught.value.message == f"Parameter 'history' is not a valid transcript: {at}"
+
+
 def test_text_that_is_not_json_is_rejected() -> None:
     with pytest.raises(ProtocolError) as caught:
         Transcript.decode("{not json", path="model.history")

@@ -4,15 +4,18 @@ An agent owns instructions, a context note, tools, a policy and the committed hi
 one turn at a time (the caller serialises turns; a session actor does). ``respond`` is cancellable
 by cancelling the task that awaits it: until the commit at the end of the turn nothing changes, so
 a cancelled turn leaves no trace. External (client) tools make the turn wait for
-:meth:`submit_tool_result`.
+:meth:`submit_tool_result`. Waits between retries of a model step sleep on ``clock`` (pass a
+:class:`~oam_actors.clock.ManualClock` to move time yourself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
 import anyio
 
+from ..clock import Clock, MonotonicClock
 from ..errors import AgentError, ErrorCode
 from . import prompts
 from .events import EventSink, TurnResult
@@ -51,6 +54,7 @@ class Agent:
         history: Sequence[Entry] = (),
         render_response: Callable[[ResponseEntry], str] | None = None,
         owner: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.model = model
         self.instructions = instructions
@@ -60,6 +64,7 @@ class Agent:
         self.history: list[Entry] = list(history)
         self.render_response = render_response
         self.owner = owner
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
 

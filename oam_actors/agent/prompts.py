@@ -30,7 +30,6 @@ __all__ = [
     "TOOL_OUTPUT_LIMIT",
     "build_prompt",
     "decide_task",
-    "example_value",
     "render_entries",
     "render_structured",
     "repair_task",
@@ -174,43 +173,7 @@ def _catalog(tools: Sequence[ToolDefinition]) -> list[str]:
 def _example_arguments(tool: ToolDefinition) -> str:
     """A concrete, valid arguments object to show in the example envelope: small models copy
     the example's shape, so a placeholder such as ``{…}`` would be copied literally."""
-    return tool.schema.derived("example", lambda schema: compact_json(example_value(schema)))
-
-
-def example_value(schema: Any, depth: int = 0) -> Any:
-    """A small value that satisfies common schemas: required properties, first enum choice,
-    lower bounds. Best effort (``$ref`` and compositions use their first branch)."""
-    if not isinstance(schema, dict) or depth > 6:
-        return {} if depth == 0 else "…"
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return example_value(schema[key][0], depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), None)
-    properties = schema.get("properties")
-    if kind == "object" or isinstance(properties, dict) or (kind is None and depth == 0):
-        properties = properties if isinstance(properties, dict) else {}
-        required = schema.get("required") or []
-        names = [n for n in properties if n in required] or list(properties)[:1]
-        return {name: example_value(properties[name], depth + 1) for name in names}
-    if kind == "array":
-        count = max(1, int(schema.get("minItems", 1) or 1))
-        return [example_value(schema.get("items", {"type": "string"}), depth + 1) for _ in range(min(count, 2))]
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0) if isinstance(low, int | float) else 1
-        return int(value) if kind == "integer" else value
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    length = int(schema.get("minLength", 0) or 0)
-    return "text" if length <= 4 else "x" * length
+    return compact_json(tool.schema.example())
 
 
 def decide_task(

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import invalid_params
+from ..errors import ProtocolError, invalid_params
 from .tools import ToolCall, ToolOutput
 
 __all__ = [
@@ -81,15 +81,19 @@ class Transcript(msgspec.Struct, frozen=True, omit_defaults=True):
 
         Raises ``invalid_params`` naming ``path`` for anything else.
         """
-        inner = _unwrap(value)
-        if inner is None:
+        unwrapped = _unwrap(value)
+        if unwrapped is None:
             raise invalid_params(f"Parameter '{path}' is not a transcript.")
+        inner, inner_path = unwrapped
         try:
             transcript = msgspec.convert(inner, cls)
-            for tool in transcript.tools:
-                msgspec.convert(tool, _WireTool)
         except msgspec.ValidationError as exc:
-            raise invalid_params(f"Parameter '{path}' is not a valid transcript: {exc}.") from exc
+            raise _not_valid(path, exc, path + inner_path) from exc
+        for index, tool in enumerate(transcript.tools):
+            try:
+                msgspec.convert(tool, _WireTool)
+            except msgspec.ValidationError as exc:
+                raise _not_valid(path, exc, f"{path}{inner_path}.tools[{index}]") from exc
         return transcript
 
     @classmethod
@@ -101,17 +105,27 @@ class Transcript(msgspec.Struct, frozen=True, omit_defaults=True):
         return cls.from_wire(value, path=path)
 
 
-def _unwrap(value: Any) -> dict[str, Any] | None:
+def _unwrap(value: Any) -> tuple[dict[str, Any], str] | None:
+    """The transcript object inside ``value`` and its path below the parameter."""
     if not isinstance(value, dict):
         return None
     inner = value.get("transcript")
     if isinstance(inner, dict):
         # Either the wrapper or a whole ``session/transcript`` result whose member is the wrapper.
         nested = inner.get("transcript")
-        return nested if isinstance(nested, dict) and "type" in inner else inner
+        if isinstance(nested, dict) and "type" in inner:
+            return nested, ".transcript.transcript"
+        return inner, ".transcript"
     if "entries" in value:
-        return value
+        return value, ""
     return None
+
+
+def _not_valid(path: str, exc: msgspec.ValidationError, at: str) -> ProtocolError:
+    """``-32602`` naming the member msgspec found wrong, its ``$`` path read from ``at``:
+    ``… Expected `str`, got `int` at 'history.entries[0].text'.``"""
+    message, _, where = str(exc).partition(" - at `$")
+    return invalid_params(f"Parameter '{path}' is not a valid transcript: {message} at '{at}{where.removesuffix('`')}'.")
 
 
 def split_turns(entries: Sequence[Entry]) -> list[list[Entry]]:

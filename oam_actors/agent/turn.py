@@ -18,6 +18,7 @@ the history or cancelled, never both.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 __all__ = ["Turn", "format_duration"]
+
+_log = logging.getLogger(__name__)
 
 
 def format_duration(seconds: float) -> str:
@@ -275,6 +278,7 @@ class Turn:
                 raise
             return ErrorOutput(exc.message)
         except Exception as exc:  # a tool's failure is the model's information, not the turn's end
+            _log.warning("local tool %s failed; the model is told", tool.name, exc_info=exc)
             return ErrorOutput(str(exc) or type(exc).__name__)
         if deadline.cancelled_caught:
             return ErrorOutput(f"Tool '{tool.name}' timed out after {format_duration(timeout)}.")
@@ -377,54 +381,47 @@ class Turn:
         while True:
             attempt += 1
             try:
-                text, usage = await self._generate(request, display, stream_partial)
-                self._add_usage(request, text, usage)
-                return text
+                text, usage = await self._generate(request, self._reader(request, display, stream_partial))
             except AgentError as exc:
                 error = exc
             except (anyio.get_cancelled_exc_class(), OamError):
                 raise
-            except Exception as exc:  # a backend bug or a transport failure: one code for all
-                error = AgentError(ErrorCode.GENERATION_FAILED, f"The model failed: {exc}")
+            except Exception as exc:  # a backend bug or an untranslated transport failure
+                error = _unexpected_model_error(exc, request, attempt)
+            else:
+                self._add_usage(request, text, usage)
+                return text
             if not retry.should_retry(error.code, error.retry_after, attempt):
                 raise error
-            await anyio.sleep(retry.delay(attempt, error.retry_after))
+            clock = self.agent.clock
+            await clock.sleep_until(clock.now() + retry.delay(attempt, error.retry_after))
             if display is not None:
                 display.restart()
 
-    async def _generate(
-        self, request: GenerationRequest, display: _ReplyDisplay | None, stream_partial: bool
-    ) -> tuple[str, Usage | None]:
+    def _reader(self, request: GenerationRequest, display: _ReplyDisplay | None, stream_partial: bool) -> _Reader:
+        """How one attempt's text is shown while it streams: as the reply, as partial JSON values,
+        or not at all (decide steps stop at the first complete JSON value)."""
+        if display is not None:
+            return _ReplyReader(display, ReplyCleaner(self.options.assistant_label))
+        if stream_partial:
+            return _PartialReader(self._emit)
+        return _Reader(stop_at_json=request.stop_at_json)
+
+    async def _generate(self, request: GenerationRequest, reader: _Reader) -> tuple[str, Usage | None]:
         """One attempt: read the model's stream; returns the (cleaned, for replies) text."""
-        pieces: list[str] = []
         usage: Usage | None = None
-        cleaner = ReplyCleaner(self.options.assistant_label) if display is not None else None
-        last_partial: Any = None
         stream = self.agent.model.stream(request)
         try:
             async for piece in stream:
                 if isinstance(piece, Usage):
                     usage = piece
-                    continue
-                pieces.append(piece)
-                if cleaner is not None and display is not None:
-                    await display.show(cleaner.push(piece))
-                elif stream_partial:
-                    partial = complete_prefix("".join(pieces))
-                    if partial is not None and partial != last_partial:
-                        last_partial = partial
-                        await self._emit(PartialValue(partial))
-                elif request.stop_at_json and has_complete_value("".join(pieces)):
+                elif await reader.push(piece):
                     break
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
-        if cleaner is not None and display is not None:
-            final = cleaner.final()
-            await display.show(final)
-            return final, usage
-        return "".join(pieces), usage
+        return await reader.finish(), usage
 
     def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
         if usage is None:
@@ -518,3 +515,69 @@ class _ReplyDisplay:
         else:
             await self._emit(TextDelta(visible[len(self._shown):], visible))
         self._shown = visible
+
+
+class _Reader:
+    """Collects one attempt's text pieces; :meth:`push` says whether to stop reading."""
+
+    def __init__(self, *, stop_at_json: bool = False) -> None:
+        self.pieces: list[str] = []
+        self._stop_at_json = stop_at_json
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    async def push(self, piece: str) -> bool:
+        self.pieces.append(piece)
+        return self._stop_at_json and has_complete_value(self.text)
+
+    async def finish(self) -> str:
+        return self.text
+
+
+class _PartialReader(_Reader):
+    """A structured step: each new complete prefix of the JSON value is emitted as it grows."""
+
+    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
+        super().__init__()
+        self._emit = emit
+        self._last: Any = None
+
+    async def push(self, piece: str) -> bool:
+        self.pieces.append(piece)
+        partial = complete_prefix(self.text)
+        if partial is not None and partial != self._last:
+            self._last = partial
+            await self._emit(PartialValue(partial))
+        return False
+
+
+class _ReplyReader(_Reader):
+    """A reply step: the cleaned text so far is shown as it grows; the result is the cleaned text."""
+
+    def __init__(self, display: _ReplyDisplay, cleaner: ReplyCleaner) -> None:
+        super().__init__()
+        self._display = display
+        self._cleaner = cleaner
+
+    async def push(self, piece: str) -> bool:
+        self.pieces.append(piece)
+        await self._display.show(self._cleaner.push(piece))
+        return False
+
+    async def finish(self) -> str:
+        final = self._cleaner.final()
+        await self._display.show(final)
+        return final
+
+
+def _unexpected_model_error(exc: Exception, request: GenerationRequest, attempt: int) -> AgentError:
+    """A model exception that is not an :class:`AgentError`: logged with its traceback, and the
+    cause of the ``generation_failed`` that is retried or raised (the client never sees its text)."""
+    _log.error(
+        "model step %s of %s failed unexpectedly (attempt %d)", request.kind, request.owner, attempt, exc_info=exc
+    )
+    error = AgentError(ErrorCode.GENERATION_FAILED, f"The model failed unexpectedly ({type(exc).__name__}).")
+    error.__cause__ = exc  # as ``raise … from exc`` would: the error is raised later, after retries
+    return error

@@ -38,7 +38,7 @@ import msgspec
 
 from .._version import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
-from ..errors import AgentError, ErrorCode, OamError, ProtocolError
+from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
 from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply
 from . import jsonrpc
@@ -214,8 +214,7 @@ class Bridge:
             try:
                 result = await awaitable
             except Exception as exc:
-                self._completed(method, self.error_for(exc).code.wire)
-                self._finish_error(request_id, exc, method)
+                self._completed(method, self._finish_error(request_id, exc, method).code.wire)
             else:
                 self._completed(method, "ok")
                 if request_id is not None:
@@ -235,7 +234,7 @@ class Bridge:
             line = jsonrpc.encode_result(request_id, result)
         except (msgspec.EncodeError, TypeError, UnicodeEncodeError) as exc:
             _log.error("result of request %r could not be encoded", request_id, exc_info=exc)
-            line = jsonrpc.encode_error(request_id, ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error."))
+            line = jsonrpc.encode_error(request_id, internal_error())
             code = ErrorCode.INTERNAL_ERROR.wire
         if self.metrics is not None:
             self.metrics.response(code)
@@ -250,23 +249,25 @@ class Bridge:
         if self.metrics is not None:
             self.metrics.completed(method, code)
 
-    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> None:
-        error = self.error_for(exc)
+    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> OamError:
+        error = self.error_for(exc, request_id=request_id, method=method)
         if request_id is None:
             _log.info("notification %s failed: %s", method, error.message)
         else:
             self._answer_error(request_id, error)
+        return error
 
     @staticmethod
-    def error_for(exc: Exception) -> OamError:
-        """Runtime errors mapped onto the protocol; everything else as §4.2 says."""
+    def error_for(exc: Exception, *, request_id: Any = None, method: str | None = None) -> OamError:
+        """Runtime errors mapped onto the protocol; everything else as §4.2 says (a bug is
+        logged with ``request_id`` and ``method``)."""
         if isinstance(exc, MessageCancelled | ActorStopped):
             return AgentError(ErrorCode.CANCELLED, "The operation was cancelled.")
         if isinstance(exc, MailboxFull):
             return AgentError(ErrorCode.BUSY, "Too many operations are queued for this object; try again later.")
         if isinstance(exc, HostFailed):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
-        return jsonrpc.error_for_exception(exc)
+        return jsonrpc.error_for_exception(exc, request_id=request_id, method=method)
 
     # --- the Outlet that object actors write through -----------------------------------------
 
@@ -296,8 +297,10 @@ class Bridge:
             return
         try:
             await ref.ask_control(ToolResult(call_id, tool_output_from_reply(reply)))
-        except Exception as exc:  # the object went away meanwhile: nobody waits for this answer
+        except (ActorStopped, HostFailed) as exc:  # the object went away meanwhile: nobody waits
             _log.info("tool reply %r not delivered: %s", reply.id, exc)
+        except Exception:  # a bug: the connection stays up, the turn times out its call
+            _log.exception("tool reply %r could not be delivered", reply.id)
 
     def _close_input(self) -> None:
         """End of input: nobody can answer ``tool/call`` any more (outstanding or later)."""

@@ -7,7 +7,6 @@ session's ordered lane, and answer when it has been handled (a :class:`Deferred`
 
 from __future__ import annotations
 
-import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from ..agent import (
@@ -38,7 +37,8 @@ from ..objects import (
     SetInstructions,
     SetTools,
 )
-from .params import Params, preview
+from ..runtime import ActorExists, ActorStopped
+from .params import Params, is_object_id, preview
 from .registry import Call
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def _session_id(bridge: Bridge, params: Params) -> str:
         return bridge.new_session_id()
     if not isinstance(raw, str):
         raise invalid_params(f"Parameter 'session' must be a string; got {preview(raw)}.")
-    if not 1 <= len(raw) <= 128 or any(unicodedata.category(ch) in ("Cc", "Cf") for ch in raw):
+    if not is_object_id(raw):
         raise invalid_params("Parameter 'session' must be 1-128 characters without control or format characters.")
     return raw
 
@@ -244,38 +244,19 @@ async def model_availability(call: Call) -> Any:
 async def session_create(call: Call) -> Any:
     bridge, params = call.bridge, call.params
     session = _session_id(bridge, params)
-    if bridge.system.lookup(bridge.address(SESSION, session)) is not None:
-        raise ProtocolError(ErrorCode.SESSION_EXISTS, f"Session '{session}' already exists.", session=session)
+    _check_free(bridge, session)
     warnings = params.unknown(_CREATE_KEYS)
     model, model_name, model_warnings = _model(bridge, params.raw("model"))
-    warnings += model_warnings
-    options_params = params.nested("options")
-    options, option_warnings = parse_options(options_params, default_tool_timeout=bridge.config.default_tool_timeout)
-    warnings += option_warnings
-    history = params.raw("history")
-    transcript = Transcript.from_wire(history, path="history") if history is not None else None
-    if params.present("instructions") or transcript is None:
-        instructions = params.string("instructions")
-    else:
-        instructions = transcript.instructions
-    if params.present("tools") or transcript is None:
-        tools, tool_warnings = parse_tools(params.array("tools") or [], path="tools", default_timeout=options.tool_timeout)
-        warnings += tool_warnings
-    else:
-        tools, _ = parse_tools(transcript.tools, path="history.tools", default_timeout=options.tool_timeout)
-    choice = options.tool_choice
-    if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in tools}:
-        raise invalid_params(f"Parameter 'options.toolChoice' names '{choice.tool}', which is not among the tools.")
+    options, option_warnings = parse_options(
+        params.nested("options"), default_tool_timeout=bridge.config.default_tool_timeout
+    )
+    transcript = _history(params)
+    instructions = _instructions(params, transcript)
+    tools, tool_warnings = _create_tools(params, transcript, options.tool_timeout)
+    _check_forced_tool(options, tools)
+    warnings += [*model_warnings, *option_warnings, *tool_warnings]
     if model_name == "system":
-        availability = await model.availability()
-        if not availability.available:
-            warnings.append(f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is.")
-    if bridge.session_count() >= bridge.config.max_sessions:
-        raise ProtocolError(
-            ErrorCode.SESSION_LIMIT,
-            f"Too many sessions (limit {bridge.config.max_sessions}); delete one first.",
-            limit=bridge.config.max_sessions,
-        )
+        warnings += await _availability_warnings(model)
     agent = Agent(
         model,
         instructions=instructions,
@@ -285,13 +266,68 @@ async def session_create(call: Call) -> Any:
         history=transcript.entries if transcript else (),
         owner=session,
     )
-    outlet = bridge
-    bridge.system.spawn(
-        bridge.address(SESSION, session),
-        lambda: SessionActor(agent, outlet, model_name=model_name),
-        max_queue=bridge.config.max_queue,
-    )
+    _insert_session(bridge, session, SessionActor(agent, bridge, model_name=model_name))
     return {"session": session, "warnings": warnings}
+
+
+def _check_free(bridge: Bridge, session: str) -> None:
+    if bridge.system.lookup(bridge.address(SESSION, session)) is not None:
+        raise _session_exists(session)
+
+
+def _session_exists(session: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.SESSION_EXISTS, f"Session '{session}' already exists.", session=session)
+
+
+def _history(params: Params) -> Transcript | None:
+    history = params.raw("history")
+    return Transcript.from_wire(history, path="history") if history is not None else None
+
+
+def _instructions(params: Params, transcript: Transcript | None) -> str | None:
+    """A present ``instructions`` key wins (even ``null``); otherwise the restored ones."""
+    if params.present("instructions") or transcript is None:
+        return params.string("instructions")
+    return transcript.instructions
+
+
+def _create_tools(
+    params: Params, transcript: Transcript | None, default_timeout: float
+) -> tuple[list[ToolDefinition], list[str]]:
+    """A present ``tools`` key wins (even ``[]``); restored tools come without warnings."""
+    if params.present("tools") or transcript is None:
+        return parse_tools(params.array("tools") or [], path="tools", default_timeout=default_timeout)
+    tools, _ = parse_tools(transcript.tools, path="history.tools", default_timeout=default_timeout)
+    return tools, []
+
+
+def _check_forced_tool(options: AgentOptions, tools: list[ToolDefinition]) -> None:
+    choice = options.tool_choice
+    if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in tools}:
+        raise invalid_params(f"Parameter 'options.toolChoice' names '{choice.tool}', which is not among the tools.")
+
+
+async def _availability_warnings(model: LanguageModel) -> list[str]:
+    availability = await model.availability()
+    if availability.available:
+        return []
+    return [f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is."]
+
+
+def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> None:
+    """Check the limit and spawn, with no await in between: connections sharing objects run on
+    one event loop, so of two creates of one id that both passed :func:`_check_free` before an
+    await, exactly one spawns and the other gets ``session_exists``."""
+    if bridge.session_count() >= bridge.config.max_sessions:
+        raise ProtocolError(
+            ErrorCode.SESSION_LIMIT,
+            f"Too many sessions (limit {bridge.config.max_sessions}); delete one first.",
+            limit=bridge.config.max_sessions,
+        )
+    try:
+        bridge.system.spawn(bridge.address(SESSION, session), lambda: actor, max_queue=bridge.config.max_queue)
+    except ActorExists as exc:
+        raise _session_exists(session) from exc
 
 
 async def session_respond(call: Call) -> Any:
@@ -339,7 +375,7 @@ async def session_list(call: Call) -> Any:
         if ref is not None:
             try:
                 sessions.append(await ref.ask_control(Describe()))
-            except Exception:  # deleted meanwhile
+            except ActorStopped:  # deleted meanwhile; any other failure is a bug and fails the list
                 continue
     return {"sessions": sessions}
 

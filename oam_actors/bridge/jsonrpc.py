@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 
-from oam_actors.errors import ErrorCode, OamError, ProtocolError, invalid_params
+from oam_actors.errors import ErrorCode, OamError, ProtocolError, internal_error, invalid_params
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -277,16 +277,15 @@ def _encode_id(id: RequestId | None) -> bytes:
 # --- thrown errors -------------------------------------------------------------------------------
 
 
-def error_for_exception(exc: Exception) -> OamError:
+def error_for_exception(exc: Exception, *, request_id: RequestId | None = None, method: str | None = None) -> OamError:
     """The protocol error a handler's exception is answered with (§4.2).
 
-    An :class:`OamError` is returned as is; JSON decoding errors, ``ValueError`` and ``TypeError``
-    become ``-32602 invalid_params`` with the exception's message; anything else is a bug: it is
-    logged with its traceback and becomes ``-32603 internal_error`` with a generic message.
+    An :class:`OamError` is returned as is: a client's mistake is always one of these, raised by
+    params validation (``-32602`` naming the parameter) or by the method. Anything else is our
+    bug: it is logged with its traceback, the request id and the method, and the client gets
+    ``-32603 internal_error`` with a generic message (never Python's own text).
     """
     if isinstance(exc, OamError):
         return exc
-    if isinstance(exc, msgspec.DecodeError | ValueError | TypeError):
-        return invalid_params(str(exc) or "Invalid parameters.")
-    _log.error("unexpected error in a request handler", exc_info=exc)
-    return ProtocolError(ErrorCode.INTERNAL_ERROR, "Internal error.")
+    _log.error("request %r (%s) failed with an unexpected error", request_id, method, exc_info=exc)
+    return internal_error()

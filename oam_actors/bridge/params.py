@@ -21,6 +21,7 @@ finite. Defaults are returned as given, unchecked.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,7 +29,7 @@ import msgspec
 
 from oam_actors.errors import ProtocolError, invalid_params
 
-__all__ = ["INT32_MAX", "INT32_MIN", "Params", "preview"]
+__all__ = ["INT32_MAX", "INT32_MIN", "Params", "is_object_id", "preview"]
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -165,6 +166,12 @@ class Params:
 
     def _out_of_range(self, name: str, bound: str, value: int | float) -> ProtocolError:
         return invalid_params(f"Parameter '{self._prefix}{name}' must be {bound}; got {preview(value)}.")
+
+
+def is_object_id(text: str) -> bool:
+    """Whether ``text`` may name a session, NPC or world: 1-128 code points, no control or format
+    characters (each method words its own error)."""
+    return 1 <= len(text) <= 128 and not any(unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
 
 
 def preview(value: Any) -> str:

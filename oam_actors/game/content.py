@@ -9,7 +9,8 @@ Contract:
   ``"rare"``), validated, repaired once, then ``generation_failed``; object keys come back in the
   schema's property order.
 - A malformed schema raises ``-32007 invalid_schema`` (``data.path`` ``schema``); unsupported
-  keywords become warnings on the result; a negative temperature raises ``invalid_request``.
+  keywords become warnings on the result; a negative temperature raises ``-32602 invalid_params``
+  (as the parameter check of ``content/generate`` and the decision engine do).
   Model errors (guardrail, refusal, …) propagate as they are.
 - Client tools (definitions without handler) are announced on ``emit`` and answered through
   :meth:`ContentGenerator.submit_tool_result`.
@@ -22,13 +23,13 @@ from typing import Any
 
 import msgspec
 
-from ..agent.agent import Agent
 from ..agent.events import EventSink, TurnUsage
 from ..agent.model import LanguageModel
-from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
+from ..agent.policy import ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
-from ..agent.tools import ToolCallRecord, ToolDefinition, ToolOutput, compact_json
+from ..agent.tools import ToolCallRecord, ToolDefinition, compact_json
 from ..errors import AgentError, ErrorCode
+from ._oneoff import OneOffEngine
 from ._text import trimmed_or_none
 
 __all__ = ["DEFAULT_CONTENT_INSTRUCTIONS", "ContentGenerator", "GeneratedContent"]
@@ -56,7 +57,7 @@ class GeneratedContent(msgspec.Struct, frozen=True, kw_only=True):
         return wire
 
 
-class ContentGenerator:
+class ContentGenerator(OneOffEngine):
     """Content on one model; ``instructions`` is the default for calls that pass none."""
 
     def __init__(
@@ -68,12 +69,7 @@ class ContentGenerator:
         tool_timeout: float | None = None,
         owner: str | None = None,
     ) -> None:
-        self.model = model
-        self.instructions = instructions
-        self.temperature = temperature
-        self.tool_timeout = tool_timeout
-        self.owner = owner
-        self._running: set[Agent] = set()
+        super().__init__(model, instructions=instructions, temperature=temperature, tool_timeout=tool_timeout, owner=owner)
 
     async def generate(
         self,
@@ -86,23 +82,20 @@ class ContentGenerator:
         emit: EventSink | None = None,
     ) -> GeneratedContent:
         """Generate JSON matching ``schema`` (a compiled :class:`Schema`, or a raw one compiled
-        here under the parameter name ``schema``). Raises :class:`AgentError`."""
-        if self.temperature is not None and not self.temperature >= 0:
-            raise AgentError(ErrorCode.INVALID_REQUEST, "temperature must not be negative.")
+        here under the parameter name ``schema``). Raises :class:`OamError`."""
+        self._check_temperature()
         compiled = schema if isinstance(schema, Schema) else Schema.compile(schema, path="schema")
         text = prompt if context is None else f"{prompt}\nFacts: {compact_json(context)}"
-        agent = Agent(
-            self.model,
+        result = await self._respond(
+            text,
+            compiled,
             instructions=trimmed_or_none(instructions) or self.instructions,
             tools=tools,
-            options=self._agent_options(bool(tools)),
-            owner=self.owner,
+            options=self._agent_options(
+                tool_choice=ToolChoice(ToolChoiceKind.AUTO if tools else ToolChoiceKind.NONE), priority="background"
+            ),
+            emit=emit,
         )
-        self._running.add(agent)
-        try:
-            result = await agent.respond(text, schema=compiled, emit=emit)
-        finally:
-            self._running.discard(agent)
         if result.structured is msgspec.UNSET:
             raise AgentError(ErrorCode.GENERATION_FAILED, "The model produced no structured content.")
         return GeneratedContent(
@@ -110,20 +103,4 @@ class ContentGenerator:
             tool_calls=tuple(result.tool_calls),
             usage=result.usage,
             warnings=compiled.warnings,
-        )
-
-    def submit_tool_result(self, call_id: str, output: ToolOutput) -> bool:
-        """Deliver a client tool's output to the generation waiting for it."""
-        for agent in list(self._running):
-            if call_id in agent.pending_tool_calls:
-                return agent.submit_tool_result(call_id, output)
-        return False
-
-    def _agent_options(self, has_tools: bool) -> AgentOptions:
-        extra: dict[str, Any] = {} if self.tool_timeout is None else {"tool_timeout": self.tool_timeout}
-        return AgentOptions(
-            tool_choice=ToolChoice(ToolChoiceKind.AUTO if has_tools else ToolChoiceKind.NONE),
-            temperature=self.temperature,
-            priority="background",
-            **extra,
         )

@@ -28,13 +28,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..agent.agent import Agent
 from ..agent.events import EventSink, TurnResult, TurnUsage
 from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
-from ..agent.tools import ToolCallRecord, ToolDefinition, ToolOutput, compact_json
+from ..agent.tools import ToolCallRecord, ToolDefinition, compact_json
 from ..errors import AgentError, ErrorCode, OamError, invalid_params
+from ._oneoff import OneOffEngine
 from ._prompting import UNUSABLE
 from ._text import joined_list, sentence, trimmed_or_none
 from .persona import Persona
@@ -171,7 +171,7 @@ def decisions_to_wire(results: Sequence[Decision | OamError], warnings: Sequence
     return wire
 
 
-class DecisionEngine:
+class DecisionEngine(OneOffEngine):
     """Decisions on one model. Stateless between calls except for the tool calls in flight."""
 
     def __init__(
@@ -184,13 +184,8 @@ class DecisionEngine:
         tool_timeout: float | None = None,
         owner: str | None = None,
     ) -> None:
-        self.model = model
-        self.instructions = instructions
-        self.temperature = temperature
+        super().__init__(model, instructions=instructions, temperature=temperature, tool_timeout=tool_timeout, owner=owner)
         self.max_tool_rounds = max_tool_rounds
-        self.tool_timeout = tool_timeout
-        self.owner = owner
-        self._running: set[Agent] = set()
 
     async def decide(self, request: DecisionRequest, *, emit: EventSink | None = None) -> Decision:
         """Choose one of ``request.options``; see the module docstring. Raises :class:`OamError`."""
@@ -198,23 +193,20 @@ class DecisionEngine:
         if len(ids) == 1:
             return Decision(option_id=ids[0], reasoning="It is the only option.", confidence=100)
         self._check_settings()
-        agent = Agent(
-            self.model,
-            instructions=self._instructions(request.actor),
-            tools=request.tools,
-            options=self._agent_options(request),
-            owner=self.owner,
-        )
-        self._running.add(agent)
         try:
-            result = await agent.respond(_prompt(request), schema=_schema(ids), emit=emit)
+            result = await self._respond(
+                _prompt(request),
+                _schema(ids),
+                instructions=self._instructions(request.actor),
+                tools=request.tools,
+                options=self._decision_options(request),
+                emit=emit,
+            )
             return _decision(result, ids)
         except AgentError as error:
             if fallback is None or error.code not in UNUSABLE:
                 raise
             return Decision(option_id=fallback, reasoning="", confidence=0, is_fallback=True)
-        finally:
-            self._running.discard(agent)
 
     async def decide_many(
         self,
@@ -242,32 +234,21 @@ class DecisionEngine:
                 group.start_soon(run, index, request)
         return [r for r in results if r is not None]
 
-    def submit_tool_result(self, call_id: str, output: ToolOutput) -> bool:
-        """Deliver a client tool's output to the decision waiting for it."""
-        for agent in list(self._running):
-            if call_id in agent.pending_tool_calls:
-                return agent.submit_tool_result(call_id, output)
-        return False
-
     # --- checks and prompting ------------------------------------------------------------------
 
     def _check_settings(self) -> None:
         if self.max_tool_rounds < 0:
             raise invalid_params(f"Parameter 'maxToolRounds' must be at least 0; got {self.max_tool_rounds}.")
-        if self.temperature is not None and not self.temperature >= 0:
-            raise invalid_params(f"Parameter 'temperature' must be at least 0; got {self.temperature}.")
+        self._check_temperature()
 
-    def _agent_options(self, request: DecisionRequest) -> AgentOptions:
-        extra: dict[str, Any] = {} if self.tool_timeout is None else {"tool_timeout": self.tool_timeout}
+    def _decision_options(self, request: DecisionRequest) -> AgentOptions:
         actor_name = trimmed_or_none(request.actor.name) if request.actor is not None else None
-        return AgentOptions(
+        return self._agent_options(
             tool_choice=request.tool_choice if request.tools else ToolChoice(ToolChoiceKind.NONE),
             max_tool_rounds=self.max_tool_rounds,
-            temperature=self.temperature,
             user_label=_GAME_LABEL,
             assistant_label=actor_name or _DEFAULT_ACTOR_LABEL,
             priority="decision",
-            **extra,
         )
 
     def _instructions(self, actor: Persona | None) -> str:

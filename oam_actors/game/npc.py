@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,6 +81,8 @@ from .world_tools import (
 )
 
 __all__ = ["NPC", "SAVE_STATE_VERSION", "NPCSaveState"]
+
+_log = logging.getLogger(__name__)
 
 SAVE_STATE_VERSION = 1
 _NONE = ToolChoice(ToolChoiceKind.NONE)
@@ -431,14 +434,15 @@ class NPC:
             self._compaction_due = True
 
     async def run_pending_compaction(self) -> bool:
-        """Run compaction if it is pending; returns whether it ran. Background work: a failure
-        changes nothing and is swallowed. Cancelled, it stays pending."""
+        """Run compaction if it is pending; returns whether it ran. Background work: a model
+        error changes nothing and is logged, not raised (nobody waits for it); any other
+        exception is a bug and propagates. Cancelled, it stays pending."""
         if not self._compaction_due:
             return False
         try:
             await self._compact()
-        except OamError:
-            pass  # a background summary that fails leaves the history as it was
+        except OamError as error:  # the history stays as it was; the next turn schedules it again
+            _log.warning("background compaction of NPC %s failed: %s", self._persona.name, error.message, exc_info=error)
         self._compaction_due = False
         return True
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import unicodedata
 from typing import Any
 
 from ..agent import ToolDefinition, parse_tool_definitions
 from ..agent.tools import check_timeout
-from ..bridge.params import Params, preview
+from ..bridge.params import Params, is_object_id, preview
 from ..errors import ErrorCode, ProtocolError, invalid_params
 
 __all__ = [
@@ -18,7 +16,6 @@ __all__ = [
     "npc_not_found",
     "subscription_not_found",
     "timeout_seconds",
-    "timestamp",
     "tools_array",
     "tools_param",
     "world_exists",
@@ -62,7 +59,7 @@ def client_id(params: Params, name: str) -> str | None:
         return None
     if not isinstance(raw, str):
         raise invalid_params(f"Parameter '{params.path(name)}' must be a string; got {preview(raw)}.")
-    if not 1 <= len(raw) <= 128 or any(unicodedata.category(ch) in ("Cc", "Cf") for ch in raw):
+    if not is_object_id(raw):
         raise invalid_params(f"'{name}' must be 1-128 printable characters; got '{raw}'.")
     return raw
 
@@ -84,8 +81,3 @@ def tools_array(value: Any, path: str) -> list[Any]:
 def tools_param(value: Any, path: str) -> tuple[list[ToolDefinition], list[str]]:
     """Client tool definitions (``None`` = none) and their warnings."""
     return parse_tool_definitions(tools_array(value, path), path=path)
-
-
-def timestamp() -> str:
-    """Now, as ``session/list`` writes ``createdAt``."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -19,9 +19,10 @@ import msgspec
 
 from ..bridge import Deferred
 from ..bridge.params import Params
+from ..clock import wire_instant
 from ..objects import RequestActor
 from ..runtime import ActorRef, Reply
-from ._common import client_id, limit_reached, npc_exists, npc_not_found, timestamp, world_exists, world_not_found
+from ._common import client_id, limit_reached, npc_exists, npc_not_found, world_exists, world_not_found
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
@@ -163,10 +164,10 @@ class GameState:
     # --- records -----------------------------------------------------------------------------
 
     def add_npc(self, npc: str, world: str | None) -> None:
-        self.npcs[npc] = NPCRecord(world, timestamp())
+        self.npcs[npc] = NPCRecord(world, wire_instant())
 
     def add_world(self, world: str) -> None:
-        self.worlds[world] = WorldRecord(timestamp())
+        self.worlds[world] = WorldRecord(wire_instant())
 
     def npcs_of(self, world: str) -> int:
         return sum(1 for record in self.npcs.values() if record.world == world)

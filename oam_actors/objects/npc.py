@@ -36,7 +36,7 @@ from ..runtime import Actor, ActorStopped, MailboxFull
 from .messages import ToolResult
 from .outlet import Outlet, RequestId
 from .relay import TurnRelay
-from .session import NAMESPACE_SEPARATOR
+from .session import object_id
 
 __all__ = [
     "Bark",
@@ -135,7 +135,7 @@ class NPCActor(Actor):
 
     @property
     def npc_id(self) -> str:
-        return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
+        return object_id(self.address)
 
     async def handle(self, message: Any) -> Any:
         match message:

@@ -21,8 +21,9 @@ import msgspec
 
 from ..agent import Agent, ToolChoiceKind, ToolDefinition, parse_tool_definitions
 from ..agent.transcript import Entry
+from ..clock import wire_instant
 from ..errors import invalid_params
-from ..runtime import Actor
+from ..runtime import Actor, Address
 from .messages import (
     Compact,
     Describe,
@@ -37,12 +38,17 @@ from .messages import (
 from .outlet import Outlet
 from .relay import TurnRelay
 
-__all__ = ["NAMESPACE_SEPARATOR", "SessionActor", "SessionState"]
+__all__ = ["NAMESPACE_SEPARATOR", "SessionActor", "SessionState", "object_id"]
 
 NAMESPACE_SEPARATOR = "\x1f"
 """Ends a non-empty address namespace (U+001F, unit separator): an address id is
 ``<namespace><separator><id>``. Protocol ids never contain control characters, so the part after
 the last separator is the id the client chose."""
+
+
+def object_id(address: Address) -> str:
+    """The id the client knows the object at ``address`` by: its namespace left out."""
+    return address.id.rpartition(NAMESPACE_SEPARATOR)[2]
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -65,7 +71,7 @@ class SessionActor(Actor):
 
     @property
     def session_id(self) -> str:
-        return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
+        return object_id(self.address)
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -158,7 +164,7 @@ class SessionActor(Actor):
         entry["busy"] = pending > 0
         entry["pendingOperations"] = pending
         entry["entries"] = len(self.agent.history)
-        entry["createdAt"] = self.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        entry["createdAt"] = wire_instant(self.created_at)
         return entry
 
 

@@ -29,7 +29,7 @@ import msgspec
 from ..game import MISSING, Change, Observation, WorldPath, WorldState, WorldStateError
 from ..runtime import Actor
 from .outlet import Outlet
-from .session import NAMESPACE_SEPARATOR
+from .session import object_id
 
 __all__ = [
     "WorldActor",
@@ -101,7 +101,7 @@ class WorldActor(Actor):
 
     @property
     def world_id(self) -> str:
-        return self.address.id.rpartition(NAMESPACE_SEPARATOR)[2]
+        return object_id(self.address)
 
     async def handle(self, message: Any) -> Any:
         if isinstance(message, _CHANGES):

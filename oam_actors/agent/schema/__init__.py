@@ -14,7 +14,8 @@ Contract:
   ``additionalProperties`` gets ``"additionalProperties": false``, except ``allOf`` members.
   :attr:`Schema.generation_schema` is that closed schema, and everything below uses it.
 - :meth:`Schema.coerce` applies the safe fixes of §5.4 and never raises; :meth:`Schema.validate`
-  reports every violation (§5.5); :meth:`Schema.order` puts keys in declared order (§5.6).
+  reports every violation (§5.5); :meth:`Schema.order` puts keys in declared order (§5.6);
+  :meth:`Schema.example` is a small valid value for prompts.
 - Values are plain JSON values (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
   ``None``); inputs are never mutated. ``pattern`` uses Python ``re.search`` semantics and
   lengths count code points.
@@ -36,6 +37,7 @@ from oam_actors.errors import AgentError, ErrorCode
 from ._check import SchemaCheckError, check_schema
 from ._close import close_schema
 from ._coerce import coerce
+from ._example import example
 from ._json import declared_types, keyword_dict, resolve
 from ._order import order
 from ._render import render_compact, render_lines
@@ -114,6 +116,11 @@ class Schema:
     def render_lines(self) -> str:
         """The key-per-line form for argument and structured steps (§5.7). Computed once."""
         return self.derived("lines", render_lines)
+
+    def example(self) -> Any:
+        """A small valid value to show the model (required properties, first enum choice, lower
+        bounds). Computed once; treat it as read-only."""
+        return self.derived("example", example)
 
     def derived(self, name: str, compute: Callable[[Any], Any]) -> Any:
         """``compute(generation_schema)``, memoised under ``name``: the schema is immutable, so

@@ -23,79 +23,20 @@ Contract
 from __future__ import annotations
 
 import enum
-import heapq
 import itertools
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
 
 import anyio
 import anyio.lowlevel
 import msgspec
 
+from oam_actors.clock import Clock, ManualClock, MonotonicClock
 from oam_actors.errors import AgentError, ErrorCode
 
 from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
-
-
-class Clock(Protocol):
-    """Where the scheduler reads time and waits for it."""
-
-    def now(self) -> float:
-        """Seconds on a monotonic scale."""
-        ...
-
-    async def sleep_until(self, deadline: float) -> None:
-        """Return once ``now() >= deadline``; always a checkpoint."""
-        ...
-
-
-class MonotonicClock:
-    """The real clock: ``time.monotonic()`` and ``anyio.sleep``."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    async def sleep_until(self, deadline: float) -> None:
-        await anyio.lowlevel.checkpoint()
-        # The event loop may wake a timer a hair early; sleep again rather than return early.
-        while (remaining := deadline - time.monotonic()) > 0:
-            await anyio.sleep(remaining)
-
-
-class ManualClock:
-    """A clock that moves only when told to, for tests and simulations (like trio's MockClock).
-
-    :meth:`advance` wakes every sleeper whose deadline has come; the woken tasks run at their
-    next chance (``await anyio.wait_all_tasks_blocked()`` in a test lets them).
-    """
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._now = start
-        self._sleepers: list[tuple[float, int, anyio.Event]] = []
-        self._serial = itertools.count()
-
-    def now(self) -> float:
-        return self._now
-
-    async def sleep_until(self, deadline: float) -> None:
-        if deadline <= self._now:
-            await anyio.lowlevel.checkpoint()
-            return
-        woken = anyio.Event()
-        heapq.heappush(self._sleepers, (deadline, next(self._serial), woken))
-        await woken.wait()
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds`` (not negative) and wake the sleepers now due."""
-        if seconds < 0:
-            raise ValueError("a clock does not go backwards")
-        self._now += seconds
-        while self._sleepers and self._sleepers[0][0] <= self._now:
-            heapq.heappop(self._sleepers)[2].set()
 
 
 class Admission(msgspec.Struct):

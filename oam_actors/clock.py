@@ -1,0 +1,84 @@
+"""Time for library code: a :class:`Clock` is read and waited on; tests and simulations pass a
+:class:`ManualClock` and move it themselves (like trio's ``MockClock``), so nothing sleeps for real
+and no test depends on the machine's speed.
+
+Used by the quota scheduler, the device pool and the agent's retry waits. :func:`wire_instant` is
+the protocol's one spelling of a moment (``createdAt``, ``retryAfter``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import itertools
+import time
+from typing import Protocol
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ["Clock", "ManualClock", "MonotonicClock", "wire_instant"]
+
+
+def wire_instant(moment: dt.datetime | None = None) -> str:
+    """``moment`` (default: now) as the protocol writes instants: UTC, whole seconds, ``Z``
+    (``2024-05-01T12:00:00Z``)."""
+    moment = dt.datetime.now(dt.UTC) if moment is None else moment.astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Clock(Protocol):
+    """Where library code reads time and waits for it."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic scale."""
+        ...
+
+    async def sleep_until(self, deadline: float) -> None:
+        """Return once ``now() >= deadline``; always a checkpoint."""
+        ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic()`` and ``anyio.sleep``."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        # The event loop may wake a timer a hair early; sleep again rather than return early.
+        while (remaining := deadline - time.monotonic()) > 0:
+            await anyio.sleep(remaining)
+
+
+class ManualClock:
+    """A clock that moves only when told to, for tests and simulations (like trio's MockClock).
+
+    :meth:`advance` wakes every sleeper whose deadline has come; the woken tasks run at their
+    next chance (``await anyio.wait_all_tasks_blocked()`` in a test lets them).
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        self._serial = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        woken = anyio.Event()
+        heapq.heappush(self._sleepers, (deadline, next(self._serial), woken))
+        await woken.wait()
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (not negative) and wake the sleepers now due."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._now += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            heapq.heappop(self._sleepers)[2].set()
