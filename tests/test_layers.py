@@ -25,11 +25,12 @@ SOURCE = Path(oam_actors.__file__).parent
 # What each layer may import besides itself, and why (DESIGN.md, "Layers": transports → bridge →
 # objects → game → agent; models implement agent's LanguageModel; objects and the ModelActor use
 # runtime; runtime knows no protocol; nothing imports upward; only the CLI exits the process).
-_LEAVES = ("errors", "addresses", "observability", "tuning", "_version")
+_LEAVES = ("clock", "addresses", "observability", "tuning", "_version")
 _BELOW_BRIDGE = frozenset({"objects", "game", "agent", "models", "runtime", "observability", "errors", "addresses",
-                           "_version"})
+                           "clock", "_version"})
 RULES: dict[str, tuple[frozenset[str], str]] = {
     **{leaf: (frozenset(), "a leaf: imports nothing of the package") for leaf in _LEAVES},
+    "errors": (frozenset({"clock"}), "the error tree spells instants with the clock module only"),
     "runtime": (frozenset(), "runtime knows no protocol: it imports nothing of the package"),
     "agent": (frozenset({"errors", "addresses"}), "agent knows no actor, no bridge, no backend"),
     "game": (frozenset({"agent", "errors", "addresses"}), "game → agent: pure, no actors, no backends"),
@@ -54,6 +55,9 @@ RULES: dict[str, tuple[frozenset[str], str]] = {
     ),
     "__main__": (frozenset({"cli"}), "python -m oam_actors runs the CLI"),
 }
+# Time is injected everywhere (DESIGN: a clock tests advance), so every non-leaf layer may use it.
+RULES.update({layer: (allowed | {"clock"}, rule) for layer, (allowed, rule) in RULES.items()
+              if layer not in _LEAVES and layer != "__main__"})
 RULES["cli"] = (frozenset(RULES) - {"__main__"} | {PACKAGE}, "the CLI wires every layer")
 RULES[PACKAGE] = (
     frozenset(RULES) - {"cli", "__main__"},
