@@ -23,7 +23,7 @@ from .model import GenerationRequest, LanguageModel, StepKind, Usage
 from .policy import AgentOptions, TurnOverrides
 from .schema import Schema
 from .tools import ToolDefinition, ToolOutput
-from .transcript import Entry, ResponseEntry, Transcript, split_turns
+from .transcript import Entry, ResponseEntry, ToolUseEntry, Transcript, split_turns
 from .turn import Turn
 
 __all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS"]
@@ -101,9 +101,12 @@ class Agent:
         overrides: TurnOverrides | None = None,
         emit: EventSink | None = None,
         on_commit: Callable[[], None] | None = None,
+        tool_uses: Sequence[ToolUseEntry] = (),
     ) -> TurnResult:
         """Run one turn and commit it to the history.
 
+        ``tool_uses`` are this turn's tool rounds already made (a stateless client such as the
+        OpenAI front door resumes the turn with their results); they are committed with it.
         ``emit`` receives the turn's events in order (awaited: a slow sink slows the turn).
         ``on_commit`` runs synchronously at the commit point, after which the turn can no longer
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
@@ -113,6 +116,7 @@ class Agent:
         await anyio.lowlevel.checkpoint()
         options = overrides.apply(self.options) if overrides is not None else self.options
         turn = Turn(self, prompt, schema, options, emit)
+        turn.resume(tool_uses)
         try:
             result, entries = await turn.run()
         finally:

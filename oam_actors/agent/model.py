@@ -65,7 +65,8 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     so backends with prefix caching can reuse it. ``prompt`` is the step prompt. The remaining
     context fields (``user_prompt``, ``tool_outputs``, ``tools``, ``tool_name``, ``schema``) are for
     backends that need more than text: scripted templates, native tool calling, response formats.
-    ``owner`` and ``priority`` are hints for quota scheduling.
+    ``owner`` and ``priority`` are hints for quota scheduling; ``queue_seconds`` caps how long the
+    step may wait for admission (``None``: the backend's own limit for its priority).
     """
 
     kind: StepKind
@@ -83,6 +84,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     schema: Any = None
     owner: str | None = None
     priority: str = "dialogue"
+    queue_seconds: float | None = None
 
 
 class Usage(msgspec.Struct, frozen=True):

@@ -111,6 +111,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     decision_max_tokens: int = 256
     # Quota-scheduler hint copied onto every step request: "dialogue", "decision" or "background".
     priority: str = "dialogue"
+    # Quota-scheduler hint: the longest a step may queue for admission (None: the backend's).
+    queue_seconds: float | None = None
 
 
 class TurnOverrides(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,14 @@ class Turn:
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
 
+    def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
+        """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
+        results back): they count towards the round and call budgets and the dedupe, and the
+        step prompts show them as this turn's tool lines."""
+        self.tool_uses = list(tool_uses)
+        self.rounds = self.calls = len(self.tool_uses)
+        self.succeeded = [(use.call.name, use.call.arguments) for use in self.tool_uses if not use.output.is_error]
+
     # --- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> tuple[TurnResult, list[Entry]]:
@@ -119,7 +127,7 @@ class Turn:
         tools = self._enabled_tools()
         choice = self.options.tool_choice
         forced = self._forced_tool()
-        self.agent._in_progress = [PromptEntry(self.prompt)]
+        self.agent._in_progress = [PromptEntry(self.prompt), *self.tool_uses]
         respond_now = choice.kind is ToolChoiceKind.NONE or (not tools and forced is None)
         first = True
         while not respond_now and self.rounds < self.options.max_tool_rounds and self.calls < self.options.max_tool_calls:
@@ -479,6 +487,7 @@ class Turn:
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
             owner=agent.owner,
             priority=options.priority,
+            queue_seconds=options.queue_seconds,
         )
         return request, trimmed
 

@@ -19,6 +19,7 @@ __all__ = [
     "nano_limits",
     "normalize_urls",
     "priority_of",
+    "queue_limit",
     "scaled_config",
 ]
 
@@ -98,6 +99,11 @@ def scaled_config(time_scale: float, **overrides: object) -> PoolConfig:
 def priority_of(hint: str) -> Priority:
     """The scheduling class of a request's ``priority`` hint (unknown hints count as dialogue)."""
     return Priority.__members__.get(hint.upper(), Priority.DIALOGUE)
+
+
+def queue_limit(configured: float, requested: float | None) -> float:
+    """How long a step may queue: the configured time, or the request's own when shorter."""
+    return configured if requested is None else min(configured, requested)
 
 
 def _positive(value: float) -> bool:

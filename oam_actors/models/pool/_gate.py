@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
 from ...errors import AgentError, ErrorCode
 from ..scheduler import PolicyStatistics, QuotaScheduler
-from ._config import priority_of
+from ._config import priority_of, queue_limit
 
 __all__ = ["ScheduledModel"]
 
@@ -40,8 +40,9 @@ class ScheduledModel:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         priority = priority_of(request.priority)
         tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+        deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
-                                        deadline_seconds=self._queue_seconds[priority]) as admission:
+                                        deadline_seconds=deadline) as admission:
             pieces = self.model.stream(request)
             try:
                 async for piece in pieces:

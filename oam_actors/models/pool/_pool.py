@@ -20,7 +20,7 @@ from ...errors import AgentError, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
 from ..scheduler import Admission, Clock, MonotonicClock, Priority, QuotaScheduler
-from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of
+from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
 from ._status import DeviceStatistics, PoolStatistics, pool_availability, summarize_waits
@@ -179,7 +179,7 @@ class DevicePool:
         """
         now = self._clock.now()
         priority = priority_of(request.priority)
-        step = _Step(request, priority, now, now + self._config.queue_deadline(priority))
+        step = _Step(request, priority, now, now + self._queue_seconds(request, priority))
         while True:
             device = self._choose(step)
             async with AsyncExitStack() as stack:
@@ -294,9 +294,13 @@ class DevicePool:
     def _out_of_time(self, step: _Step) -> AgentError:
         if step.last_error is not None:
             return step.last_error
-        seconds = self._config.queue_deadline(step.priority)
+        seconds = self._queue_seconds(step.request, step.priority)
         return AgentError(ErrorCode.RATE_LIMITED, f"No device had room for the step within {seconds:g} s.",
                           retry_after=self._config.limits.min_interval_seconds)
+
+    def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:
+        """The pool's queue time for the priority, or the request's own when that is shorter."""
+        return queue_limit(self._config.queue_deadline(priority), request.queue_seconds)
 
     # --- device health ---------------------------------------------------------------------------
 
