@@ -1,9 +1,11 @@
-"""``oam-actors serve``: the bridge protocol over TCP (JSON lines) and WebSocket.
+"""``oam-actors serve``: the bridge protocol over TCP (JSON lines) and WebSocket, and the
+OpenAI-compatible HTTP API (``--openai``, repeatable) over the same models.
 
-All connections share one actor system (``LocalSystem``, or ``RaySystem`` with ``--runtime ray``);
-each gets its own bridge. stdout carries exactly one line per listener, first ``tcp://HOST:PORT``
-then ``ws://HOST:PORT/ws``, with the bound ports (so ``:0`` works), and nothing else; logs go to
-stderr. SIGINT or SIGTERM stops the server: every connection is closed and its work cancelled.
+All connections share one actor system (``LocalSystem``, or ``RaySystem`` with ``--runtime ray``)
+and one system model; each bridge connection gets its own bridge. stdout carries exactly one line
+per listener, first ``tcp://HOST:PORT``, then ``ws://HOST:PORT/ws``, then ``http://HOST:PORT/v1``
+per ``--openai`` in the order given, with the bound ports (so ``:0`` works), and nothing else;
+logs go to stderr. SIGINT or SIGTERM stops the server: every connection is closed and its work cancelled.
 
 Refuses to start (:class:`UsageError`: exit status 2, one line) when a listen address is not
 loopback and no ``--token`` is given, when a token is malformed, and when an address cannot be
@@ -13,9 +15,10 @@ bound (in use, not on this machine, a host that does not resolve).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -54,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="serve JSON lines over TCP here")
     parser.add_argument("--ws", type=host_port, metavar="HOST:PORT",
                         help="serve WebSocket (/ws), /health and /metrics here (needs the websockets package)")
+    parser.add_argument("--openai", type=host_port, action="append", default=[], metavar="HOST:PORT",
+                        help="serve the OpenAI-compatible API (/v1/chat/completions, /v1/models) here (repeatable)")
     parser.add_argument("--token", action="append", default=[], metavar="[NAME=]SECRET",
                         help="accept this bearer token (repeatable); NAME is its tenant")
     parser.add_argument("--share-objects", action="store_true",
@@ -71,9 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoints = [e for e in (args.tcp, args.ws) if e is not None]
+    endpoints = [e for e in (args.tcp, args.ws, *args.openai) if e is not None]
     if not endpoints:
-        raise UsageError("give --tcp HOST:PORT and/or --ws HOST:PORT")
+        raise UsageError("give --tcp HOST:PORT, --ws HOST:PORT and/or --openai HOST:PORT")
     try:
         tokens = TokenTable.parse(args.token)
     except ValueError as exc:
@@ -94,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
     )
-    anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime)
+    anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
+              args.openai)
     return 0
 
 
@@ -106,6 +112,7 @@ async def serve_network(
     tcp: Endpoint | None,
     ws: Endpoint | None,
     runtime: SystemFactory = LocalSystem,
+    openai: Sequence[Endpoint] = (),
 ) -> None:
     """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
     HTTP client closes after every connection has ended."""
@@ -132,12 +139,35 @@ async def serve_network(
             with listen_errors("--ws", ws):
                 server = await stack.enter_async_context(websocket_server(hub, ws.host or None, ws.port))
             addresses.append(_url("ws", server.sockets[0].getsockname(), WS_PATH))
+        openai_doors = _openai_listeners(hub, openai, stack, addresses)
         print(*addresses, sep="\n", flush=True)
         async with anyio.create_task_group() as tasks:
             if listener is not None:
                 tasks.start_soon(serve_tcp, listener, hub)
+            for serve_door in openai_doors:
+                tasks.start_soon(serve_door)
             await _wait_for_stop_signal()
             tasks.cancel_scope.cancel()
+
+
+def _openai_listeners(
+    hub: Hub, endpoints: Sequence[Endpoint], stack: AsyncExitStack, addresses: list[str]
+) -> list[Callable[[], Awaitable[None]]]:
+    """Bind each ``--openai`` endpoint (one front door shared by all); what serves them."""
+    if not endpoints:
+        return []
+    # Imported here: the HTTP stack is needed only by this transport.
+    from ..transports.openai import FrontDoor, openai_listener, serve_openai
+
+    door = FrontDoor(hub)
+    served = []
+    for endpoint in endpoints:
+        with listen_errors("--openai", endpoint):
+            sock = openai_listener(endpoint.host or None, endpoint.port)
+        stack.callback(sock.close)
+        addresses.append(_url("http", sock.getsockname(), "/v1"))
+        served.append(functools.partial(serve_openai, door, sock, grace=hub.config.shutdown_grace_seconds))
+    return served
 
 
 def _game_extension(limits: GameLimits) -> list[Extension]:
