@@ -38,6 +38,8 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
+    ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
+     "the OpenAI front door vs the bridge over TCP for the same scripted turn; concurrent streaming clients"),
 ]
 
 

@@ -225,3 +225,13 @@ def test_an_error_tool_output_is_not_repeated_by_the_dedupe() -> None:
     turn.resume([ToolUseEntry(ToolCall("a", "look", {}), ErrorOutput("down")),
                  ToolUseEntry(ToolCall("b", "look", {"q": 1}), TextOutput("ok"))])
     assert (turn.rounds, turn.calls, turn.succeeded) == (2, 2, [("look", {"q": 1})])
+
+
+def test_listeners_say_they_are_tcp() -> None:
+    """asyncio turns Nagle off only on sockets created with IPPROTO_TCP (else ~40 ms a response)."""
+    import socket
+
+    from oam_actors.transports.openai import openai_listener
+
+    with openai_listener("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP and sock.getsockname()[1] > 0

@@ -24,11 +24,21 @@ __all__ = ["openai_listener", "serve_openai"]
 def openai_listener(host: str | None, port: int) -> socket.socket:
     """A listening TCP socket on ``host`` (``None`` or ``""``: every interface); ``OSError``
     if it cannot be bound."""
-    if host and ":" in host:
-        return socket.create_server((host, port), family=socket.AF_INET6)
-    if not host and socket.has_dualstack_ipv6():
-        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-    return socket.create_server((host or "", port))
+    dualstack = not host and socket.has_dualstack_ipv6()
+    family = socket.AF_INET6 if dualstack or (host and ":" in host) else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio turns Nagle off only on sockets that say they are TCP, and
+    # with Nagle on, a response's body waits for the client's delayed ACK of its head (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dualstack:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host or "", port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class _Embedded(uvicorn.Server):
