@@ -358,3 +358,18 @@ def _wait_for(condition: Any) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.02)
+
+
+def test_stopping_the_server_answers_requests_in_flight_503() -> None:
+    import threading
+
+    with ServeProcess(["--openai", "127.0.0.1:0", "--model", "scripted"]) as process:
+        answers: list[tuple[int, dict[str, str], Any]] = []
+        slow = {"model": "scripted", "messages": USER, "script": [{"text": "late", "delayMs": 60000}]}
+        thread = threading.Thread(target=lambda: answers.append(_post(process, slow)))
+        thread.start()
+        _wait_for(lambda: _health(process)["openaiRequests"] == 1)
+        assert process.stop() == 0
+        thread.join(HANG_GUARD)
+    ((status, headers, body),) = answers
+    assert status == 503 and body["error"]["code"] == "shutting_down" and "retry-after" in headers
