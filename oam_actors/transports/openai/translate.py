@@ -41,7 +41,7 @@ from ...agent import (
 from ...agent.transcript import Entry
 from ...errors import OamError
 from ...models.scheduler import Priority
-from .errors import HttpError, from_oam, param_of, request_error
+from .errors import from_oam, param_of, request_error
 from .wire import (
     REQUEST_DECODER,
     AssistantMessage,
