@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ from ..runtime import ActorSystem
 from .auth import Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
 
-__all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "peer_name", "serve_bridge"]
+__all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "limit_send_buffer", "peer_name", "serve_bridge"]
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection may stay silent with nothing in flight (``--idle-timeout``)."""
@@ -252,6 +253,21 @@ async def serve_bridge(
         tasks.start_soon(watchdog.watch, lambda: bridge.in_flight > 0, bridge.abort)
         await bridge.serve(lines, drain_on_eof=False, buffered=buffered)
         tasks.cancel_scope.cancel()
+
+
+SEND_BUFFER_BYTES = 256 * 1024
+"""The kernel's send buffer of a connection (``SO_SNDBUF``): without a cap Linux grows it to
+megabytes for a peer that does not read, holding that much before backpressure is felt."""
+
+
+def limit_send_buffer(sock: socket.socket | None) -> None:
+    """Cap ``sock``'s kernel send buffer at :data:`SEND_BUFFER_BYTES` (best effort)."""
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    except OSError:
+        pass  # not a socket the kernel lets us tune; its default applies
 
 
 def peer_name(address: object) -> str:

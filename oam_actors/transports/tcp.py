@@ -33,7 +33,7 @@ from anyio.abc import SocketAttribute
 
 from ..bridge import jsonrpc
 from .auth import ANONYMOUS, Tenant, check_auth_line
-from .hub import Hub, peer_name, serve_bridge
+from .hub import Hub, limit_send_buffer, peer_name, serve_bridge
 from .stdio import LineSplitter, LineTooLong
 
 __all__ = ["serve_tcp", "serve_tcp_connection"]
@@ -114,6 +114,7 @@ class _Connection:
         self._ended = False
         self.watchdog = hub.watchdog()
         self.peer = peer_name(stream.extra(SocketAttribute.remote_address, None))
+        limit_send_buffer(stream.extra(SocketAttribute.raw_socket, None))
 
     async def write(self, data: bytes) -> None:
         with self.watchdog.writing():

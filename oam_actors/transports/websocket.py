@@ -44,7 +44,7 @@ from ..bridge import jsonrpc
 from ..errors import ErrorCode, ProtocolError
 from ..observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .auth import ANONYMOUS, Tenant, bearer_token
-from .hub import Hub, Watchdog, peer_name, serve_bridge
+from .hub import Hub, Watchdog, limit_send_buffer, peer_name, serve_bridge
 
 __all__ = ["WS_PATH", "BinaryFrame", "websocket_server"]
 
@@ -128,6 +128,7 @@ async def _serve_connection(websocket: ServerConnection, *, hub: Hub) -> None:
         assert websocket.request is not None
         tenant = _tenant(websocket.request, hub)
         assert tenant is not None, "the handshake checked the token"
+        limit_send_buffer(websocket.transport.get_extra_info("socket"))
         watchdog = hub.watchdog()
         bridge = hub.open_bridge(partial(_write, websocket, watchdog), tenant, f"ws {peer_name(websocket.remote_address)}")
         await serve_bridge(bridge, watchdog, _frames(websocket, watchdog))
