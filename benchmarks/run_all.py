@@ -38,6 +38,8 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
+    ("hostile", "bench_hostile.py", [], ["--samples", "100", "--turns", "20000"],
+     "8 clients that do not read next to a well-behaved one: server memory, ping / turn latency before and during"),
 ]
 
 

@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_MAX_CONNECTION_BYTES", "DEFAULT_MAX_IN_FLIGHT", "BridgeConfi
 DEFAULT_MAX_CONNECTION_BYTES = 32 * 1024 * 1024
 """The memory bound of one connection that ``oam-actors serve`` and ``stdio`` apply by default."""
 
-DEFAULT_MAX_IN_FLIGHT = 4096
+DEFAULT_MAX_IN_FLIGHT = 1024
 """The requests one connection may have in flight that ``serve`` and ``stdio`` apply by default."""
 
 ModelFactory = Callable[[], LanguageModel]
