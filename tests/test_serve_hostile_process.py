@@ -7,6 +7,7 @@ Real time here: tiny timeouts, and only outcomes are asserted (the clock-exact r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -63,20 +64,16 @@ class Flooder:
                       "params": {"session": f"s{n}", "model": scripted([{"text": "z" * 4000}])}}
             self.sock.sendall(json.dumps(create).encode() + b"\n")
             assert json.loads(answers.readline())["id"] == n
-        self.payload = b"".join(
-            b'{"jsonrpc":"2.0","id":%d,"method":"session/respond","params":{"session":"s%d","prompt":"Go.","stream":true}}\n'
-            % (n, n % sessions)
-            for n in range(turns)
-        )
-        self.ended = threading.Event()
-        threading.Thread(target=self._flood, daemon=True).start()
+        flood = b"".join(STREAMED_TURN % (n, n % sessions) for n in range(turns))
+        threading.Thread(target=send_until_closed, args=(self.sock, flood), daemon=True).start()
 
-    def _flood(self) -> None:
-        try:
-            self.sock.sendall(self.payload)
-        except OSError:
-            pass  # closed by the server
-        self.ended.set()
+
+STREAMED_TURN = b'{"jsonrpc":"2.0","id":%d,"method":"session/respond","params":{"session":"s%d","prompt":"Go.","stream":true}}\n'
+
+
+def send_until_closed(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # the server closes it
+        sock.sendall(data)
 
 
 def answers(peer: TcpPeer) -> list[Any]:
