@@ -153,7 +153,9 @@ class StdioBridge:
     """The subprocess, a reader thread recording when each response arrived."""
 
     def __init__(self, npcs: int) -> None:
-        command = [sys.executable, "-m", "oam_actors", "stdio", "--max-npcs", str(npcs)]
+        # Every talk is in flight at once: the connection's caps are raised to fit them.
+        command = [sys.executable, "-m", "oam_actors", "stdio", "--max-npcs", str(npcs), "--max-in-flight", str(2 * npcs),
+                   "--max-connection-bytes", str(max(32, npcs // 50) << 20)]
         if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
             command = ["taskset", "-c", "0", *command]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)

@@ -28,7 +28,7 @@ _decode = msgspec.json.decode
 
 
 def start_bridge() -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "oam_actors", "stdio", "--max-sessions", "100000"]
+    command = [sys.executable, "-m", "oam_actors", "stdio", "--max-sessions", "100000", "--max-in-flight", "100000"]
     if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         command = ["taskset", "-c", "0", *command]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)

@@ -33,7 +33,7 @@ class TcpServer:
     """`oam-actors serve --tcp 127.0.0.1:0` and one client socket to it."""
 
     def __init__(self) -> None:
-        command = [sys.executable, "-m", "oam_actors", "serve", "--tcp", "127.0.0.1:0", "--max-sessions", "100000"]
+        command = [sys.executable, "-m", "oam_actors", "serve", "--tcp", "127.0.0.1:0", "--max-sessions", "100000", "--max-in-flight", "100000"]
         if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
             command = ["taskset", "-c", "0", *command]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE)

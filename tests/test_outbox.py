@@ -1,4 +1,4 @@
-"""The ordered writer: order, batching, closing, a broken peer and backpressure."""
+"""The ordered writer: order, batching, closing, a broken peer, abandoning it, and the bytes it holds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import anyio.abc
 import pytest
 from anyio.lowlevel import checkpoint
 
-from oam_actors.bridge.outbox import Outbox, OutboxStatistics
+from oam_actors.bridge.outbox import MESSAGE_OVERHEAD, Outbox, OutboxStatistics
 
 
 class FakeWriter:
@@ -68,7 +68,7 @@ async def test_messages_pending_during_a_write_are_batched_into_the_next_write()
         assert writer.calls == [b"first"]  # a single message is written without joining
         for name in (b"a", b"b", b"c"):
             outbox.put_nowait(name)
-        assert outbox.statistics() == OutboxStatistics(pending=3, written=0, dropped=0)
+        assert outbox.statistics() == OutboxStatistics(pending=3, written=0, dropped=0, pending_bytes=3 * (1 + MESSAGE_OVERHEAD) + 5 + MESSAGE_OVERHEAD)
         writer.open_gate()
         await outbox.aclose()
     assert writer.calls == [b"first", b"a\nb\nc"]
@@ -167,13 +167,73 @@ async def test_other_writer_errors_propagate() -> None:
         await outbox.run()
 
 
-async def test_a_full_outbox_refuses_without_blocking() -> None:
-    outbox = Outbox(FakeWriter(), max_pending=2)
-    outbox.put_nowait(b"1")
-    outbox.put_nowait(b"2")
-    with pytest.raises(anyio.WouldBlock):
-        outbox.put_nowait(b"3")
-    assert outbox.statistics().pending == 2
+async def test_pending_bytes_count_queued_and_in_write_messages_until_written() -> None:
+    writer = FakeWriter(gated=True)
+    outbox = Outbox(writer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        outbox.put_nowait(b"x" * 100)
+        await anyio.wait_all_tasks_blocked()
+        outbox.put_nowait(b"y" * 10)
+        # The batch in the write still holds its memory.
+        assert outbox.pending_bytes == 110 + 2 * MESSAGE_OVERHEAD
+        writer.open_gate()
+        await outbox.aclose()
+    assert outbox.pending_bytes == 0
+
+
+async def test_batches_are_cut_at_max_batch_bytes() -> None:
+    writer = FakeWriter()
+    outbox = Outbox(writer, max_batch_bytes=200)
+    for n in range(6):
+        outbox.put_nowait(b"%d" % n * 50)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        await outbox.aclose()
+    # Each message counts 50 + MESSAGE_OVERHEAD bytes: two fit under 200, the third passes it.
+    assert [call.count(b"\n") + 1 for call in writer.calls] == [2, 2, 2]
+    assert lines(writer) == [b"%d" % n * 50 for n in range(6)]
+
+
+async def test_wait_below_returns_once_writes_bring_pending_under_the_limit() -> None:
+    writer = FakeWriter(gated=True)
+    outbox = Outbox(writer, max_batch_bytes=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        for _ in range(4):
+            outbox.put_nowait(b"z" * 100)
+        waited = anyio.Event()
+
+        async def waiter() -> None:
+            await outbox.wait_below(2 * (100 + MESSAGE_OVERHEAD) + 1)
+            waited.set()
+
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        assert not waited.is_set()
+        writer.open_gate()
+        await waited.wait()
+        assert outbox.pending_bytes <= 2 * (100 + MESSAGE_OVERHEAD)
+        await outbox.aclose()
+
+
+async def test_abandon_cancels_the_stuck_write_drops_everything_and_logs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = FakeWriter(gated=True)  # a peer that never reads
+    outbox = Outbox(writer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(outbox.run)
+        outbox.put_nowait(b"stuck")
+        await anyio.wait_all_tasks_blocked()
+        outbox.put_nowait(b"queued")
+        tg.start_soon(outbox.wait_below, 1)
+        await anyio.wait_all_tasks_blocked()
+        outbox.abandon()
+        await outbox.aclose()  # returns at once: nothing is flushed
+    outbox.put_nowait(b"later")
+    assert outbox.statistics() == OutboxStatistics(pending=0, written=0, dropped=3, pending_bytes=0)
+    assert not [r for r in caplog.records if r.name == "oam_actors.bridge.outbox"]
 
 
 async def test_run_twice_at_once_is_refused() -> None:
@@ -186,6 +246,6 @@ async def test_run_twice_at_once_is_refused() -> None:
         await outbox.aclose()
 
 
-async def test_max_pending_must_be_positive() -> None:
+async def test_max_batch_bytes_must_be_positive() -> None:
     with pytest.raises(ValueError):
-        Outbox(FakeWriter(), max_pending=0)
+        Outbox(FakeWriter(), max_batch_bytes=0)

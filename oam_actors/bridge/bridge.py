@@ -23,6 +23,22 @@ Contract
   back here whichever connection created the session.
 - ``metrics`` (optional, see ``oam_actors.observability.metrics.ServerMetrics``) is told of every
   request, response and finished deferred request.
+
+Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is no limit)
+---------------------------------------------------------------------------------------------
+- What the connection holds is counted in bytes: pending output (``Outbox.pending_bytes``), the
+  requests in flight (each its message size plus :data:`REQUEST_OVERHEAD`) and the transport's
+  buffered input (``serve(buffered=…)``).
+- Backpressure: after each line, :meth:`serve` reads no further while the pending output is at
+  least an eighth of the bound; the peer's own writes then stall in its socket or pipe. Every
+  :data:`YIELD_EVERY` lines it yields to the event loop, so one connection's flood cannot hold
+  the loop against the others.
+- Queued work (see :meth:`admit`): beyond ``max_in_flight`` requests in flight, or once the
+  requests in flight hold half the bound, a request that would queue work is answered at once
+  ``-32010 busy`` with ``data.limit``; a full object mailbox answers the same with its ``max_queue``.
+- Past the whole bound (output produced by work already running while reading is paused), the
+  connection is aborted (:meth:`abort`): one warning naming the connection, the cause and the bytes
+  held; its output is dropped, its work cancelled, and :meth:`serve` returns.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 
 from .._version import __version__
@@ -50,11 +67,17 @@ from .registry import Call, Deferred, Extension, MethodRegistry
 if TYPE_CHECKING:
     from ..observability.metrics import ServerMetrics
 
-__all__ = ["Bridge"]
+__all__ = ["REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge"]
 
 _log = logging.getLogger(__name__)
 
 NO_CLIENT_ANSWER = "The client closed its input before answering."
+REQUEST_OVERHEAD = 2048
+"""Bytes a request in flight is counted beyond its message: its decoded form, task and reply."""
+
+YIELD_EVERY = 16
+"""Lines the read loop handles before it lets other connections' tasks run."""
+
 HOST_FAILED = (
     "The process hosting this object failed during the operation, which did not complete; "
     "the object keeps its last committed state. Retry the request."
@@ -76,6 +99,7 @@ class Bridge:
         namespace: str = "",
         shared: bool = False,
         metrics: ServerMetrics | None = None,
+        label: str = "stdio",
     ) -> None:
         from .core import install_core  # the core methods are the first extension
 
@@ -85,8 +109,10 @@ class Bridge:
         self.namespace = namespace
         self.shared = shared
         self.metrics = metrics
+        self.label = label
         self.registry = MethodRegistry()
         self.outbox = Outbox(write)
+        self.aborted: str | None = None  # why abort() ended the connection
         self.client_info: dict[str, Any] | None = None
         self.shut_down = False
         self.closed = anyio.Event()
@@ -97,6 +123,10 @@ class Bridge:
         self._tool_routes: dict[str, tuple[Address, str]] = {}
         self._input_closed = False
         self._inflight = 0
+        self._request_bytes = 0  # what the requests in flight are counted (REQUEST_OVERHEAD each included)
+        self._line_bytes = 0  # the size of the line being handled
+        self._buffered: Callable[[], int] = _nothing
+        self._since_yield = 0
         self._queued: set[Reply] = set()  # replies of the work this bridge queued, until answered
         self._session_number = 0
         self._idle = anyio.Event()
@@ -123,13 +153,19 @@ class Bridge:
         self._task_group.cancel_scope.cancel()
         return await self._task_group.__aexit__(*exc_info)
 
-    async def serve(self, lines: AsyncIterable[Any], *, drain_on_eof: bool = True) -> None:
-        """Serve lines until end of input or until ``shutdown`` has been answered.
+    async def serve(
+        self, lines: AsyncIterable[Any], *, drain_on_eof: bool = True, buffered: Callable[[], int] | None = None
+    ) -> None:
+        """Serve lines until end of input, until ``shutdown`` has been answered, or until
+        :meth:`abort`.
 
         At end of input, ``drain_on_eof`` lets requests in flight finish and answer (a piped
         script gets every response); otherwise their work is cancelled (a network client that
-        went away costs only its own work).
+        went away costs only its own work). ``buffered`` tells how many bytes of input the
+        transport holds (counted against ``max_connection_bytes``).
         """
+        if buffered is not None:
+            self._buffered = buffered
         async with self:
             async with anyio.create_task_group() as reader:
 
@@ -138,6 +174,7 @@ class Bridge:
                     # next read yields and stop_when_closed ends the loop.
                     async for line in lines:
                         await self.receive(line)
+                        await self._pace()
                     reader.cancel_scope.cancel()
 
                 async def stop_when_closed() -> None:
@@ -146,9 +183,70 @@ class Bridge:
 
                 reader.start_soon(read)
                 reader.start_soon(stop_when_closed)
-            if drain_on_eof and not self.shut_down:
+            if drain_on_eof and not self.shut_down and self.aborted is None:
                 self._close_input()
                 await self._idle.wait()
+
+    async def _pace(self) -> None:
+        """Between two lines: wait while the peer leaves its output unread; yield now and then."""
+        limit = self.config.max_connection_bytes
+        if limit is not None and self.outbox.pending_bytes >= limit // 8:
+            await self.outbox.wait_below(limit // 8)
+            self._since_yield = 0
+            return
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY:
+            self._since_yield = 0
+            await anyio.lowlevel.checkpoint()
+
+    # --- limits ------------------------------------------------------------------------------
+
+    def held_bytes(self) -> int:
+        """What this connection holds: pending output, requests in flight, buffered input."""
+        return self.outbox.pending_bytes + self._request_bytes + self._buffered()
+
+    def admit(self) -> None:
+        """Check that the request being handled may queue work; raises ``busy`` (``data.limit``)
+        when the connection already has ``max_in_flight`` requests in flight or their bytes
+        reach half of ``max_connection_bytes``. Handlers call it before they queue anything."""
+        most = self.config.max_in_flight
+        if most is not None and self._inflight >= most:
+            raise AgentError(
+                ErrorCode.BUSY,
+                f"Too many requests in flight on this connection (limit {most}); wait for answers before sending more.",
+                limit=most,
+            )
+        bound = self.config.max_connection_bytes
+        if bound is not None and self._request_bytes + self._line_bytes + REQUEST_OVERHEAD > bound // 2:
+            raise AgentError(
+                ErrorCode.BUSY,
+                f"The requests in flight on this connection hold too much memory (limit {bound // 2} bytes); "
+                "wait for answers before sending more.",
+                limit=bound // 2,
+            )
+
+    def abort(self, reason: str, level: int = logging.WARNING) -> None:
+        """End the connection now because of ``reason`` (the peer's fault): log one line (at
+        ``level``) with what it held, drop its output, cancel its work; :meth:`serve` returns.
+        Idempotent."""
+        if self.aborted is not None:
+            return
+        self.aborted = reason
+        _log.log(
+            level,
+            "connection %s closed: %s; %d bytes held (output %d, requests in flight %d in %d bytes, input %d)",
+            self.label, reason, self.held_bytes(), self.outbox.pending_bytes, self._inflight,
+            self._request_bytes, self._buffered(),
+        )
+        self.outbox.abandon()
+        self.closed.set()
+
+    def _send(self, line: bytes) -> None:
+        """Every outbound message goes through here (the one place the bound is checked)."""
+        self.outbox.put_nowait(line)
+        bound = self.config.max_connection_bytes
+        if bound is not None and self.aborted is None and self.held_bytes() > bound:
+            self.abort(f"its output is not being read fast enough (memory bound {bound} bytes exceeded)")
 
     # --- inbound -----------------------------------------------------------------------------
 
@@ -158,6 +256,7 @@ class Bridge:
         if to_error is not None:
             self._answer_error(None, to_error())
             return
+        self._line_bytes = len(line)
         message = jsonrpc.decode(line)
         if message is None:
             return
@@ -208,6 +307,8 @@ class Bridge:
     def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any]) -> None:
         assert self._task_group is not None, "use the bridge inside 'async with'"
         self._inflight += 1
+        charge = self._line_bytes + REQUEST_OVERHEAD
+        self._request_bytes += charge
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
 
         async def finish() -> None:
@@ -221,6 +322,7 @@ class Bridge:
                     self._answer(request_id, result)
             finally:
                 self._inflight -= 1
+                self._request_bytes -= charge
                 if not self._inflight:
                     self._idle.set()
 
@@ -238,12 +340,12 @@ class Bridge:
             code = ErrorCode.INTERNAL_ERROR.wire
         if self.metrics is not None:
             self.metrics.response(code)
-        self.outbox.put_nowait(line)
+        self._send(line)
 
     def _answer_error(self, request_id: Any, error: OamError) -> None:
         if self.metrics is not None:
             self.metrics.response(error.code.wire)
-        self.outbox.put_nowait(jsonrpc.encode_error(request_id, error))
+        self._send(jsonrpc.encode_error(request_id, error))
 
     def _completed(self, method: str, code: str) -> None:
         if self.metrics is not None:
@@ -264,7 +366,11 @@ class Bridge:
         if isinstance(exc, MessageCancelled | ActorStopped):
             return AgentError(ErrorCode.CANCELLED, "The operation was cancelled.")
         if isinstance(exc, MailboxFull):
-            return AgentError(ErrorCode.BUSY, "Too many operations are queued for this object; try again later.")
+            return AgentError(
+                ErrorCode.BUSY,
+                f"Too many operations are queued for this object (limit {exc.max_queue}); try again later.",
+                limit=exc.max_queue,
+            )
         if isinstance(exc, HostFailed):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
         return jsonrpc.error_for_exception(exc, request_id=request_id, method=method)
@@ -272,13 +378,13 @@ class Bridge:
     # --- the Outlet that object actors write through -----------------------------------------
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.outbox.put_nowait(jsonrpc.encode_notification(method, params))
+        self._send(jsonrpc.encode_notification(method, params))
 
     def call_tool(self, params_head: dict[str, Any], request_id: Any, call: ToolCall, *, target: Address) -> str:
         tool_id = f"t-{next(self._tool_counter)}"
         self._tool_routes[tool_id] = (target, call.id)
         params = {**params_head, "requestId": request_id, "call": msgspec.to_builtins(call)}
-        self.outbox.put_nowait(jsonrpc.encode_request(tool_id, "tool/call", params))
+        self._send(jsonrpc.encode_request(tool_id, "tool/call", params))
         if self._input_closed:
             self._answer_for_gone_client(tool_id)
         return tool_id
@@ -368,7 +474,9 @@ class Bridge:
 
     def enqueue(self, ref: ActorRef, message: Any) -> Deferred:
         """Queue ``message`` on the object's ordered lane now (per-object order); the request
-        is answered when the object has handled it. A turn gets this bridge as its outlet."""
+        is answered when the object has handled it. A turn gets this bridge as its outlet.
+        Raises ``busy`` beyond the connection's limits (:meth:`admit`)."""
+        self.admit()
         if isinstance(message, Respond) and message.outlet is None:
             message = msgspec.structs.replace(message, outlet=self)
         return self.queued(ref.ask_nowait(message))
@@ -384,6 +492,10 @@ class Bridge:
             return await reply.wait()
         finally:
             self._queued.discard(reply)
+
+
+def _nothing() -> int:
+    return 0
 
 
 def tool_output_from_reply(reply: jsonrpc.Response) -> ToolOutput:

@@ -30,13 +30,13 @@ from ..game_methods import GameExtension, GameLimits
 from ..observability.metrics import ServerMetrics
 from ..runtime import LocalSystem
 from ..transports.auth import TokenTable, is_loopback
-from ..transports.hub import Hub, ServePolicy
+from ..transports.hub import IDLE_TIMEOUT, LINE_TIMEOUT, WRITE_TIMEOUT, Hub, ServePolicy
 from ..transports.stdio import MAX_LINE_BYTES
 from ..transports.tcp import serve_tcp
-from .argtypes import Endpoint, UsageError, host_port, listen_errors, positive_float, positive_int
+from .argtypes import Endpoint, UsageError, host_port, listen_errors, non_negative_float, positive_int
 from .models import ModelSetup, add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
-from .stdio import add_game_arguments, game_limits_from_args
+from .stdio import add_connection_arguments, add_game_arguments, connection_bounds_error, game_limits_from_args
 
 __all__ = ["add_arguments", "exposure_error", "run", "serve_network"]
 
@@ -64,13 +64,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--share-objects", action="store_true",
                         help="share sessions among the connections of one tenant (default: per connection)")
     parser.add_argument("--max-connections", type=positive_int, default=256, metavar="N", help="open connections (default 256)")
-    parser.add_argument("--idle-timeout", type=positive_float, default=None, metavar="S",
-                        help="close connections idle for S seconds (default: never)")
+    parser.add_argument("--idle-timeout", type=non_negative_float, default=IDLE_TIMEOUT, metavar="S",
+                        help=f"close connections silent for S seconds with nothing in flight (default {IDLE_TIMEOUT:g}; "
+                        "0: never)")
+    parser.add_argument("--line-timeout", type=non_negative_float, default=LINE_TIMEOUT, metavar="S",
+                        help="close connections that leave their first message, or a line they began, unfinished for "
+                        f"S seconds (default {LINE_TIMEOUT:g}; 0: never)")
+    parser.add_argument("--write-timeout", type=non_negative_float, default=WRITE_TIMEOUT, metavar="S",
+                        help=f"close connections that do not read their output for S seconds (default {WRITE_TIMEOUT:g}; "
+                        "0: never)")
     parser.add_argument("--max-sessions", type=positive_int, default=64, metavar="N",
                         help="sessions per connection, or per tenant with --share-objects (default 64)")
     parser.add_argument("--max-line-bytes", type=positive_int, default=MAX_LINE_BYTES, metavar="N",
                         help=f"longest accepted message (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
+    add_connection_arguments(parser)
     add_game_arguments(parser)
     add_runtime_arguments(parser)
 
@@ -83,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         tokens = TokenTable.parse(args.token)
     except ValueError as exc:
         raise UsageError(f"--token: {exc}") from None
-    if (problem := exposure_error(endpoints, tokens)) is not None:
+    if (problem := exposure_error(endpoints, tokens) or connection_bounds_error(args)) is not None:
         raise UsageError(problem)
     if args.ws is not None and importlib.util.find_spec("websockets") is None:
         raise UsageError("--ws needs the websockets package: python3 -m pip install websockets")
@@ -91,13 +99,16 @@ def run(args: argparse.Namespace) -> int:
         tokens=tokens,
         share_objects=args.share_objects,
         max_connections=args.max_connections,
-        idle_timeout=args.idle_timeout,
+        idle_timeout=args.idle_timeout or None,  # 0: never
+        line_timeout=args.line_timeout or None,
+        write_timeout=args.write_timeout or None,
         max_line_bytes=args.max_line_bytes,
     )
     runtime = system_from_args(args)
     setup = models_from_args(args)
     config = BridgeConfig(
-        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
+        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
+        max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
               args.openai)

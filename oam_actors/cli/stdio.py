@@ -13,15 +13,19 @@ from contextlib import AsyncExitStack
 import anyio
 
 from ..bridge import Bridge, BridgeConfig, ModelFactory
+from ..bridge.config import DEFAULT_MAX_CONNECTION_BYTES, DEFAULT_MAX_IN_FLIGHT
 from ..game_methods import GameExtension, GameLimits
 from ..models.proxy import ProxyBackends
 from ..runtime import LocalSystem
-from ..transports.stdio import MAX_LINE_BYTES, open_stdio, read_lines
-from .argtypes import positive_int
+from ..transports.stdio import MAX_LINE_BYTES, LineSplitter, open_stdio, read_lines
+from .argtypes import UsageError, positive_int
 from .models import ModelSetup, add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
-__all__ = ["add_arguments", "add_game_arguments", "game_limits_from_args", "run", "serve_stdio"]
+__all__ = [
+    "add_arguments", "add_connection_arguments", "add_game_arguments", "connection_bounds_error", "game_limits_from_args",
+    "run", "serve_stdio",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +35,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-line-bytes", type=positive_int, default=MAX_LINE_BYTES, metavar="N",
                         help=f"longest accepted input line (default {MAX_LINE_BYTES})")
     parser.add_argument("--no-scripted", action="store_true", help="refuse scripted models")
+    add_connection_arguments(parser)
     add_game_arguments(parser)
     add_runtime_arguments(parser)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The per-connection bounds of ``stdio`` and ``serve``."""
+    parser.add_argument("--max-connection-bytes", type=positive_int, default=DEFAULT_MAX_CONNECTION_BYTES,
+                        metavar="N", help="memory one connection may hold: pending output, requests in flight, "
+                        f"buffered input (default {DEFAULT_MAX_CONNECTION_BYTES}; at least 4 x --max-line-bytes)")
+    parser.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+                        help=f"requests one connection may have in flight (default {DEFAULT_MAX_IN_FLIGHT})")
+
+
+def connection_bounds_error(args: argparse.Namespace) -> str | None:
+    """Why ``--max-connection-bytes`` does not fit ``--max-line-bytes``, or ``None``."""
+    if args.max_connection_bytes < 4 * args.max_line_bytes:
+        return (f"--max-connection-bytes ({args.max_connection_bytes}) must be at least 4 x --max-line-bytes "
+                f"({args.max_line_bytes})")
+    return None
 
 
 def add_game_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,13 +101,17 @@ async def serve_stdio(
         )
         extensions = [extension, *(models.extensions() if models is not None else ())]
         bridge = Bridge(system, write, config=config, system_model=system_model, extensions=extensions)
-        await bridge.serve(read_lines(stdin, max_line_bytes=max_line_bytes))
+        splitter = LineSplitter(max_line_bytes)
+        await bridge.serve(read_lines(stdin, splitter=splitter), buffered=lambda: splitter.buffered)
 
 
 def run(args: argparse.Namespace) -> int:
+    if (problem := connection_bounds_error(args)) is not None:
+        raise UsageError(problem)
     setup = models_from_args(args)
     config = BridgeConfig(
-        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types
+        max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
+        max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     runtime = system_from_args(args)
     serve = functools.partial(serve_stdio, models=setup)

@@ -174,6 +174,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
 
 async def npc_bark(game: GameState, call: Call) -> Any:
     _, _, ref = game.npc(call.params)
+    call.bridge.admit()
     return Deferred(ref.ask_control(Bark(call.params.raw("situation"))))
 
 

@@ -178,7 +178,9 @@ class GameState:
     # --- work --------------------------------------------------------------------------------
 
     def enqueue(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
-        """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it."""
+        """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it.
+        Raises ``busy`` beyond the connection's limits (``Bridge.admit``)."""
+        self.bridge.admit()
         reply = ref.ask_nowait(message)
         record.pending.add(reply)
         return Deferred(self._settle(record, reply))
@@ -191,6 +193,7 @@ class GameState:
 
     def run_request(self, worker: DecisionEngine | ContentGenerator, message: Any) -> Deferred:
         """Run a one-off request on its own actor (the address its client tools answer to)."""
+        self.bridge.admit()
         # Unique beyond this connection: bridges sharing a namespace share the address space.
         address = self.bridge.address(REQUEST, uuid.uuid4().hex)
         ref = self.bridge.system.spawn(address, lambda: RequestActor(worker), max_queue=1)

@@ -9,8 +9,20 @@ Contract
 - :meth:`Hub.open_bridge` makes the connection's bridge. Objects are private to the connection
   (namespace ``c<n>``) unless ``share_objects`` is on: then every connection of one tenant uses the
   tenant's namespace (``t:<name>``) as a sharing bridge (see ``Bridge(shared=True)``).
-- :func:`receive_or_idle` ends a connection's input after ``idle_timeout`` seconds without a byte
-  in either direction while the bridge has nothing in flight; a long turn is not idleness.
+- :class:`Watchdog` holds a connection's time rules, on the hub's clock (``Hub(clock=…)``; a
+  :class:`~oam_actors.models.scheduler.ManualClock` in tests). Each rule aborts the connection
+  (``Bridge.abort``: one log line, output dropped, work cancelled):
+
+  - ``write_timeout``: a write that has not completed after that many seconds: the peer does not
+    read its output (by then the bridge has stopped reading its input);
+  - ``line_timeout``: a line begun and not completed after that many seconds (a partial line
+    trickled a byte at a time), and a new connection's first message not complete after that
+    many seconds from connecting (a silent connection);
+  - ``idle_timeout``: that many seconds without a byte in either direction while the bridge has
+    nothing in flight and nothing is being written; a long turn is not idleness.
+
+  ``None`` disables a rule. A rule is checked when its deadline comes, exactly (the watchdog
+  sleeps until the next deadline, or one timeout ahead when no rule is running).
 - ``extensions`` makes each new bridge's extensions (one set per connection, as the game
   extension requires).
 - With metrics, the inferences of the system model and of the registered model types are timed
@@ -21,9 +33,12 @@ Contract
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import logging
+import socket
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import msgspec
@@ -37,25 +52,36 @@ from ..agent import (
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
 from ..errors import AgentError, ErrorCode
+from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics
 from ..runtime import ActorSystem
 from .auth import Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
 
-__all__ = ["Activity", "Hub", "ServePolicy", "receive_or_idle"]
+__all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "limit_send_buffer", "peer_name", "serve_bridge"]
 
-T = TypeVar("T")
+IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay silent with nothing in flight (``--idle-timeout``)."""
+
+LINE_TIMEOUT = 30.0
+"""Seconds to complete a begun line, or a new connection's first message (``--line-timeout``)."""
+
+WRITE_TIMEOUT = 30.0
+"""Seconds a write to the peer may take before the peer counts as not reading (``--write-timeout``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServePolicy:
-    """Limits and access rules of one server. ``idle_timeout``: seconds, ``None`` for never."""
+    """Limits and access rules of one server. Timeouts in seconds, ``None`` for never (see
+    :class:`Watchdog`)."""
 
     tokens: TokenTable = field(default_factory=TokenTable)
     share_objects: bool = False
     max_connections: int = 256
-    idle_timeout: float | None = None
+    idle_timeout: float | None = IDLE_TIMEOUT
+    line_timeout: float | None = LINE_TIMEOUT
+    write_timeout: float | None = WRITE_TIMEOUT
     max_line_bytes: int = MAX_LINE_BYTES
     auth_timeout: float = 10.0
 
@@ -72,9 +98,11 @@ class Hub:
         system_model: ModelFactory | None = None,
         extensions: Callable[[], Sequence[Extension]] = tuple,
         metrics: ServerMetrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.system = system
         self.policy = policy
+        self.clock: Clock = clock or MonotonicClock()
         self.config = config or BridgeConfig()
         self.system_model = system_model
         self.extensions = extensions
@@ -112,10 +140,11 @@ class Hub:
         limit = self.policy.max_connections
         return AgentError(ErrorCode.BUSY, f"Too many connections (limit {limit}); try again later.", limit=limit)
 
-    def open_bridge(self, write: Callable[[bytes], Awaitable[None]], tenant: Tenant) -> Bridge:
-        """The bridge of a new connection speaking for ``tenant``."""
+    def open_bridge(self, write: Callable[[bytes], Awaitable[None]], tenant: Tenant, peer: str) -> Bridge:
+        """The bridge of a new connection speaking for ``tenant``; ``peer`` names it in logs."""
         shared = self.policy.share_objects
-        namespace = f"t:{tenant.name}" if shared else f"c{next(self._serial)}"
+        serial = next(self._serial)
+        namespace = f"t:{tenant.name}" if shared else f"c{serial}"
         return Bridge(
             self.system,
             write,
@@ -125,7 +154,12 @@ class Hub:
             namespace=namespace + NAMESPACE_SEPARATOR,
             shared=shared,
             metrics=self.metrics,
+            label=f"#{serial} {peer}",
         )
+
+    def watchdog(self) -> Watchdog:
+        """The time rules of a connection accepted now."""
+        return Watchdog(self.clock, self.policy)
 
     # --- health and metrics ------------------------------------------------------------------
 
@@ -148,34 +182,104 @@ class Hub:
         return self.metrics.render()
 
 
-class Activity:
-    """When the connection last moved a byte, in either direction (event-loop clock)."""
+class Watchdog:
+    """The time rules of one connection (see the module docstring). The transport reports what
+    happens (:meth:`received`, :meth:`writing`); :meth:`watch` enforces the rules."""
 
-    def __init__(self) -> None:
-        self.last = anyio.current_time()
+    def __init__(self, clock: Clock, policy: ServePolicy) -> None:
+        self._clock = clock
+        self._policy = policy
+        now = clock.now()
+        self._last_activity = now
+        self._line_since: float | None = now  # a new connection owes its first message
+        self._write_since: float | None = None
 
-    def touch(self) -> None:
-        self.last = anyio.current_time()
+    def received(self, *, completed: bool, partial: bool) -> None:
+        """Bytes arrived: ``completed`` at least one line, and ``partial`` a line is left begun."""
+        now = self._clock.now()
+        self._last_activity = now
+        if completed:
+            self._line_since = now if partial else None
+        elif partial and self._line_since is None:
+            self._line_since = now
 
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around one write to the peer."""
+        self._write_since = self._clock.now()
+        try:
+            yield
+        finally:
+            self._write_since = None
+        self._last_activity = self._clock.now()
 
-async def receive_or_idle(
-    receive: Callable[[], Awaitable[T]], activity: Activity, timeout: float | None, busy: Callable[[], bool]
-) -> T | None:
-    """``await receive()``; ``None`` once ``timeout`` seconds pass without activity while not
-    ``busy()``. ``receive`` must be safe to cancel (anyio streams and websockets' ``recv`` are)."""
-    if timeout is None:
-        return await receive()
-    while True:
-        remaining = activity.last + timeout - anyio.current_time()
-        if remaining <= 0:
+    async def watch(self, busy: Callable[[], bool], expire: Callable[[str, int], None]) -> None:
+        """Until cancelled, or until a rule expires: then ``expire(reason, log level)`` once.
+        ``busy()``: the bridge has requests in flight (not idle)."""
+        policy = self._policy
+        if policy.write_timeout is None and policy.line_timeout is None and policy.idle_timeout is None:
+            return
+        while (expired := self._expired(busy)) is None:
+            await self._clock.sleep_until(self._next_check())
+        expire(*expired)
+
+    def _expired(self, busy: Callable[[], bool]) -> tuple[str, int] | None:
+        policy, now = self._policy, self._clock.now()
+        if _due(self._write_since, policy.write_timeout, now):
+            return f"it has not read its output for {policy.write_timeout:g} s", logging.WARNING
+        if _due(self._line_since, policy.line_timeout, now):
+            return f"no complete message within {policy.line_timeout:g} s", logging.INFO
+        if self._write_since is None and _due(self._last_activity, policy.idle_timeout, now):
             if not busy():
-                return None
-            activity.touch()  # work in flight: idleness starts when it is done
-            continue
-        with anyio.move_on_after(remaining):
-            item = await receive()
-            activity.touch()
-            return item
+                return f"idle for {policy.idle_timeout:g} s", logging.INFO
+            self._last_activity = now  # work in flight: idleness starts when it is done
+        return None
+
+    def _next_check(self) -> float:
+        """The earliest deadline; a rule not running now cannot expire before one timeout."""
+        now = self._clock.now()
+        policy = self._policy
+        starts = ((self._write_since, policy.write_timeout), (self._line_since, policy.line_timeout),
+                  (self._last_activity, policy.idle_timeout))
+        return min(now + timeout if since is None else since + timeout for since, timeout in starts if timeout is not None)
+
+
+async def serve_bridge(
+    bridge: Bridge, watchdog: Watchdog, lines: AsyncIterable[Any], buffered: Callable[[], int] | None = None
+) -> None:
+    """Serve a network connection's lines with its watchdog running beside the bridge; a
+    client that goes away costs only its own work (``drain_on_eof=False``)."""
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watchdog.watch, lambda: bridge.in_flight > 0, bridge.abort)
+        await bridge.serve(lines, drain_on_eof=False, buffered=buffered)
+        tasks.cancel_scope.cancel()
+
+
+SEND_BUFFER_BYTES = 256 * 1024
+"""The kernel's send buffer of a connection (``SO_SNDBUF``): without a cap Linux grows it to
+megabytes for a peer that does not read, holding that much before backpressure is felt."""
+
+
+def limit_send_buffer(sock: socket.socket | None) -> None:
+    """Cap ``sock``'s kernel send buffer at :data:`SEND_BUFFER_BYTES` (best effort)."""
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    except OSError:
+        pass  # not a socket the kernel lets us tune; its default applies
+
+
+def peer_name(address: object) -> str:
+    """``host:port`` (``[v6]:port``) of a socket address, for logs."""
+    if isinstance(address, tuple):
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)
+
+
+def _due(since: float | None, timeout: float | None, now: float) -> bool:
+    return since is not None and timeout is not None and now - since >= timeout
 
 
 def _timed(factory: ModelFactory, metrics: ServerMetrics) -> ModelFactory:

@@ -63,6 +63,16 @@ class LineSplitter:
         self._buffer = bytearray()
         self._discarded: int | None = None  # bytes seen of an oversize line, while discarding
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of the unfinished line held (an oversize line being discarded holds none)."""
+        return len(self._buffer)
+
+    @property
+    def partial(self) -> bool:
+        """Whether a line has begun and not ended."""
+        return bool(self._buffer) or self._discarded is not None
+
     def feed(self, chunk: bytes) -> list[bytes | LineTooLong]:
         """The lines completed by ``chunk``, in order."""
         lines: list[bytes | LineTooLong] = []
@@ -104,10 +114,11 @@ class LineSplitter:
 
 
 async def read_lines(
-    stream: ByteReceiveStream, *, max_line_bytes: int = MAX_LINE_BYTES
+    stream: ByteReceiveStream, *, max_line_bytes: int = MAX_LINE_BYTES, splitter: LineSplitter | None = None
 ) -> AsyncIterator[bytes | LineTooLong]:
-    """Lines of ``stream`` (see the module docstring); ends at end of stream."""
-    splitter = LineSplitter(max_line_bytes)
+    """Lines of ``stream`` (see the module docstring); ends at end of stream. Pass ``splitter``
+    to watch how much input it holds (``splitter.buffered``)."""
+    splitter = splitter or LineSplitter(max_line_bytes)
     while True:
         try:
             chunk = await stream.receive()

@@ -12,7 +12,15 @@ Contract
 - ``GET /health`` → 200 ``{"status":"ok","connections":n,"sessions":m}`` (no token needed, for
   probes). ``GET /metrics`` → 200 Prometheus text (with tokens configured, it needs a valid bearer
   token like ``/ws``). Any other path → 404.
-- Ends, cancellation and idleness as in the TCP transport (see ``oam_actors.transports.tcp``).
+- Ends, cancellation and the watchdog's rules as in the TCP transport (see
+  ``oam_actors.transports.tcp``); on WebSocket the line rule covers the first message (partial
+  frames are the library's). An aborted connection is closed with code 1008 and the reason.
+- Backpressure: at most one received message waits unread (``max_queue=1``); while the bridge
+  does not ask for the next one, the socket is not read. Outgoing frames wait in the outbox once
+  the library's write buffer (32 KiB) is full.
+- RFC 6455 by the ``websockets`` library: pings are answered, fragmented messages reassembled
+  (within ``max_line_bytes``), invalid UTF-8 in a text message closes with 1007, the close
+  handshake is completed (``close_timeout``: 2 s, then the socket is dropped).
 
 Runs on the asyncio backend (the ``websockets`` library is asyncio-based); its connection tasks
 belong to the server object, which :func:`websocket_server` closes on exit.
@@ -21,7 +29,7 @@ belong to the server object, which :func:`websocket_server` closes on exit.
 from __future__ import annotations
 
 import http
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from urllib.parse import urlsplit
@@ -36,13 +44,15 @@ from ..bridge import jsonrpc
 from ..errors import ErrorCode, ProtocolError
 from ..observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .auth import ANONYMOUS, Tenant, bearer_token
-from .hub import Activity, Hub, receive_or_idle
+from .hub import Hub, Watchdog, limit_send_buffer, peer_name, serve_bridge
 
 __all__ = ["WS_PATH", "BinaryFrame", "websocket_server"]
 
 TRANSPORT = "ws"
 WS_PATH = "/ws"
 _TRY_AGAIN_LATER = 1013
+_POLICY_VIOLATION = 1008
+_CLOSE_TIMEOUT = 2.0
 
 
 class BinaryFrame(msgspec.Struct, frozen=True):
@@ -66,6 +76,8 @@ async def websocket_server(hub: Hub, host: str | None, port: int) -> AsyncIterat
         port,
         process_request=partial(_route, hub=hub),
         max_size=hub.policy.max_line_bytes,
+        max_queue=1,
+        close_timeout=_CLOSE_TIMEOUT,
     )
     try:
         yield server
@@ -116,10 +128,12 @@ async def _serve_connection(websocket: ServerConnection, *, hub: Hub) -> None:
         assert websocket.request is not None
         tenant = _tenant(websocket.request, hub)
         assert tenant is not None, "the handshake checked the token"
-        activity = Activity()
-        bridge = hub.open_bridge(partial(_write, websocket, activity), tenant)
-        frames = _frames(websocket, activity, hub.policy.idle_timeout, lambda: bridge.in_flight > 0)
-        await bridge.serve(frames, drain_on_eof=False)
+        limit_send_buffer(websocket.transport.get_extra_info("socket"))
+        watchdog = hub.watchdog()
+        bridge = hub.open_bridge(partial(_write, websocket, watchdog), tenant, f"ws {peer_name(websocket.remote_address)}")
+        await serve_bridge(bridge, watchdog, _frames(websocket, watchdog))
+        if bridge.aborted is not None:
+            await _close(websocket, _POLICY_VIOLATION, bridge.aborted)
     finally:
         hub.release(TRANSPORT)
 
@@ -132,21 +146,32 @@ async def _refuse(websocket: ServerConnection, hub: Hub) -> None:
         pass
 
 
-async def _write(websocket: ServerConnection, activity: Activity, data: bytes) -> None:
+async def _close(websocket: ServerConnection, code: int, reason: str) -> None:
+    try:
+        await websocket.close(code, _truncated(reason))
+    except ConnectionClosed:
+        pass
+
+
+def _truncated(reason: str) -> str:
+    """A close reason fits in 123 bytes of UTF-8 (RFC 6455 §5.5)."""
+    encoded = reason.encode()
+    return reason if len(encoded) <= 123 else encoded[:120].decode(errors="ignore") + "..."
+
+
+async def _write(websocket: ServerConnection, watchdog: Watchdog, data: bytes) -> None:
     """The outbox hands several messages joined by newlines; each goes in its own frame."""
     try:
-        for message in data.split(b"\n"):
-            await websocket.send(message, text=True)
+        with watchdog.writing():
+            for message in data.split(b"\n"):
+                await websocket.send(message, text=True)
     except ConnectionClosed as exc:
         raise anyio.BrokenResourceError from exc
-    activity.touch()
 
 
-async def _frames(
-    websocket: ServerConnection, activity: Activity, idle_timeout: float | None, busy: Callable[[], bool]
-) -> AsyncIterator[str | BinaryFrame]:
-    receive = partial(_receive, websocket)
-    while (message := await receive_or_idle(receive, activity, idle_timeout, busy)) is not None:
+async def _frames(websocket: ServerConnection, watchdog: Watchdog) -> AsyncIterator[str | BinaryFrame]:
+    while (message := await _receive(websocket)) is not None:
+        watchdog.received(completed=True, partial=False)
         yield message if isinstance(message, str) else BinaryFrame(len(message))
 
 
