@@ -17,6 +17,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from ..addresses import is_loopback
 from ..runtime import ActorSystem, LocalSystem
 from .argtypes import UsageError, host_port, positive_int
 
@@ -61,6 +62,11 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
         _check_resolves(args.address)
     if args.state_store and not os.path.isdir(os.path.dirname(os.path.abspath(args.state_store))):
         raise UsageError(f"--state-store {args.state_store}: the folder does not exist")
+    if args.address and is_loopback(args.address.rpartition(":")[0]):
+        # Ray would replace a loopback address by this machine's routable one, where a cluster on
+        # loopback only (cluster/start.sh local) does not listen, except in its non-cluster mode.
+        # Ray reads that switch once, when it is imported: so here, before the import.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from ..cluster import RaySystem, SqliteStore
 
     def ray_system() -> ActorSystem:

@@ -112,6 +112,25 @@ def _where() -> tuple[str, str]:
 _ShardActor = ray.remote(ShardHost)
 
 
+def _use_token_if_available() -> None:
+    """Token authentication when this machine has a Ray token and ``RAY_AUTH_MODE`` is unset.
+
+    Ray turns it on so only for ``address="auto"`` (it reads ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``); with an explicit ``HOST:PORT`` it would
+    try without a token and fail for 20 s on a cluster started with token auth
+    (``cluster/start.sh``). We do what it does for ``auto`` rather than run ``start.sh local``
+    unauthenticated: loopback is shared by every user of the machine. ``RAY_AUTH_MODE`` set by
+    the user is respected: a cluster started with ``RAY_AUTH_MODE=disabled`` needs it here too
+    (as with ``auto``), since a driver in token mode refuses the cluster's unauthenticated calls."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication: nothing to turn on
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 class _Entry:
     """One spawned actor as this side knows it."""
 
@@ -382,6 +401,7 @@ class RaySystem(SystemBase):
             options.update(self._ray_options, address="local")  # never a cluster found lying around
         else:
             options["address"] = self.address
+            _use_token_if_available()
         ray.init(**options)
         self._started_ray = True
 
