@@ -5,7 +5,8 @@ All connections share one actor system (``LocalSystem``, or ``RaySystem`` with `
 and one system model; each bridge connection gets its own bridge. stdout carries exactly one line
 per listener, first ``tcp://HOST:PORT``, then ``ws://HOST:PORT/ws``, then ``http://HOST:PORT/v1``
 per ``--openai`` in the order given, with the bound ports (so ``:0`` works), and nothing else;
-logs go to stderr. SIGINT or SIGTERM stops the server: every connection is closed and its work cancelled.
+logs go to stderr, and so does anything else that writes to stdout (``reserve_stdout``). SIGINT or
+SIGTERM stops the server: every connection is closed and its work cancelled.
 
 Refuses to start (:class:`UsageError`: exit status 2, one line) when a listen address is not
 loopback and no ``--token`` is given, when a token is malformed, and when an address cannot be
@@ -18,9 +19,10 @@ import argparse
 import functools
 import importlib.util
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 from anyio.abc import SocketAttribute
@@ -31,7 +33,7 @@ from ..observability.metrics import ServerMetrics
 from ..runtime import LocalSystem
 from ..transports.auth import TokenTable, is_loopback
 from ..transports.hub import IDLE_TIMEOUT, LINE_TIMEOUT, WRITE_TIMEOUT, Hub, ServePolicy
-from ..transports.stdio import MAX_LINE_BYTES
+from ..transports.stdio import MAX_LINE_BYTES, reserve_stdout
 from ..transports.tcp import serve_tcp
 from .argtypes import Endpoint, UsageError, host_port, listen_errors, non_negative_float, positive_int
 from .models import ModelSetup, add_model_arguments, models_from_args
@@ -110,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
-    anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
-              args.openai)
+    with open(reserve_stdout(), "w") as out:
+        anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
+                  args.openai, out)
     return 0
 
 
@@ -124,9 +127,10 @@ async def serve_network(
     ws: Endpoint | None,
     runtime: SystemFactory = LocalSystem,
     openai: Sequence[Endpoint] = (),
+    out: TextIO = sys.stdout,
 ) -> None:
-    """Listen, print the bound addresses, serve until SIGINT or SIGTERM. The proxy backends'
-    HTTP client closes after every connection has ended."""
+    """Listen, print the bound addresses to ``out``, serve until SIGINT or SIGTERM. The proxy
+    backends' HTTP client closes after every connection has ended."""
     async with models.backends, models.resources, runtime() as system, models.hosted, AsyncExitStack() as stack:
         hub = Hub(
             system,
@@ -151,7 +155,7 @@ async def serve_network(
                 server = await stack.enter_async_context(websocket_server(hub, ws.host or None, ws.port))
             addresses.append(_url("ws", server.sockets[0].getsockname(), WS_PATH))
         openai_doors = _openai_listeners(hub, openai, stack, addresses)
-        print(*addresses, sep="\n", flush=True)
+        print(*addresses, sep="\n", file=out, flush=True)
         async with anyio.create_task_group() as tasks:
             if listener is not None:
                 tasks.start_soon(serve_tcp, listener, hub)

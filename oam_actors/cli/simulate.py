@@ -6,10 +6,10 @@ small rates) for 60 s, and ends with a report (JSON and an HTML page with charts
 ``reports/``: turns by outcome, latency, queue waits by priority, quota events absorbed and
 surfaced, per-device utilisation and Jain's fairness across conversations.
 
-Progress goes to stderr (stdout carries only the summary): a live table on a terminal, otherwise
-one plain line every ``--progress-interval`` seconds (and at each change of phase). Ctrl-C stops
-the load, prints one line, writes the report of what ran so far and exits 130; a second Ctrl-C
-stops without a report.
+Progress goes to stderr (stdout carries only the summary; ``reserve_stdout`` sends whatever else
+writes there to stderr): a live table on a terminal, otherwise one plain line every
+``--progress-interval`` seconds (and at each change of phase). Ctrl-C stops the load, prints one
+line, writes the report of what ran so far and exits 130; a second Ctrl-C stops without a report.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..game_methods import GameExtension
 from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
 from ..sim.backends import Backend, make_backend
 from ..sim.client import BridgeClient
+from ..transports.stdio import reserve_stdout
 from .argtypes import UsageError, non_negative_float, non_negative_int, positive_float, positive_int, unit_interval
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
@@ -323,14 +324,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         progress = _PlainProgress(args.progress_interval)
     started = time.monotonic()
-    try:
-        written = anyio.run(_main, config, progress, runtime, started)
-    except KeyboardInterrupt:  # before the signal watcher was up: nothing ran yet
-        progress.note("interrupted while starting; no report")
-        return EXIT_INTERRUPTED
-    if written is None:
-        return EXIT_INTERRUPTED
-    report, (json_path, html_path) = written
-    print(_summary(report, time.monotonic() - started))
-    print(f"report: {json_path} and {html_path}")
+    with open(reserve_stdout(), "w") as out:
+        try:
+            written = anyio.run(_main, config, progress, runtime, started)
+        except KeyboardInterrupt:  # before the signal watcher was up: nothing ran yet
+            progress.note("interrupted while starting; no report")
+            return EXIT_INTERRUPTED
+        if written is None:
+            return EXIT_INTERRUPTED
+        report, (json_path, html_path) = written
+        print(_summary(report, time.monotonic() - started), file=out)
+        print(f"report: {json_path} and {html_path}", file=out)
     return EXIT_INTERRUPTED if report["interrupted"] else 0

@@ -1,7 +1,8 @@
 """``oam-actors stdio``: one bridge over this process's stdin and stdout.
 
-stdout carries protocol messages only (one JSON object per line); logs go to stderr. The process
-exits on end of input and after answering ``shutdown``.
+stdout carries protocol messages only (one JSON object per line); logs go to stderr, and so does
+anything else that writes to stdout (``reserve_stdout``: Ray's driver prints raylet errors there).
+The process exits on end of input and after answering ``shutdown``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..bridge.config import DEFAULT_MAX_CONNECTION_BYTES, DEFAULT_MAX_IN_FLIGHT
 from ..game_methods import GameExtension, GameLimits
 from ..models.proxy import ProxyBackends
 from ..runtime import LocalSystem
-from ..transports.stdio import MAX_LINE_BYTES, LineSplitter, open_stdio, read_lines
+from ..transports.stdio import MAX_LINE_BYTES, LineSplitter, open_stdio, read_lines, reserve_stdout
 from .argtypes import UsageError, positive_int
 from .models import ModelSetup, add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
@@ -81,11 +82,13 @@ async def serve_stdio(
     runtime: SystemFactory = LocalSystem,
     *,
     models: ModelSetup | None = None,
+    stdout_fd: int = 1,
 ) -> None:
     """Serve until end of input or ``shutdown``; ``backends`` (their HTTP client) close after
     the bridge has finished. The game methods are installed with ``game``'s limits; ``models``
-    adds what the system model needs running (a device pool or model actor) and its extensions."""
-    stdin, write = await open_stdio()
+    adds what the system model needs running (a device pool or model actor) and its extensions;
+    protocol output goes to ``stdout_fd``."""
+    stdin, write = await open_stdio(stdout_fd=stdout_fd)
     async with AsyncExitStack() as resources:
         if backends is not None:
             await resources.enter_async_context(backends)
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     runtime = system_from_args(args)
-    serve = functools.partial(serve_stdio, models=setup)
+    serve = functools.partial(serve_stdio, models=setup, stdout_fd=reserve_stdout())
     game = game_limits_from_args(args)
     anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game, runtime)
     return 0

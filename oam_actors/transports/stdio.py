@@ -15,6 +15,10 @@ polled, or whose mode is shared with the shell) are read and written in a worker
 of the returned writer writes its bytes followed by ``b"\\n"``. Closing the returned stream restores
 both descriptors' blocking mode (it does not close them); writes after that raise
 ``anyio.ClosedResourceError``.
+
+:func:`reserve_stdout` keeps the process's stdout for one writer: it returns a private descriptor
+of it and points descriptor 1 at stderr, so nothing else in the process (a library's print, Ray's
+driver threads, native code, child processes) can write into what stdout carries.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from anyio.abc import ByteReceiveStream
 
 from oam_actors.errors import ErrorCode, ProtocolError
 
-__all__ = ["MAX_LINE_BYTES", "LineSplitter", "LineTooLong", "open_stdio", "read_lines"]
+__all__ = ["MAX_LINE_BYTES", "LineSplitter", "LineTooLong", "open_stdio", "read_lines", "reserve_stdout"]
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 """The longest inbound line accepted (8 MiB, excluding the newline). Large enough for a restored
@@ -136,6 +140,17 @@ async def open_stdio(
     """The process's stdin as a byte stream and a line writer for its stdout."""
     link = _Link([fd for fd in (stdin_fd, stdout_fd) if _pollable(fd)])
     return _FdReceiveStream(stdin_fd, link), _FdWriter(stdout_fd, link)
+
+
+def reserve_stdout() -> int:
+    """A private descriptor of this process's stdout; descriptor 1 (so ``sys.stdout``, and the
+    stdout of every child process started later) then writes to stderr. Ray's driver prints
+    raylet errors ("A worker died…") to ``sys.stdout`` from a thread of its own, and native code
+    writes to descriptor 1: with this, none of it can interleave with protocol output."""
+    sys.stdout.flush()
+    private = os.dup(1)  # not inherited by child processes
+    os.dup2(2, 1)
+    return private
 
 
 def _pollable(fd: int) -> bool:
