@@ -423,16 +423,49 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
         assert read["toolCalls"][0]["output"] == "started"
         assert (await wire.call("world/get", {"world": "village", "path": "quests.ring"}))["value"] == "started"
         # The world's shard dies: the document (changed by an NPC tool) and the NPCs come back.
-        shard = (await game_system.shard_info())[shard_of(village, 2)]
-        os.kill(shard.pid, signal.SIGKILL)
-        with anyio.fail_after(HANG_GUARD):
-            while sum(game_system.shard_restarts()) == 0:
-                await anyio.sleep(0.05)
+        await kill_and_wait(game_system, shard_of(village, 2))
         assert (await wire.call("world/get", {"world": "village", "path": "quests.ring"}))["value"] == "started"
         state = (await wire.call("npc/state", {"npc": gorm, "settle": False}))["state"]
         entries = state["transcript"]["transcript"]["entries"]
         assert [entry["type"] for entry in entries] == ["prompt", "toolUse", "response"]
         assert entries[1]["call"]["arguments"] == {"path": "quests.ring", "value": "started"}
+        # The subscription made before the kill still hears of changes.
+        wrote = wire.request("world/set", {"world": "village", "path": "quests.ring", "value": "found"})
+        changed = await wire.wait_for(lambda m: m.get("method") == "world/changed" and m["params"]["newValue"] == "found")
+        assert changed < wire.log.index(await wire.response(wrote))
+        check_invariants(wire.log)
+
+
+async def kill_and_wait(system: RaySystem, index: int) -> None:
+    """SIGKILL shard ``index`` and wait until the system has handled its restart."""
+    restarts = system.shard_restarts()[index]
+    os.kill((await system.shard_info())[index].pid, signal.SIGKILL)
+    with anyio.fail_after(HANG_GUARD):
+        while system.shard_restarts()[index] == restarts:
+            await anyio.sleep(0.05)
+
+
+async def test_a_restarted_shard_continues_scripts_memory_and_pending_compaction(ray_instance: None) -> None:
+    guard = {"type": "scripted", "steps": [{"text": f"reply {n}"} for n in range(3)]}
+    # The summary step is slow: the shard dies while the background compaction is still running.
+    gorm = {"type": "scripted", "steps": [
+        tool_step("change_relationship", reason="a gift", delta=7), npc_reply("Thank you."),
+        {"text": "The player gave Gorm a gift.", "delayMs": 3000}, npc_reply("Welcome back.")]}
+    options = {"memoryTools": ["changeRelationship"], "compactAfterTurns": 1, "keepRecentTurns": 0}
+    async with RaySystem(shards=1) as one_shard, open_wire(one_shard, game=True) as wire:
+        await wire.call("session/create", {"session": "guard", "model": guard})
+        await wire.call("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "options": options, "model": gorm})
+        assert (await wire.call("session/respond", {"session": "guard", "prompt": "one"}))["text"] == "reply 0"
+        talk = await wire.call("npc/talk", {"npc": "gorm", "line": "A gift for you."})
+        assert (talk["line"], talk["relationship"]) == ("Thank you.", 7)
+        await kill_and_wait(one_shard, 0)
+        # Each comes back where it was: the next step of its script, its memory, its compaction.
+        assert (await wire.call("session/respond", {"session": "guard", "prompt": "two"}))["text"] == "reply 1"
+        state = (await wire.call("npc/state", {"npc": "gorm"}))["state"]  # settles the compaction
+        assert state["memory"]["summary"] == "The player gave Gorm a gift."
+        assert state["memory"]["relationship"] == 7
+        assert (await wire.call("npc/talk", {"npc": "gorm", "line": "Hello again."}))["line"] == "Welcome back."
+        assert one_shard.shard_restarts() == [1]
         check_invariants(wire.log)
 
 

@@ -7,7 +7,8 @@ prefix, the step prompt, sampling and limits) and streams text back. It reports 
 estimates them at about four characters per token.
 
 Scripted models, proxy backends and the Nano device pool all implement this protocol; the agent
-knows nothing else about them.
+knows nothing else about them. A model whose own progress is state (a scripted model's position in
+its script) also implements :class:`Resumable`, so whoever checkpoints the conversation keeps it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "GenerationRequest",
     "LanguageModel",
     "ModelCapabilities",
+    "Resumable",
     "Sampling",
     "StepKind",
     "ToolSpec",
@@ -152,6 +154,16 @@ class LanguageModel(Protocol):
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]: ...
 
     async def availability(self) -> Availability: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A model whose progress is state. ``progress()`` is a JSON value; ``resume(progress)``
+    brings a model built as this one was (the same script, not yet played) to that point."""
+
+    def progress(self) -> Any: ...
+
+    def resume(self, progress: Any) -> None: ...
 
 
 def estimate_tokens(text: str) -> int:

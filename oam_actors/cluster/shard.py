@@ -19,7 +19,6 @@ back from their checkpoints), so this process serves no second connection.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import logging
 import os
@@ -33,8 +32,17 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..runtime import Actor, ActorRef, ActorStopped, Address, LocalSystem, MailboxFull, detached_copy
-from .endpoints import EndpointRef, provisional_ids
+from ..runtime import (
+    Actor,
+    ActorRef,
+    ActorStopped,
+    Address,
+    LocalSystem,
+    MailboxFull,
+    detached_copy,
+    use_endpoint_references,
+)
+from .endpoints import StandIns, provisional_ids
 from .frames import CONNECTION_LOST, FrameReader, encode_frame
 from .wire import (
     Ask,
@@ -91,8 +99,8 @@ class Shard:
         self._items: list[Any] = []
         self._wakeup: anyio.Event | None = None
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
-        self._stand_ins: dict[int, Any] = {}  # endpoint -> what actors here hold instead
-        self._new_id = provisional_ids(self.incarnation)
+        self._stand_ins = StandIns(self._emit_out, provisional_ids(self.incarnation))
+        self._stand_in = self._stand_ins.resolve
         # State shared by reference (.shared): live objects handed out, who holds whose, the
         # actors (to checkpoint an owner when a holder commits), and ops waiting for a holder.
         self._shares: dict[SharedRef, Any] = {}
@@ -116,6 +124,7 @@ class Shard:
 
     async def _host_forever(self) -> None:
         assert self._started is not None
+        use_endpoint_references(self._stand_ins)  # for this task's actors' checkpoints
         listener = await anyio.create_tcp_listener(local_host=self._host, local_port=0)
         async with listener, LocalSystem(checkpoint=self._saved) as system, anyio.create_task_group() as tasks:
             self._system, self._tasks = system, tasks
@@ -160,14 +169,6 @@ class Shard:
             # It may have changed the owner's state through the shared object: keep that too.
             if (actor := self._actors.get(owner)) is not None and (owner_state := actor.snapshot()) is not None:
                 self._emit(Saved(owner, owner_state))
-
-    def _stand_in(self, ref: EndpointRef) -> Any:
-        endpoint, kind = ref
-        stand_in = self._stand_ins.get(endpoint)
-        if stand_in is None:
-            emit = functools.partial(self._emit_out, endpoint)
-            stand_in = self._stand_ins[endpoint] = kind.stand_in(emit, self._new_id)
-        return stand_in
 
     def _emit_out(self, endpoint: int, call: Any) -> None:
         self._emit(Out(endpoint, call))

@@ -197,12 +197,16 @@ class NPC:
         world: WorldState | None = None,
         options: NPCOptions | None = None,
         owner: str | None = None,
+        compaction_pending: bool = False,
     ) -> NPC:
-        """An NPC from a save; tools, world and options are passed again (they are code)."""
-        return cls(
+        """An NPC from a save; tools, world and options are passed again (they are code).
+        ``compaction_pending``: the saved NPC had compaction pending (a host's checkpoint)."""
+        npc = cls(
             saved.persona, model, tools=tools, world=world, options=options,
             memory=saved.memory, history=saved.transcript.entries, owner=owner,
         )
+        npc._compaction_due = compaction_pending
+        return npc
 
     # --- state ---------------------------------------------------------------------------------
 

@@ -12,6 +12,9 @@ Step forms: ``{"text", "chunks"?}``, ``{"toolCalls": [{"name", "arguments"?, "id
 ``{"json"}``, ``{"template", "chunks"?}`` (``{prompt}``, ``{toolOutput}``, ``{toolOutputs}``),
 ``{"error", "message"?}``; any step may carry ``delayMs``. Precedence when several keys exist:
 text > toolCalls > json > template > error.
+
+Its position in the script is :class:`~oam_actors.agent.Resumable` progress: ``[steps played,
+tool calls played of the next step]``, which a session or NPC checkpoints with its conversation.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class ScriptedModel:
         capabilities: ModelCapabilities | None = None,
     ) -> None:
         self._queue: deque[ScriptStep] = deque(steps)
+        self._played = 0  # steps consumed whole
+        self._head_calls = 0  # tool calls consumed of the step at the head of the queue
         self.fallback = fallback or ScriptStep.say(_FALLBACK_TEXT)
         self.style = style
         self._capabilities = capabilities or ModelCapabilities(context_size=4096)
@@ -151,6 +156,25 @@ class ScriptedModel:
         """Steps not yet consumed."""
         return len(self._queue)
 
+    def progress(self) -> list[int]:
+        """Where it is in its script (see the module docstring)."""
+        return [self._played, self._head_calls]
+
+    def resume(self, progress: Any) -> None:
+        """Skip to ``progress`` (from :meth:`progress` of a model with the same script);
+        ``ValueError`` if it is not a position in this script."""
+        played, head_calls = progress
+        queue = self._queue
+        if not (
+            isinstance(played, int) and isinstance(head_calls, int) and 0 <= played <= len(queue) and head_calls >= 0
+            and (head_calls == 0 or (played < len(queue) and head_calls < len(queue[played].calls)))
+        ):
+            raise ValueError(f"not a position in this script: {progress!r}")
+        for _ in range(played):
+            self._next_step()
+        for _ in range(head_calls):
+            self._take_call()
+
     async def availability(self) -> Availability:
         return Availability(available=True, contextSize=self._capabilities.context_size,
                             variant="Scripted", supportedLanguages=["en"])
@@ -173,7 +197,7 @@ class ScriptedModel:
     def _select(self, request: GenerationRequest) -> tuple[ScriptStep, str | None]:
         """The step to play and, for tool-call mappings, the exact text to answer."""
         if self.style is ScriptStyle.ENVELOPE:
-            step = self._queue.popleft() if self._queue else self.fallback
+            step = self._next_step()
             if step.form is StepForm.DYNAMIC and step.dynamic is not None:
                 step = step.dynamic(request)
             if step.form is StepForm.TOOL_CALLS:
@@ -183,25 +207,39 @@ class ScriptedModel:
         if request.kind in (StepKind.DECIDE, StepKind.TOOL_ARGUMENTS):
             return self._select_decision(request.kind)
         while self._queue and self._queue[0].form is StepForm.TOOL_CALLS:
-            self._queue.popleft()
-        return (self._queue.popleft() if self._queue else self.fallback), None
+            self._next_step()
+        return self._next_step(), None
 
     def _select_decision(self, kind: StepKind) -> tuple[ScriptStep, str | None]:
         head = self._queue[0] if self._queue else None
         if head is not None and head.form is StepForm.ERROR:
-            return self._queue.popleft(), None
+            return self._next_step(), None
         if head is None or head.form is not StepForm.TOOL_CALLS:
             quiet = ScriptStep.say("", chunks=1)  # the delay of an answer applies at the reply step
             return quiet, _compact({"action": "respond", "arguments": {}}) if kind is StepKind.DECIDE else "{}"
-        call, *rest = head.calls
-        if rest:
-            self._queue[0] = ScriptStep.tool_calls(*rest)
-        else:
-            self._queue.popleft()
+        call = self._take_call()
         delayed = msgspec.structs.replace(head, calls=(call,))
         if kind is StepKind.DECIDE:
             return delayed, _compact({"action": call.name, "arguments": call.arguments})
         return delayed, _compact(call.arguments)
+
+
+    def _next_step(self) -> ScriptStep:
+        if not self._queue:
+            return self.fallback
+        self._played += 1
+        self._head_calls = 0
+        return self._queue.popleft()
+
+    def _take_call(self) -> ScriptCall:
+        """The next tool call of the head step (a ``toolCalls`` step), consumed."""
+        call, *rest = self._queue[0].calls
+        if rest:
+            self._queue[0] = ScriptStep.tool_calls(*rest)
+            self._head_calls += 1
+        else:
+            self._next_step()
+        return call
 
 
 def _compact(value: Any) -> str:

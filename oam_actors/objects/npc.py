@@ -19,7 +19,10 @@ Contract
 - :class:`UpdateNPC` carries RFC 7386 merge patches, applied to the current JSON form when the
   update runs, all or nothing (errors are ``-32602 invalid_params``).
 - Checkpoints (``snapshot``/``restore``, for runtimes with a state store): what ``npc/state``
-  saves (persona, memory, complete turns) plus the current options and client tools.
+  saves (persona, memory, complete turns) plus the current options and client tools, whether
+  compaction is pending, and the model's own progress (a scripted model's position). A
+  compaction that ran is a commit of its own. A restored NPC with compaction pending queues it
+  as when its talk ended.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from ..runtime import Actor, ActorStopped, MailboxFull
 from .messages import ToolResult
 from .outlet import Outlet, RequestId
 from .relay import TurnRelay
-from .session import object_id
+from .session import model_progress, object_id, resume_model
 
 __all__ = [
     "Bark",
@@ -109,6 +112,8 @@ class NPCCheckpoint(msgspec.Struct, frozen=True):
     state: dict[str, Any]
     options: dict[str, Any]
     tools: list[Any]
+    compaction_pending: bool = False
+    model: Any = None  # the model's progress (model_progress)
 
 
 class NPCActor(Actor):
@@ -144,7 +149,8 @@ class NPCActor(Actor):
             case SaveNPC():
                 return self._state(await self.npc.settled_state())
             case RunCompaction():
-                await self.npc.run_pending_compaction()
+                if await self.npc.run_pending_compaction():
+                    self.commit()  # checkpoint the compacted history and the summary
                 return None
             case UpdateNPC():
                 return self._update(message)
@@ -156,7 +162,10 @@ class NPCActor(Actor):
 
     def snapshot(self) -> bytes:
         npc = self.npc
-        return msgspec.json.encode(NPCCheckpoint(npc.save_state().to_wire(), npc.options.to_wire(), self.tools_wire))
+        return msgspec.json.encode(NPCCheckpoint(
+            npc.save_state().to_wire(), npc.options.to_wire(), self.tools_wire, npc.compaction_pending,
+            model_progress(npc.model),
+        ))
 
     def restore(self, state: bytes) -> None:
         saved = msgspec.json.decode(state, type=NPCCheckpoint)
@@ -165,8 +174,14 @@ class NPCActor(Actor):
         self.npc = NPC.restore(
             NPCSaveState.from_wire(saved.state, "checkpoint.state"), npc.model, tools=tools, world=npc.world,
             options=NPCOptions.from_wire(saved.options, "checkpoint.options").value, owner=npc.owner,
+            compaction_pending=saved.compaction_pending,
         )
+        resume_model(self.npc.model, saved.model)
         self.tools_wire = list(saved.tools)
+
+    async def on_start(self) -> None:
+        if self.npc.compaction_pending:  # restored before its background compaction ran
+            self._queue_compaction()
 
     async def handle_control(self, message: Any) -> Any:
         match message:

@@ -8,8 +8,9 @@ commit an operation can no longer be cancelled, so a response always agrees with
 Control lane (served at once): ``ToolResult``, ``Describe``, ``GetTranscript``.
 
 Checkpoints (``snapshot``/``restore``, used by runtimes with a state store): the committed
-conversation and settings — instructions, context note, tools, history. A model's own progress
-(a scripted model's position in its script) is not part of it.
+conversation and settings — instructions, context note, tools, history — and the model's own
+progress when it has one (:class:`~oam_actors.agent.Resumable`: a scripted model's position in its
+script), as of the last commit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ..agent import Agent, ToolChoiceKind, ToolDefinition, parse_tool_definitions
+from ..agent import Agent, LanguageModel, Resumable, ToolChoiceKind, ToolDefinition, parse_tool_definitions
 from ..agent.transcript import Entry
 from ..clock import wire_instant
 from ..errors import invalid_params
@@ -38,7 +39,7 @@ from .messages import (
 from .outlet import Outlet
 from .relay import TurnRelay
 
-__all__ = ["NAMESPACE_SEPARATOR", "SessionActor", "SessionState", "object_id"]
+__all__ = ["NAMESPACE_SEPARATOR", "SessionActor", "SessionState", "model_progress", "object_id", "resume_model"]
 
 NAMESPACE_SEPARATOR = "\x1f"
 """Ends a non-empty address namespace (U+001F, unit separator): an address id is
@@ -51,6 +52,17 @@ def object_id(address: Address) -> str:
     return address.id.rpartition(NAMESPACE_SEPARATOR)[2]
 
 
+def model_progress(model: LanguageModel) -> Any:
+    """What a checkpoint keeps of ``model``'s own progress (``None``: it has none)."""
+    return model.progress() if isinstance(model, Resumable) else None
+
+
+def resume_model(model: LanguageModel, progress: Any) -> None:
+    """Bring a freshly built ``model`` to the ``progress`` a checkpoint kept."""
+    if progress is not None and isinstance(model, Resumable):
+        model.resume(progress)
+
+
 class SessionState(msgspec.Struct, frozen=True):
     """A session's checkpoint: what its ordered operations commit."""
 
@@ -58,6 +70,7 @@ class SessionState(msgspec.Struct, frozen=True):
     context_note: str | None
     tools: list[dict[str, Any]]  # wire definitions, with their timeouts
     history: list[Entry]
+    model: Any = None  # the model's progress (model_progress)
 
 
 class SessionActor(Actor):
@@ -100,7 +113,10 @@ class SessionActor(Actor):
 
     def snapshot(self) -> bytes:
         agent = self.agent
-        state = SessionState(agent.instructions, agent.context_note, [_tool_wire(t) for t in agent.tools], agent.history)
+        state = SessionState(
+            agent.instructions, agent.context_note, [_tool_wire(t) for t in agent.tools], agent.history,
+            model_progress(agent.model),
+        )
         return msgspec.json.encode(state)
 
     def restore(self, state: bytes) -> None:
@@ -114,6 +130,7 @@ class SessionActor(Actor):
             ToolDefinition(t.name, t.description, t.schema, t.timeout, handlers.get(t.name)) for t in tools
         ]
         self.agent.history = list(saved.history)
+        resume_model(self.agent.model, saved.model)
 
     async def handle_control(self, message: Any) -> Any:
         match message:

@@ -13,12 +13,16 @@ Contract
   caused it — a world method or an NPC's ``update_world_state`` call during a turn.
 - :class:`WorldShare` (control lane) hands out the document itself to NPCs hosted in the same
   process, which read and write it directly through their world tools.
-- Checkpoints (``snapshot``/``restore``, for runtimes with a state store): the document and its
-  version, after every change through the world methods. Subscriptions are not part of them.
+- Checkpoints (``snapshot``/``restore``, for runtimes with a state store): the document, its
+  version and the subscriptions (id, path, subscriber's outlet), after every change through the
+  world methods and every subscribe or unsubscribe. A restored world notifies its subscribers
+  again (a remote runtime gives it a stand-in of the same outlet; in one process, where the
+  outlet is gone with its process, the subscription is dropped).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +31,7 @@ import anyio
 import msgspec
 
 from ..game import MISSING, Change, Observation, WorldPath, WorldState, WorldStateError
-from ..runtime import Actor
+from ..runtime import Actor, dumps_state, loads_state
 from .outlet import Outlet
 from .session import object_id
 
@@ -92,19 +96,26 @@ class WorldShare(msgspec.Struct, frozen=True):
     """Control lane: the :class:`WorldState` itself, for NPCs in this process."""
 
 
+@dataclasses.dataclass
+class _Subscription:
+    path: str
+    outlet: Outlet
+    observation: Observation | None = None
+
+
 class WorldActor(Actor):
     """See the module docstring."""
 
     def __init__(self, state: WorldState) -> None:
         self.state = state
-        self._subscriptions: dict[str, Observation] = {}
+        self._subscriptions: dict[str, _Subscription] = {}
 
     @property
     def world_id(self) -> str:
         return object_id(self.address)
 
     async def handle(self, message: Any) -> Any:
-        if isinstance(message, _CHANGES):
+        if isinstance(message, _COMMITTED):
             self.commit()  # one synchronous step: checkpointed once it is done
         try:
             return self._apply(message)
@@ -141,36 +152,53 @@ class WorldActor(Actor):
             case WorldDescribe():
                 return {"version": state.version}
             case WorldSubscribe(subscription=subscription, path=path, outlet=outlet):
-                observer = _notifier(outlet, world, subscription)
-                self._subscriptions[subscription] = state.observe(path, observer)
+                self._observe(subscription, _Subscription(path, outlet))
                 return {"subscription": subscription, "world": world, "path": path}
             case WorldUnsubscribe(subscription=subscription):
-                observation = self._subscriptions.pop(subscription, None)
-                if observation is not None:
-                    observation.cancel()
-                return observation is not None
+                ended = self._subscriptions.pop(subscription, None)
+                if ended is not None and ended.observation is not None:
+                    ended.observation.cancel()
+                return ended is not None
             case WorldEndSubscriptions():
                 ended = len(self._subscriptions)
-                for observation in self._subscriptions.values():
-                    observation.cancel()
-                self._subscriptions.clear()
+                self._end_subscriptions()
                 return ended
         raise TypeError(f"WorldActor cannot handle {type(message).__name__}")
 
+    def _observe(self, subscription: str, record: _Subscription) -> None:
+        record.observation = self.state.observe(record.path, _notifier(record.outlet, self.world_id, subscription))
+        self._subscriptions[subscription] = record
+
+    def _end_subscriptions(self) -> None:
+        for record in self._subscriptions.values():
+            if record.observation is not None:
+                record.observation.cancel()
+        self._subscriptions.clear()
+
     def snapshot(self) -> bytes:
-        return msgspec.json.encode(self.state.to_json())
+        subscriptions = [(sid, record.path, record.outlet) for sid, record in self._subscriptions.items()]
+        return dumps_state((self.state.to_json(), subscriptions))
 
     def restore(self, state: bytes) -> None:
-        self.state = WorldState.from_json(msgspec.json.decode(state))
+        document, subscriptions = loads_state(state)
+        self.state = WorldState.from_json(document)
+        # Observed in on_start: the notifications name the world, known once the actor is hosted.
+        self._subscriptions = {
+            sid: _Subscription(path, outlet) for sid, path, outlet in subscriptions if outlet is not None
+        }
+
+    async def on_start(self) -> None:
+        for subscription, record in list(self._subscriptions.items()):
+            if record.observation is None:
+                self._observe(subscription, record)
 
     async def on_stop(self) -> None:
         # NPCs may keep the document after the world is gone; its subscribers must not hear more.
-        for observation in self._subscriptions.values():
-            observation.cancel()
-        self._subscriptions.clear()
+        self._end_subscriptions()
 
 
-_CHANGES = (WorldSet, WorldMerge, WorldRemove)
+# Each one synchronous step; subscriptions are part of the checkpoint too.
+_COMMITTED = (WorldSet, WorldMerge, WorldRemove, WorldSubscribe, WorldUnsubscribe, WorldEndSubscriptions)
 
 
 def _notifier(outlet: Outlet, world: str, subscription: str) -> Callable[[Change], None]:

@@ -9,18 +9,23 @@ Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process 
 
 See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks. A runtime
 that moves actors to other processes learns what must not be pickled by value from the layers
-that define it (``register_endpoint``, ``register_shared``; see ``_crossing``).
+that define it (``register_endpoint``, ``register_shared``; see ``_crossing``), and actors write
+checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 """
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._crossing import (
     EndpointKind,
+    EndpointReferences,
     Relay,
     detached_copy,
+    dumps_state,
     endpoint_kind,
+    loads_state,
     register_endpoint,
     register_shared,
+    use_endpoint_references,
 )
 from oam_actors.runtime._errors import (
     ActorExists,
@@ -45,6 +50,7 @@ __all__ = [
     "ActorSystem",
     "Address",
     "EndpointKind",
+    "EndpointReferences",
     "ExcInfo",
     "HostFailed",
     "LocalSystem",
@@ -56,9 +62,12 @@ __all__ = [
     "SystemBase",
     "SystemState",
     "detached_copy",
+    "dumps_state",
     "endpoint_kind",
+    "loads_state",
     "register_endpoint",
     "register_shared",
+    "use_endpoint_references",
 ]
 
 # Tracebacks and reprs show the public home of each name.

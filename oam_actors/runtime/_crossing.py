@@ -17,6 +17,11 @@ which they are (the runtime knows no protocol). That layer declares them here, o
   callbacks) when a reply carries one out of its process: :func:`register_shared`.
 
 How an actor's state is checkpointed is the actor's own hook (``Actor.snapshot`` / ``restore``).
+State that holds endpoints (a world's subscribers) is written with :func:`dumps_state` and read
+with :func:`loads_state`: an endpoint in it becomes a reference that the runtime hosting the actor
+(:func:`use_endpoint_references`) resolves to a stand-in again after a restart, the driver's
+endpoint being still there; in one process it is written as ``None`` (an endpoint does not outlive
+its process, a checkpoint may).
 
 Registration is per process, as with :mod:`copyreg`: it runs when the declaring module is
 imported, and that module defines the classes of the actors holding such objects, so it is
@@ -26,10 +31,24 @@ by reference), so the receiving side needs no lookup.
 
 from __future__ import annotations
 
+import contextvars
+import io
+import pickle
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["EndpointKind", "Relay", "detached_copy", "endpoint_kind", "register_endpoint", "register_shared"]
+__all__ = [
+    "EndpointKind",
+    "EndpointReferences",
+    "Relay",
+    "detached_copy",
+    "dumps_state",
+    "endpoint_kind",
+    "loads_state",
+    "register_endpoint",
+    "register_shared",
+    "use_endpoint_references",
+]
 
 T = TypeVar("T")
 
@@ -94,3 +113,61 @@ def detached_copy(obj: Any) -> Any | None:
     """A copy of ``obj`` fit to leave its process if its type is shared, else ``None``."""
     detach = _detachers.get(type(obj))
     return None if detach is None else detach(obj)
+
+
+class EndpointReferences(Protocol):
+    """How a runtime hosting actors away from their endpoints writes the stand-ins in their
+    checkpoints, and finds them again."""
+
+    def reference(self, stand_in: Any) -> Any | None:
+        """A picklable reference to the endpoint ``stand_in`` stands for (``None``: unknown)."""
+
+    def resolve(self, reference: Any) -> Any:
+        """What actors here hold for the endpoint ``reference`` names."""
+
+
+_references: contextvars.ContextVar[EndpointReferences | None] = contextvars.ContextVar(
+    "oam_actors_endpoint_references", default=None
+)
+_ENDPOINT = "endpoint"  # persistent ids are (_ENDPOINT, reference or None)
+
+
+def use_endpoint_references(references: EndpointReferences) -> None:
+    """Checkpoints written and read from now on in this context (and the tasks it starts) keep
+    endpoints by ``references``; a remote runtime's host calls it once, before hosting actors."""
+    _references.set(references)
+
+
+def dumps_state(value: Any) -> bytes:
+    """``value`` pickled for a checkpoint, endpoints by reference (see the module docstring)."""
+    buffer = io.BytesIO()
+    _StatePickler(buffer, _references.get()).dump(value)
+    return buffer.getvalue()
+
+
+def loads_state(data: bytes) -> Any:
+    """What :func:`dumps_state` wrote; an endpoint no runtime here can resolve is ``None``."""
+    return _StateUnpickler(io.BytesIO(data), _references.get()).load()
+
+
+class _StatePickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, references: EndpointReferences | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._refs = references
+
+    def persistent_id(self, obj: Any) -> Any:
+        if endpoint_kind(obj) is None:
+            return None
+        return _ENDPOINT, None if self._refs is None else self._refs.reference(obj)
+
+
+class _StateUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, references: EndpointReferences | None) -> None:
+        super().__init__(file)
+        self._refs = references
+
+    def persistent_load(self, pid: Any) -> Any:
+        tag, reference = pid
+        if tag != _ENDPOINT:
+            raise pickle.UnpicklingError(f"unknown persistent id {tag!r}")
+        return None if reference is None or self._refs is None else self._refs.resolve(reference)
