@@ -578,3 +578,4 @@ async def test_a_model_actor_enforces_one_quota_for_sessions_on_every_shard(syst
         assert (statistics["admitted"], statistics["expired"]) == (3, 1)
     finally:
         assert stop_model("quota-test")
+
