@@ -1,11 +1,16 @@
 """RaySystem on a real two-node Ray cluster on this machine (``ray start --head`` plus
-``ray start --address``): shards on both nodes, a shard killed on the second node, and the
-protocol's conformance scenarios replayed through ``oam-actors stdio --runtime ray --address``.
+``ray start --address``): shards on both nodes, a shard killed on the second node, and every
+conformance scenario replayed on the cluster.
+
+The scenarios run over TCP on ``oam-actors serve --runtime ray --address``, one server per set
+of command-line arguments (4 for the 28 files), each replay on a connection of its own (they
+reuse session names: connections are isolated); the ones whose stdio behaviour differs from a
+network connection's (shutdown, end of input) also run through ``oam-actors stdio --runtime ray
+--address``. One cluster and one server per argument set for the whole module: a server or a
+stdio process costs seconds to start (shard processes), a replay a fraction of that.
 
 The cluster's processes are found by its own temp dir and ended by pid (not ``ray stop``, which
-would end every Ray on the machine). ``OAM_CLUSTER_ALL_SCENARIOS=1`` replays every scenario
-(about 4 s each); by default a set covering streaming, tools, cancellation, pipelining,
-restore, shutdown and end of input.
+would end every Ray on the machine).
 """
 
 from __future__ import annotations
@@ -19,16 +24,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 import ray
 import ray._raylet
-from bridge_process import BridgeProcess
-from scenarios import SCENARIO_DIR, load, replay
+from bridge_process import UNPARSED, BridgeProcess
+from scenarios import Scenario, load_all, replay
+from serve_process import ServeProcess
 from test_cluster_ray import HANG_GUARD, check_invariants, open_wire
 from test_scenarios import StdioConnection
+from test_scenarios_network import STDIO_ONLY, NetworkConnection
 
 from oam_actors.cluster import RaySystem, shard_of
 from oam_actors.runtime import Address
@@ -36,15 +42,8 @@ from oam_actors.runtime import Address
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-SCENARIO_SET = {
-    "07_respond_stream", "08_tool_round_trip", "10_tool_timeout", "11_cancel", "12_cancel_tool",
-    "14_transcript_restore", "20_pipelining", "21_shutdown", "22_end_of_input",
-}
-SCENARIOS = [
-    pytest.param(load(path), id=path.stem)
-    for path in sorted(SCENARIO_DIR.glob("*.json"))
-    if os.environ.get("OAM_CLUSTER_ALL_SCENARIOS") or path.stem in SCENARIO_SET
-]
+SCENARIOS = load_all()
+STDIO_TOO = {"shutdown", "end of input"}  # the process ends: not what a network connection does
 
 
 def _free_port() -> int:
@@ -155,8 +154,40 @@ async def test_shards_run_on_both_nodes_and_a_killed_one_comes_back(cluster: str
         ray.shutdown()
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario_over_stdio_on_the_cluster(cluster: str, scenario: Any) -> None:
+@pytest.fixture(scope="module")
+def servers(cluster: str) -> Iterator[dict[tuple[str, ...], ServeProcess]]:
+    """``serve --runtime ray`` on the cluster, one per scenario argument set, started on first use."""
+    started: dict[tuple[str, ...], ServeProcess] = {}
+    yield started
+    for server in started.values():
+        assert server.stop() == 0, server.stderr
+        server.__exit__()
+
+
+def _ids(scenarios: list[Scenario]) -> list[str]:
+    return [scenario.name for scenario in scenarios]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=_ids(SCENARIOS))
+def test_scenario_over_tcp_on_the_cluster(
+    cluster: str, servers: dict[tuple[str, ...], ServeProcess], scenario: Scenario
+) -> None:
+    if scenario.name in STDIO_ONLY:
+        pytest.skip(STDIO_ONLY[scenario.name])
+    args = tuple(scenario.args)
+    if args not in servers:
+        servers[args] = ServeProcess(["--tcp", "127.0.0.1:0", "--runtime", "ray", "--address", cluster, *args])
+    server = servers[args]
+    with server.tcp() as peer:
+        replay(scenario, NetworkConnection(peer, server))
+
+
+STDIO_SCENARIOS = [scenario for scenario in SCENARIOS if scenario.name in STDIO_TOO]
+
+
+@pytest.mark.parametrize("scenario", STDIO_SCENARIOS, ids=_ids(STDIO_SCENARIOS))
+def test_scenario_over_stdio_on_the_cluster(cluster: str, scenario: Scenario) -> None:
     with BridgeProcess([*scenario.args, "--runtime", "ray", "--address", cluster]) as process:
         replay(scenario, StdioConnection(process))
         assert process.close() == 0
+    assert [line for line in process.log if UNPARSED in line] == []
