@@ -14,12 +14,25 @@ import pytest
 from oam_actors.agent import ToolCall
 from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameReader, encode_frame, raw_frame
-from oam_actors.cluster.endpoints import Endpoints, provisional_ids
+from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.wire import Failure, Out, dumps_actor, dumps_value, loads_actor, loads_value
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
 from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
 from oam_actors.game import WorldState
-from oam_actors.runtime import Actor, ActorStopped, Address, LocalSystem, MailboxFull, detached_copy, endpoint_kind
+from oam_actors.objects import WorldActor
+from oam_actors.objects.world import WorldSet, WorldSubscribe
+from oam_actors.runtime import (
+    Actor,
+    ActorStopped,
+    Address,
+    LocalSystem,
+    MailboxFull,
+    detached_copy,
+    dumps_state,
+    endpoint_kind,
+    loads_state,
+    use_endpoint_references,
+)
 
 # --- the state store -------------------------------------------------------------------------------
 
@@ -159,6 +172,30 @@ def test_the_driver_numbers_each_endpoint_once_and_relays_its_calls() -> None:
     endpoints.deliver(Out(1, Notify("session/event", {})))
     assert endpoints.reference(_Outlet())[0] == 2
 
+
+
+def test_in_one_process_a_checkpoint_keeps_no_endpoint() -> None:
+    assert loads_state(dumps_state({"subscriber": _Outlet(), "path": "gate"})) == {"subscriber": None, "path": "gate"}
+
+
+async def test_a_world_restored_by_another_process_notifies_its_subscribers_again() -> None:
+    # A shard: its stand-ins are endpoint references in checkpoints.
+    calls: list[tuple[str, int, Any]] = []
+    use_endpoint_references(before := StandIns(lambda n, call: calls.append(("before", n, call)), provisional_ids("a")))
+    saved: list[bytes] = []
+    async with LocalSystem(checkpoint=lambda address, state: saved.append(state)) as system:
+        world = system.spawn(Address("world", "village"), lambda: WorldActor(WorldState({"gate": "shut"})))
+        await world.ask(WorldSubscribe("sub-1", "gate", before.resolve((4, OUTLETS))))
+        await world.ask(WorldSet("gate", "ajar"))
+    # The next process: a new stand-in for the same endpoint number, made from the checkpoint.
+    use_endpoint_references(StandIns(lambda n, call: calls.append(("after", n, call)), provisional_ids("b")))
+    restored = WorldActor(WorldState({}))
+    restored.restore(saved[-1])
+    async with LocalSystem() as system:
+        world = system.spawn(Address("world", "village"), lambda: restored)
+        assert (await world.ask(WorldSet("gate", "open")))["version"] == 2  # the document came back too
+    assert [(when, n, call.params["subscription"], call.params["newValue"]) for when, n, call in calls] == [
+        ("before", 4, "sub-1", "ajar"), ("after", 4, "sub-1", "open")]
 
 
 def test_a_world_document_is_shared_and_leaves_as_a_copy_without_its_observers() -> None:

@@ -386,3 +386,32 @@ async def test_an_exhausted_script_fails_a_schema_turn() -> None:
     with pytest.raises(AgentError) as caught:
         await Agent(ScriptedModel()).respond("Mood?", schema=schema)
     assert caught.value.code is ErrorCode.GENERATION_FAILED
+
+
+# --- progress (what a checkpoint keeps) ---------------------------------------------------------
+
+
+def _script() -> list[ScriptStep]:
+    return [ScriptStep.tool_calls(ScriptCall("a"), ScriptCall("b")), ScriptStep.say("one", chunks=1),
+            ScriptStep.say("two", chunks=1)]
+
+
+async def test_a_fresh_model_resumes_where_another_was_in_the_same_script() -> None:
+    model = ScriptedModel(_script())
+    assert model.progress() == [0, 0]
+    await pieces(model, StepKind.DECIDE)  # the first of the two tool calls
+    assert model.progress() == [0, 1]
+    resumed = ScriptedModel(_script())
+    resumed.resume(model.progress())
+    assert "".join(await pieces(resumed, StepKind.DECIDE)) == '{"action":"b","arguments":{}}'
+    assert await pieces(resumed) == ["one"]
+    assert resumed.progress() == [2, 0]
+    again = ScriptedModel(_script())
+    again.resume(resumed.progress())
+    assert await pieces(again) == ["two"]
+
+
+@pytest.mark.parametrize("progress", [[4, 0], [-1, 0], [1, 1], [0, 2], ["0", 0]])
+def test_a_position_outside_the_script_is_refused(progress: list[Any]) -> None:
+    with pytest.raises(ValueError, match="not a position in this script"):
+        ScriptedModel(_script()).resume(progress)

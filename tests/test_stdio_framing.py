@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import anyio
@@ -181,3 +183,23 @@ async def test_stdio_over_regular_files_uses_a_worker_thread() -> None:
         await stream.aclose()
         sink.seek(0)
         assert sink.read() == b"out\n"
+
+
+# --- reserve_stdout: one writer for the process's stdout ----------------------------------------
+
+_STRAY_WRITERS = """
+import os, subprocess, sys
+from oam_actors.transports.stdio import reserve_stdout
+ours = reserve_stdout()
+print("a library's print")
+sys.stdout.flush()
+os.write(1, b"native code\\n")
+subprocess.run([sys.executable, "-c", "print('a child process')"], check=True)
+os.write(ours, b"ours\\n")
+"""
+
+
+def test_only_the_reserved_descriptor_reaches_stdout() -> None:
+    done = subprocess.run([sys.executable, "-c", _STRAY_WRITERS], capture_output=True, check=True, timeout=60)
+    assert done.stdout == b"ours\n"
+    assert done.stderr.splitlines() == [b"a library's print", b"native code", b"a child process"]
