@@ -1,8 +1,10 @@
 """RaySystem on a real local Ray instance (``ray.init``): the ActorSystem contract across processes,
-the bridge's ordering guarantees over it, checkpoints, and a shard killed during turns.
+the bridge's ordering guarantees over it, checkpoints, and shards killed during turns (what they
+held comes back: conversations, scripted positions, NPC memory and pending compaction, world
+documents and subscriptions).
 
 Every wait has a hang guard; no assertion is about elapsed time. Tests share one Ray instance and
-one two-shard system (distinct addresses each); the fault test gets a system of its own.
+one two-shard system (distinct addresses each); the fault tests get systems of their own.
 """
 
 from __future__ import annotations
@@ -450,7 +452,7 @@ async def test_a_restarted_shard_continues_scripts_memory_and_pending_compaction
     # The summary step is slow: the shard dies while the background compaction is still running.
     gorm = {"type": "scripted", "steps": [
         tool_step("change_relationship", reason="a gift", delta=7), npc_reply("Thank you."),
-        {"text": "The player gave Gorm a gift.", "delayMs": 3000}, npc_reply("Welcome back.")]}
+        {"text": "The player gave Gorm a gift.", "delayMs": 2000}, npc_reply("Welcome back.")]}
     options = {"memoryTools": ["changeRelationship"], "compactAfterTurns": 1, "keepRecentTurns": 0}
     async with RaySystem(shards=1) as one_shard, open_wire(one_shard, game=True) as wire:
         await wire.call("session/create", {"session": "guard", "model": guard})
@@ -476,8 +478,7 @@ async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_
     ray_instance: None, tmp_path: Any
 ) -> None:
     store = SqliteStore(str(tmp_path / "state.sqlite"))
-    # Scripts are not checkpointed (only the conversation is): an echoing fallback answers the
-    # same before and after a restart.
+    # An echoing fallback: each answer names its own prompt, whichever process gives it.
     echo = {"type": "scripted", "fallback": {"template": "echo {prompt}"}}
     wait = {"name": "wait_for_player", "description": "Wait until the player is ready.",
             "parameters": {"type": "object", "properties": {}}, "timeoutSeconds": 0}

@@ -12,6 +12,10 @@ synchronously, in the order it happens, so the driver sees an actor's events and
 its reply. TCP keeps both directions in order; Ray calls would not (async actors run calls out of
 order) and cost about a millisecond each.
 
+Checkpoints that hold a stand-in (a world's subscribers) write it as the endpoint it stands for
+(the shard is their ``runtime.EndpointReferences``), so a restarted shard relays to the same
+driver endpoint.
+
 When the connection ends, the shard has lost its driver: the driver restarts it (its actors come
 back from their checkpoints), so this process serves no second connection.
 """
