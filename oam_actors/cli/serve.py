@@ -18,6 +18,7 @@ import argparse
 import functools
 import importlib.util
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
@@ -25,8 +26,10 @@ from typing import Any
 import anyio
 from anyio.abc import SocketAttribute
 
-from ..bridge import BridgeConfig, Extension
+from ..bridge import BridgeConfig, Extension, model_extensions
 from ..game_methods import GameExtension, GameLimits
+from ..models.errors import ModelHostError
+from ..models.setup import ModelSetup
 from ..observability.metrics import ServerMetrics
 from ..runtime import LocalSystem
 from ..transports.auth import TokenTable, is_loopback
@@ -34,7 +37,7 @@ from ..transports.hub import IDLE_TIMEOUT, LINE_TIMEOUT, WRITE_TIMEOUT, Hub, Ser
 from ..transports.stdio import MAX_LINE_BYTES
 from ..transports.tcp import serve_tcp
 from .argtypes import Endpoint, UsageError, host_port, listen_errors, non_negative_float, positive_int
-from .models import ModelSetup, add_model_arguments, models_from_args
+from .models import add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 from .stdio import add_connection_arguments, add_game_arguments, connection_bounds_error, game_limits_from_args
 
@@ -110,8 +113,12 @@ def run(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
-    anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
-              args.openai)
+    try:
+        anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
+                  args.openai)
+    except ModelHostError as exc:
+        print(f"oam-actors serve: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -133,7 +140,7 @@ async def serve_network(
             policy,
             config=config,
             system_model=models.system_model,
-            extensions=lambda: [*_game_extension(game), *models.extensions()],
+            extensions=lambda: [*_game_extension(game), *model_extensions(models)],
             metrics=ServerMetrics(),
         )
         addresses = []
