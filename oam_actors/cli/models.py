@@ -6,16 +6,17 @@ they make.
 makes it a pool of phones instead. What each means, and how it runs (in this process, or as a
 Ray model actor with ``--runtime ray``): :mod:`oam_actors.models.setup`.
 
-A bad value exits with status 2 and one line naming the option and what it allows.
+A bad value exits with status 2 and one line naming the option and what it allows: argparse's
+checks while parsing, :class:`~oam_actors.cli.argtypes.UsageError` for what the model config refuses.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from ..models.setup import MODEL_FORMS, ModelConfig, ModelConfigError, ModelSetup, create_model_setup
+from .argtypes import UsageError, positive_float, positive_int
 
 __all__ = ["add_model_arguments", "model_config_from_args", "models_from_args"]
 
@@ -52,7 +53,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--structured-output", action="store_true", default=_flag("OAM_STRUCTURED_OUTPUT"),
                         help="system model: send structured steps' schemas as the provider's response format")
     # String defaults from the environment go through ``type`` too, so a bad variable is reported.
-    parser.add_argument("--context-size", type=_positive_int, default=env("OAM_CONTEXT_SIZE"), metavar="TOKENS",
+    parser.add_argument("--context-size", type=positive_int, default=env("OAM_CONTEXT_SIZE"), metavar="TOKENS",
                         help="system model: input budget in tokens (default 8192; environment: OAM_CONTEXT_SIZE)")
     parser.add_argument("--device", action="append", metavar="URL",
                         default=[u for u in (env("OAM_DEVICES") or "").split(",") if u],
@@ -60,7 +61,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "model becomes a pool of these phones (environment: OAM_DEVICES, comma-separated)")
     parser.add_argument("--device-token-env", default=env("OAM_DEVICE_TOKEN_ENV"), metavar="VAR",
                         help="environment variable holding the phones' bearer token")
-    parser.add_argument("--farm-time-scale", type=_positive_float, metavar="S",
+    parser.add_argument("--farm-time-scale", type=positive_float, metavar="S",
                         default=env("OAM_FARM_TIME_SCALE") or str(ModelConfig().farm_time_scale),
                         help="--model farm:N: real seconds per phone second, > 0 (default 0.1: the 60 s quota "
                         "window lasts 6 s; environment: OAM_FARM_TIME_SCALE)")
@@ -89,34 +90,12 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
 
 
 def models_from_args(args: argparse.Namespace) -> ModelSetup:
-    """The models the options describe; a bad one exits with status 2 and one line."""
+    """The models the options describe; raises :class:`UsageError` naming the option at fault."""
     try:
         return create_model_setup(model_config_from_args(args))
     except ModelConfigError as exc:
-        command = " ".join(filter(None, ("oam-actors", getattr(args, "command", None))))
-        print(f"{command}: error: argument {_OPTIONS.get(exc.field, exc.field)}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        raise UsageError(f"argument {_OPTIONS.get(exc.field, exc.field)}: {exc}") from exc
 
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in ("1", "true", "yes")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text!r}")
-    return value
