@@ -72,7 +72,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
-    """The library config of the parsed model (and ``--runtime``) options."""
+    """The library config of the parsed model options."""
     return ModelConfig(
         model=args.model,
         base_url=args.base_url,
@@ -85,14 +85,19 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         device_token=os.environ.get(args.device_token_env) if args.device_token_env else None,
         farm_time_scale=args.farm_time_scale,
         proxy_allow_hosts=tuple(args.proxy_allow_host),
-        cluster=args.runtime == "ray",
     )
 
 
 def models_from_args(args: argparse.Namespace) -> ModelSetup:
-    """The models the options describe; raises :class:`UsageError` naming the option at fault."""
+    """The models the options describe (with ``--runtime ray``, a pool or proxy system model is a
+    Ray model actor); raises :class:`UsageError` naming the option at fault."""
+    host = None
+    if args.runtime == "ray":
+        from ..cluster import ClusterModel  # imports Ray
+
+        host = ClusterModel
     try:
-        return create_model_setup(model_config_from_args(args))
+        return create_model_setup(model_config_from_args(args), host=host)
     except ModelConfigError as exc:
         raise UsageError(f"argument {_OPTIONS.get(exc.field, exc.field)}: {exc}") from exc
 

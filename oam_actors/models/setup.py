@@ -18,12 +18,12 @@ the provider types are registered on one shared, pooled HTTP client.
                         extensions=model_extensions(setup))  # oam_actors.bridge.model_status
 
 ``setup.backends`` is the proxy client (close it last); ``setup.resources`` runs a device pool
-(enter it before the actor system); ``setup.hosted`` hosts the model actor when ``cluster`` is
-set (enter it inside the running ``RaySystem``): a pool or proxy system model cannot travel to
-the shards, so it is hosted once on the cluster (:class:`~oam_actors.cluster.ClusterModel`),
-built there, and every shard's sessions share its quota; a proxy's API key is then read from the
-model actor's environment. ``setup.status_model`` is the model ``model/status`` reports on (a
-device pool's), or ``None``.
+(enter it before the actor system); ``setup.hosted`` hosts the system model elsewhere when a
+``host`` is given (enter it inside the running actor system). On Ray a pool or proxy system model
+cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`` hosts it once
+on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and every shard's
+sessions share its quota; a proxy's API key is then read from the model actor's environment.
+``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
 
 A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
 """
@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self
 
 import msgspec
 
@@ -47,10 +47,15 @@ from .factories import PoolHost, open_proxy, scheduled_proxy
 from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
 from .scripted import ScriptedModel
 
-if TYPE_CHECKING:
-    from ..cluster import ClusterModel
-
-__all__ = ["MODEL_FORMS", "ModelConfig", "ModelConfigError", "ModelSetup", "create_model_setup"]
+__all__ = [
+    "MODEL_FORMS",
+    "HostedModel",
+    "ModelConfig",
+    "ModelConfigError",
+    "ModelHosting",
+    "ModelSetup",
+    "create_model_setup",
+]
 
 MODEL_FORMS = (
     "scripted, farm:N (N simulated phones), or PROVIDER[:BASE_URL][#MODEL] with PROVIDER one of "
@@ -67,7 +72,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``api_key_env``, ``native_tools``, ``structured_output`` and ``context_size`` apply to a
     proxy system model; ``device_token`` is the phones' bearer token; ``proxy_allow_hosts`` are
     hosts sessions may name in a proxy model's ``baseUrl`` besides the providers' own and
-    loopback; ``cluster`` hosts a pool or proxy system model as a Ray model actor.
+    loopback.
     """
 
     model: str | None = None
@@ -81,7 +86,24 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     device_token: str | None = None
     farm_time_scale: float = 0.1  # the demo scale: the phones' 60 s quota window lasts 6 s
     proxy_allow_hosts: tuple[str, ...] = ()
-    cluster: bool = False
+
+
+class HostedModel(Protocol):
+    """A system model hosted somewhere else (a Ray model actor): hosted while entered, reached
+    through :meth:`model` meanwhile. :class:`~oam_actors.cluster.ClusterModel` is one."""
+
+    name: str
+
+    def model(self) -> ModelWithStatistics: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+ModelHosting = Callable[[str, Callable[[], Any]], HostedModel]
+"""Makes a :class:`HostedModel` named ``name`` from a picklable factory of the model (a function
+or ``functools.partial`` returning the model, or an async context manager yielding it)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +116,7 @@ class ModelSetup:
     model_types: dict[str, Callable[[dict[str, Any], str], LanguageModel]]
     backends: ProxyBackends
     pool: PoolHost | None = None
-    cluster: ClusterModel | None = None
+    cluster: HostedModel | None = None
     status_model: Callable[[], ModelWithStatistics] | None = None
 
     @property
@@ -102,12 +124,13 @@ class ModelSetup:
         return self.pool if self.pool is not None else AsyncExitStack()
 
     @property
-    def hosted(self) -> ClusterModel | AsyncExitStack:
+    def hosted(self) -> HostedModel | AsyncExitStack:
         return self.cluster if self.cluster is not None else AsyncExitStack()
 
 
-def create_model_setup(config: ModelConfig) -> ModelSetup:
-    """The models ``config`` describes, not yet started. Raises :class:`ModelConfigError`."""
+def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None) -> ModelSetup:
+    """The models ``config`` describes, not yet started; with ``host``, a pool or proxy system
+    model is hosted through it (``setup.hosted``). Raises :class:`ModelConfigError`."""
     _check_numbers(config)
     pool = _pool_host(config)
     proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
@@ -117,8 +140,8 @@ def create_model_setup(config: ModelConfig) -> ModelSetup:
         backends.allow_host(proxy.host)  # sessions may name the system model's host too
     if pool is None and proxy is None:
         return ModelSetup(ScriptedModel if config.model else None, types, backends)
-    if config.cluster:
-        cluster = _cluster_model(pool, proxy)
+    if host is not None:
+        cluster = _hosted(host, pool, proxy)
         status = cluster.model if pool is not None else None
         return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=status)
     if pool is not None:
@@ -136,15 +159,12 @@ def _check_numbers(config: ModelConfig) -> None:
         raise ModelConfigError("context_size", f"expected an integer of at least 1, got {config.context_size!r}")
 
 
-def _cluster_model(pool: PoolHost | None, proxy: ProxyConfig | None) -> ClusterModel:
-    """The pool or proxy system model as a model actor named after what it is."""
-    from ..cluster import ClusterModel
-
+def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None) -> HostedModel:
+    """The pool or proxy system model, hosted under a name that says what it is."""
     if pool is not None:
-        return ClusterModel(f"system:{pool.label}", pool.opener())
+        return host(f"system:{pool.label}", pool.opener())
     assert proxy is not None
-    return ClusterModel(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}",
-                        functools.partial(open_proxy, proxy))
+    return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}", functools.partial(open_proxy, proxy))
 
 
 def _pool_host(config: ModelConfig) -> PoolHost | None:
