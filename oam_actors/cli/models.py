@@ -90,7 +90,8 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
 
 def models_from_args(args: argparse.Namespace) -> ModelSetup:
     """The models the options describe (with ``--runtime ray``, a pool or proxy system model is a
-    Ray model actor); raises :class:`UsageError` naming the option at fault."""
+    Ray model actor); raises :class:`UsageError` naming the option at fault. Imports Ray with
+    ``--runtime ray``: call :func:`~oam_actors.cli.runtime.system_from_args` first."""
     host = None
     if args.runtime == "ray":
         from ..cluster import ClusterModel  # imports Ray

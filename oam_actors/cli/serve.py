@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         write_timeout=args.write_timeout or None,
         max_line_bytes=args.max_line_bytes,
     )
-    runtime = system_from_args(args)
+    runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported
     setup = models_from_args(args)
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,

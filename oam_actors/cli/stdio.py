@@ -111,12 +111,12 @@ async def serve_stdio(
 def run(args: argparse.Namespace) -> int:
     if (problem := connection_bounds_error(args)) is not None:
         raise UsageError(problem)
+    runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported
     setup = models_from_args(args)
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
-    runtime = system_from_args(args)
     serve = functools.partial(serve_stdio, models=setup)
     game = game_limits_from_args(args)
     try:
