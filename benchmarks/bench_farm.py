@@ -110,7 +110,7 @@ async def run_farm(args: argparse.Namespace) -> tuple[Tally, dict, float, float]
             await anyio.sleep(seconds)
             group.cancel_scope.cancel()  # the run is over: steps still queued are not counted
         elapsed = time.monotonic() - started
-        stats = pool.statistics()
+        stats = pool.statistics_nowait()
     return tally, {"stats": stats, "capacity": capacity * elapsed / seconds}, elapsed, seconds
 
 

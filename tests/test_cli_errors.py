@@ -129,11 +129,6 @@ def test_log_level_goes_before_or_after_the_subcommand(argv: list[str]) -> None:
 
 # Plain int/float on purpose: any integer seeds; the phone configuration checks the battery code.
 UNCHECKED_BY_DESIGN = {("device", "--seed"), ("device", "--battery-code"), ("simulate", "--seed")}
-# Owned elsewhere (cli/models.py) and to move to oam_actors.cli.argtypes there.
-PENDING = {
-    ("stdio", "--context-size"), ("stdio", "--farm-time-scale"),
-    ("serve", "--context-size"), ("serve", "--farm-time-scale"),
-}
 
 
 @pytest.mark.parametrize("command", list(cli_main.COMMANDS))
@@ -146,7 +141,7 @@ def test_every_numeric_option_is_checked(command: str) -> None:
         for action in sub._actions
         if action.type in (int, float)
     }
-    assert unchecked - UNCHECKED_BY_DESIGN - PENDING == set(), "use a checker of oam_actors.cli.argtypes"
+    assert unchecked - UNCHECKED_BY_DESIGN == set(), "use a checker of oam_actors.cli.argtypes"
 
 
 # --- in process: how the entry point tells a mistake from a bug ----------------------------------

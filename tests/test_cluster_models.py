@@ -19,17 +19,16 @@ import pytest
 import ray.cloudpickle
 from bridge_process import BridgeProcess
 
-from oam_actors.cli.models import (
-    ClusterModel,
-    ModelStatusExtension,
-    add_model_arguments,
-    models_from_args,
-)
+from oam_actors.bridge import ModelStatusExtension, model_extensions
+from oam_actors.cli.models import add_model_arguments, models_from_args
 from oam_actors.cli.runtime import add_runtime_arguments
-from oam_actors.cluster import LOCAL_RAY_OPTIONS, shard_of
+from oam_actors.cluster import LOCAL_RAY_OPTIONS, ClusterModel, shard_of
 from oam_actors.cluster.models import ModelHost, model_running
 from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.models import ScriptedModel
+from oam_actors.models import ScriptedModel, ScriptStep
+from oam_actors.models.errors import ModelHostError
+from oam_actors.models.pool import ScheduledModel
+from oam_actors.models.scheduler import PolicyStatistics, QuotaLimits, QuotaScheduler
 from oam_actors.runtime import Address
 
 # Model actors cannot import this test module: the factories defined here travel by value.
@@ -50,7 +49,7 @@ def test_on_ray_a_farm_becomes_a_model_actor_with_model_status() -> None:
     setup = models_from_args(parse("--runtime", "ray", "--model", "farm:2"))
     assert setup.pool is None and isinstance(setup.cluster, ClusterModel)
     assert setup.cluster.name == "system:farm:2"
-    assert [type(e) for e in setup.extensions()] == [ModelStatusExtension]
+    assert [type(e) for e in model_extensions(setup)] == [ModelStatusExtension]
     with pytest.raises(RuntimeError, match="not hosted"):
         setup.system_model()  # type: ignore[misc]
 
@@ -58,8 +57,8 @@ def test_on_ray_a_farm_becomes_a_model_actor_with_model_status() -> None:
 def test_on_ray_a_proxy_becomes_a_model_actor_whose_factory_pickles() -> None:
     setup = models_from_args(parse("--runtime", "ray", "--model", "openai:http://10.0.0.7:8080/v1#qwen"))
     assert setup.cluster is not None and setup.cluster.name == "system:openai:http://10.0.0.7:8080/v1#qwen"
-    assert setup.extensions() == []
-    factory = ray.cloudpickle.loads(ray.cloudpickle.dumps(setup.cluster._factory))
+    assert model_extensions(setup) == []
+    factory = ray.cloudpickle.loads(ray.cloudpickle.dumps(setup.cluster.factory))
     assert [(c.url, c.model) for c in factory.args] == [("http://10.0.0.7:8080/v1", "qwen")]
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
@@ -89,6 +88,13 @@ async def test_a_model_host_serves_what_entering_the_factorys_context_manager_re
     assert (await host.availability()).available is True
 
 
+async def test_a_model_host_hands_on_the_models_own_statistics_record_or_none() -> None:
+    scheduled = ScheduledModel(ScriptedModel(fallback=ScriptStep.template("Aye.")), QuotaScheduler(QuotaLimits()))
+    statistics = await ModelHost(lambda: scheduled).statistics()
+    assert isinstance(statistics, PolicyStatistics) and statistics == await scheduled.statistics()
+    assert await ModelHost(ScriptedModel).statistics() is None  # a scripted model keeps none
+
+
 def no_model() -> ScriptedModel:
     raise AgentError(ErrorCode.MODEL_UNAVAILABLE, "no phone answers")
 
@@ -112,7 +118,7 @@ async def test_a_cluster_model_stops_the_model_actor_only_if_it_started_it() -> 
                 assert second.model().capabilities == first.model().capabilities == ScriptedModel().capabilities
             assert model_running("shared")
         assert not model_running("shared")
-        with pytest.raises(SystemExit, match="'broken' did not start: .*no phone answers"):
+        with pytest.raises(ModelHostError, match="'broken' did not start: .*no phone answers"):
             async with ClusterModel("broken", no_model):
                 pass
         assert not model_running("broken")

@@ -66,11 +66,7 @@ RULES[PACKAGE] = (
 
 # Known violations being fixed elsewhere right now. Each is an expected failure of its own test
 # (strict): once the import is gone, that test passes, fails as XPASS, and the entry must go.
-KNOWN_VIOLATIONS = {
-    # ClusterModel and the model factories move from cli/models.py into the library (issue 12,
-    # engineer modelsetup).
-    ("oam_actors.sim.backends", "oam_actors.cli.models"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 class Violation(NamedTuple):

@@ -36,7 +36,7 @@ async def test_a_step_rerouted_after_a_tool_ran_does_not_run_the_tool_again() ->
         agent = Agent(f.pool, instructions="You are Gorm, the innkeeper.",
                       tools=[dataclasses.replace(tool, handler=check_menu)], options=AgentOptions())
         result = await agent.respond("What's on the menu tonight?")
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     assert ran == [{}]
     assert [s.kind.value for s in result.steps] == ["decide", "decide", "respond"]
     assert [(r.call.name, r.output.is_error) for r in result.tool_calls] == [("check_menu", False)]

@@ -47,7 +47,7 @@ class Farm:
         self.clock = clock
 
     def device(self, index: int) -> Any:
-        return self.pool.statistics().devices[index]
+        return self.pool.statistics_nowait().devices[index]
 
     def admitted(self) -> list[int]:
         return [p.statistics().admitted for p in self.phones]
@@ -91,7 +91,7 @@ async def test_busy_cools_the_phone_down_and_the_step_goes_to_another() -> None:
         # Gorm's steps stay on phone 1 (his home) until it refuses: the second moves to phone 2.
         assert all([await generate(f.pool) for _ in range(2)])
         first, second = f.device(0), f.device(1)
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     assert (first.state, first.reason, first.busy, first.ok) == (DeviceState.COOLING, "BUSY (9)", 1, 1)
     assert (second.ok, stats.quota_events_absorbed, stats.quota_events_surfaced, stats.rerouted) == (1, 1, 0, 1)
     assert first.requests_limit == 1  # learned from what its window held when it refused
@@ -137,7 +137,7 @@ async def test_one_phone_busy_with_queue_time_left_waits_out_the_cool_down() -> 
             await anyio.wait_all_tasks_blocked()
             assert not results and f.device(0).queued == 1
             f.clock.advance(1.0)
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     assert results[0] and (stats.quota_events_absorbed, stats.quota_events_surfaced) == (1, 0)
     assert stats.devices[0].requests_limit == 2  # learned 1, then one more after a window without BUSY
 
@@ -155,7 +155,7 @@ async def test_every_phone_busy_past_the_queue_time_surfaces_rate_limited_with_r
             group.start_soon(second)
             await until(lambda: f.device(0).busy == 1)
             f.clock.advance(6.0)  # past the queue time; the phone's window is still full
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     [error] = errors
     assert error.code is ErrorCode.RATE_LIMITED and error.extra["retryAfterSeconds"] >= 1
     assert stats.quota_events_surfaced == 1 and stats.steps_failed == 1
@@ -181,7 +181,7 @@ async def test_safety_blocks_reach_the_caller_and_the_other_phone_is_not_asked(c
 async def test_a_prompt_over_the_input_limit_fails_context_size_exceeded() -> None:
     async with farm(phone(input_token_limit=50), phone(input_token_limit=50)) as f:
         error = await failure(f.pool, ask("User: " + "very long story " * 40 + "\nAssistant:"))
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     assert error.code is ErrorCode.CONTEXT_SIZE_EXCEEDED and "limit is 50" in error.message
     assert stats.rerouted == 0 and stats.devices[0].rejected == 1
 
@@ -219,7 +219,7 @@ async def test_repeated_failures_mark_a_phone_dead_until_a_probe_finds_it_servin
 async def test_a_phone_that_breaks_mid_stream_fails_the_step_for_the_agent_to_retry() -> None:
     async with farm(phone(fault_disconnect=1.0), phone()) as f:
         error = await failure(f.pool, ask("User: What news from the capital, and what of the mine?\nAssistant:"))
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     assert error.code is ErrorCode.GENERATION_FAILED and stats.rerouted == 0  # text had streamed
     assert stats.devices[0].errors == 1 and f.admitted() == [1, 0]
 

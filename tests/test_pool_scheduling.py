@@ -36,7 +36,7 @@ async def served_in_order(f: Farm, steps: Sequence[tuple[str, str, str]]) -> lis
         for label, owner, priority in steps:
             group.start_soon(step, label, owner, priority)
             await anyio.wait_all_tasks_blocked()  # queued before the next one arrives
-        assert f.pool.statistics().queued == len(steps)
+        assert f.pool.statistics_nowait().queued == len(steps)
         for _ in steps:
             f.clock.advance(1.0)
             order.append(await receive.receive())
@@ -57,7 +57,7 @@ async def test_dialogue_goes_before_decisions_before_background_work() -> None:
              ("decide", "npc:c", "decision"), ("talk", "npc:d", "dialogue")]
     async with farm(phone(), config=PACED) as f:
         order = await served_in_order(f, steps)
-        waits = f.pool.statistics().queue_wait
+        waits = f.pool.statistics_nowait().queue_wait
     assert order == ["talk", "decide", "bark1", "bark2", "bark3"]
     assert waits["dialogue"].p99_ms < waits["background"].p99_ms  # virtual seconds, as milliseconds
     assert (waits["dialogue"].count, waits["decision"].count, waits["background"].count) == (2, 1, 3)
@@ -79,7 +79,7 @@ async def test_a_step_that_cannot_start_within_its_queue_time_fails_rate_limited
             group.start_soon(bark)
             await anyio.wait_all_tasks_blocked()
             f.clock.advance(3.0)  # past its 2 s; the phone could take it only at t = 5
-        stats = f.pool.statistics()
+        stats = f.pool.statistics_nowait()
     [error] = errors
     assert error.code is ErrorCode.RATE_LIMITED and "within 2 s" in error.message
     assert error.retry_after is not None and error.retry_after >= 1.0
@@ -92,9 +92,9 @@ async def test_cancelling_a_queued_step_removes_it_at_once_and_the_phone_never_s
         async with anyio.create_task_group() as group:
             group.start_soon(generate, f.pool, ask(owner="npc:a"))
             await anyio.wait_all_tasks_blocked()
-            assert f.pool.statistics().queued == 1
+            assert f.pool.statistics_nowait().queued == 1
             group.cancel_scope.cancel()
-        assert f.pool.statistics().queued == 0  # before any time passes
+        assert f.pool.statistics_nowait().queued == 0  # before any time passes
         f.clock.advance(5.0)
         assert await generate(f.pool, ask(owner="npc:b"))  # the slot it held is free
     assert f.admitted() == [2]
@@ -108,16 +108,16 @@ async def test_steps_queued_on_a_phone_that_stops_serving_move_to_another_and_it
             for owner in ("npc:a", "npc:b"):
                 group.start_soon(generate, f.pool, ask(owner=owner))
                 await anyio.wait_all_tasks_blocked()
-            assert [d.queued for d in f.pool.statistics().devices] == [1, 1]
+            assert [d.queued for d in f.pool.statistics_nowait().devices] == [1, 1]
             f.phones[0].set_foreground(False)
             await f.pool.probe()  # phone 1 is in the background: its queue moves to phone 2
             await anyio.wait_all_tasks_blocked()
-            assert [d.queued for d in f.pool.statistics().devices] == [0, 2]
+            assert [d.queued for d in f.pool.statistics_nowait().devices] == [0, 2]
             f.clock.advance(1.0)
             await anyio.wait_all_tasks_blocked()
             f.clock.advance(1.0)
         assert f.admitted() == [1, 3]
-        assert f.pool.statistics().devices[0].state is DeviceState.COOLING
+        assert f.pool.statistics_nowait().devices[0].state is DeviceState.COOLING
         f.phones[0].set_foreground(True)
         await f.pool.probe()
-        assert f.pool.statistics().devices[0].state is DeviceState.READY
+        assert f.pool.statistics_nowait().devices[0].state is DeviceState.READY

@@ -210,7 +210,7 @@ async def test_a_scheduled_model_admits_by_priority_and_cools_down_on_rate_limit
     with pytest.raises(AgentError):
         await _drain(model.stream(step("a")))
     assert scheduler.statistics().cooling_down_until == pytest.approx(clock.now() + 30.0)
-    assert model.statistics().queued == (0, 0, 0)
+    assert (await model.statistics()).queued == (0, 0, 0)
 
 
 async def _drain(stream: AsyncIterator[object]) -> None:

@@ -2,6 +2,7 @@
 
 from .bridge import Bridge, tool_output_from_reply
 from .config import BridgeConfig, CustomModelFactory, ModelFactory
+from .model_status import ModelStatusExtension, model_extensions
 from .registry import Call, Deferred, Extension, MethodRegistry
 
 __all__ = [
@@ -13,5 +14,7 @@ __all__ = [
     "Extension",
     "MethodRegistry",
     "ModelFactory",
+    "ModelStatusExtension",
+    "model_extensions",
     "tool_output_from_reply",
 ]

@@ -27,8 +27,10 @@ from typing import Any, TextIO
 import anyio
 from anyio.abc import SocketAttribute
 
-from ..bridge import BridgeConfig, Extension
+from ..bridge import BridgeConfig, Extension, model_extensions
 from ..game_methods import GameExtension, GameLimits
+from ..models.errors import ModelHostError
+from ..models.setup import ModelSetup
 from ..observability.metrics import ServerMetrics
 from ..runtime import LocalSystem
 from ..transports.auth import TokenTable, is_loopback
@@ -36,7 +38,7 @@ from ..transports.hub import IDLE_TIMEOUT, LINE_TIMEOUT, WRITE_TIMEOUT, Hub, Ser
 from ..transports.stdio import MAX_LINE_BYTES, reserve_stdout
 from ..transports.tcp import serve_tcp
 from .argtypes import Endpoint, UsageError, host_port, listen_errors, non_negative_float, positive_int
-from .models import ModelSetup, add_model_arguments, models_from_args
+from .models import add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 from .stdio import add_connection_arguments, add_game_arguments, connection_bounds_error, game_limits_from_args
 
@@ -106,15 +108,19 @@ def run(args: argparse.Namespace) -> int:
         write_timeout=args.write_timeout or None,
         max_line_bytes=args.max_line_bytes,
     )
-    runtime = system_from_args(args)
+    runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported
     setup = models_from_args(args)
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     with open(reserve_stdout(), "w") as out:
-        anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws, runtime,
-                  args.openai, out)
+        try:
+            anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws,
+                      runtime, args.openai, out)
+        except ModelHostError as exc:
+            print(f"oam-actors serve: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -137,7 +143,7 @@ async def serve_network(
             policy,
             config=config,
             system_model=models.system_model,
-            extensions=lambda: [*_game_extension(game), *models.extensions()],
+            extensions=lambda: [*_game_extension(game), *model_extensions(models)],
             metrics=ServerMetrics(),
         )
         addresses = []

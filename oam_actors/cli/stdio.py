@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 from contextlib import AsyncExitStack
 
 import anyio
 
-from ..bridge import Bridge, BridgeConfig, ModelFactory
+from ..bridge import Bridge, BridgeConfig, ModelFactory, model_extensions
 from ..bridge.config import DEFAULT_MAX_CONNECTION_BYTES, DEFAULT_MAX_IN_FLIGHT
 from ..game_methods import GameExtension, GameLimits
+from ..models.errors import ModelHostError
 from ..models.proxy import ProxyBackends
+from ..models.setup import ModelSetup
 from ..runtime import LocalSystem
 from ..transports.stdio import MAX_LINE_BYTES, LineSplitter, open_stdio, read_lines, reserve_stdout
 from .argtypes import UsageError, positive_int
-from .models import ModelSetup, add_model_arguments, models_from_args
+from .models import add_model_arguments, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = [
@@ -102,7 +105,7 @@ async def serve_stdio(
         extension = GameExtension(
             max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
         )
-        extensions = [extension, *(models.extensions() if models is not None else ())]
+        extensions = [extension, *(model_extensions(models) if models is not None else ())]
         bridge = Bridge(system, write, config=config, system_model=system_model, extensions=extensions)
         splitter = LineSplitter(max_line_bytes)
         await bridge.serve(read_lines(stdin, splitter=splitter), buffered=lambda: splitter.buffered)
@@ -111,13 +114,17 @@ async def serve_stdio(
 def run(args: argparse.Namespace) -> int:
     if (problem := connection_bounds_error(args)) is not None:
         raise UsageError(problem)
+    runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported
     setup = models_from_args(args)
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
-    runtime = system_from_args(args)
     serve = functools.partial(serve_stdio, models=setup, stdout_fd=reserve_stdout())
     game = game_limits_from_args(args)
-    anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game, runtime)
+    try:
+        anyio.run(serve, config, setup.system_model, args.max_line_bytes, setup.backends, game, runtime)
+    except ModelHostError as exc:
+        print(f"oam-actors stdio: {exc}", file=sys.stderr)
+        return 1
     return 0

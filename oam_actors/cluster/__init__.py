@@ -13,13 +13,14 @@ cluster. How to run a cluster: ``cluster/README.md``. Importing this package imp
 nothing else in ``oam_actors`` does.
 """
 
-from .models import MODEL_NAMESPACE, RemoteModel, host_model, stop_model
+from .models import MODEL_NAMESPACE, ClusterModel, RemoteModel, host_model, stop_model
 from .store import SqliteStore, StateStore
 from .system import LOCAL_RAY_OPTIONS, RaySystem, ShardInfo, shard_of
 
 __all__ = [
     "LOCAL_RAY_OPTIONS",
     "MODEL_NAMESPACE",
+    "ClusterModel",
     "RaySystem",
     "RemoteModel",
     "ShardInfo",

@@ -18,22 +18,39 @@ they stay inside the shard with their session.
   ``AgentError`` is raised as is.
 - :func:`stop_model` ends the actor. Detached actors outlive drivers: stop what you host;
   :func:`model_running` tells whether one is hosted already.
+- :class:`ClusterModel` does all three for a server's system model: ``async with
+  ClusterModel(name, factory)`` hosts it (or joins the one running), ``model()`` is the bridge's
+  system model factory, and leaving stops the actor only if this one started it. A model that
+  does not start raises :class:`~oam_actors.models.errors.ModelHostError`, chained from the
+  factory's (or Ray's) error.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from types import TracebackType
+from typing import Any, Self, cast
 
 import anyio
+import anyio.to_thread
 import msgspec
 import ray
 
 from ..agent import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
+from ..models import SupportsStatistics
+from ..models.errors import ModelHostError
 from .wire import Failure
 
-__all__ = ["MODEL_NAMESPACE", "ModelHost", "RemoteModel", "host_model", "model_running", "stop_model"]
+__all__ = [
+    "MODEL_NAMESPACE",
+    "ClusterModel",
+    "ModelHost",
+    "RemoteModel",
+    "host_model",
+    "model_running",
+    "stop_model",
+]
 
 MODEL_NAMESPACE = "oam-actors"
 """The Ray namespace of model actors: shared by every driver that uses it."""
@@ -58,10 +75,10 @@ class ModelHost:
     async def availability(self) -> Availability:
         return await (await self._loaded()).availability()
 
-    async def statistics(self) -> Any:
-        """The model's ``statistics()`` as plain data (``None`` if it keeps none)."""
-        statistics = getattr(await self._loaded(), "statistics", None)
-        return None if statistics is None else msgspec.to_builtins(statistics())
+    async def statistics(self) -> msgspec.Struct | None:
+        """The model's own ``statistics()`` record (``None`` if it keeps none)."""
+        model = await self._loaded()
+        return await model.statistics() if isinstance(model, SupportsStatistics) else None
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage | Failure]:
         """The model's pieces; a failure comes as a last :class:`Failure` (errors do not pickle)."""
@@ -126,9 +143,10 @@ class RemoteModel:
     async def availability(self) -> Availability:
         return await self._handle().availability.remote()
 
-    async def statistics(self) -> Any:
-        """The hosted model's ``statistics()`` as plain data (``None`` if it keeps none)."""
-        return await self._handle().statistics.remote()
+    async def statistics(self) -> msgspec.Struct | None:
+        """The hosted model's ``statistics()`` record, fetched from its model actor (``None``
+        if it keeps none): the same record it returns where it runs."""
+        return cast(msgspec.Struct | None, await self._handle().statistics.remote())
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         pieces = self._handle().stream.options(num_returns="streaming").remote(request)
@@ -193,3 +211,42 @@ def stop_model(name: str, *, namespace: str = MODEL_NAMESPACE) -> bool:
         return False
     ray.kill(handle)
     return True
+
+
+class ClusterModel:
+    """The system model hosted once on the Ray cluster as the model actor ``name``, built there
+    by ``factory`` (picklable); :meth:`model` is the system model factory (its ``RemoteModel``).
+
+    Enter it while Ray is up (inside the ``RaySystem``). It stops the model actor on exit only
+    if it started it: a server joining a cluster where the same system model runs shares it.
+    Entering raises :class:`~oam_actors.models.errors.ModelHostError` when the model does not start.
+    """
+
+    def __init__(self, name: str, factory: Callable[[], Any]) -> None:
+        self.name = name
+        self.factory = factory
+        self._model: RemoteModel | None = None
+        self._started = False
+
+    def model(self) -> RemoteModel:
+        if self._model is None:
+            raise RuntimeError("the model actor is not hosted (use it inside `async with ClusterModel`)")
+        return self._model
+
+    async def __aenter__(self) -> Self:
+        self._started = not model_running(self.name)
+        try:
+            # Blocks until the backend is built in the model actor (a farm's phones started).
+            self._model = await anyio.to_thread.run_sync(host_model, self.name, self.factory)
+        except Exception as exc:
+            if self._started:
+                stop_model(self.name)
+            raise ModelHostError(f"the model {self.name!r} did not start: {exc}") from exc
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._model = None
+        if self._started:
+            stop_model(self.name)

@@ -15,15 +15,20 @@ Use a backend as ``async with make_backend(config) as backend``.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import msgspec
 
 from ..bridge import ModelFactory
+from ..models import ModelWithStatistics
+from ..models.errors import ModelConfigError
+from ..models.factories import PoolHost, scheduled_proxy
 from .config import SimConfig
+
+if TYPE_CHECKING:
+    from ..models.pool import DevicePool
 
 __all__ = ["Backend", "DevicesBackend", "FarmBackend", "ProxyBackend", "ScriptedBackend", "make_backend"]
 
@@ -99,7 +104,7 @@ class ScriptedBackend:
 
 
 class _PoolBackend:
-    """A device pool as the system model; subclasses say where the phones are.
+    """A device pool as the system model; subclasses say what the pool is made of.
 
     On ``--runtime ray`` the pool (and a farm's phones) is built inside one model actor, so every
     shard's sessions share its quotas; the live display then shows only what the report shows.
@@ -108,24 +113,32 @@ class _PoolBackend:
     name = "devices"
 
     def __init__(self, config: SimConfig) -> None:
-        self.config = config
-        self._stack = AsyncExitStack()
-        self._pool: Any = None
-        self._remote: Any = None
+        from ..models.pool import PoolConfigError
 
-    async def _open_pool(self, stack: AsyncExitStack) -> Any:
+        self.config = config
+        try:
+            self.host = self._pool_host()
+        except PoolConfigError as exc:
+            raise ModelConfigError(self._field, str(exc)) from exc
+        self._stack = AsyncExitStack()
+        self._model: ModelWithStatistics | None = None
+        self._pool: DevicePool | None = None  # the pool, when it runs in this process
+
+    _field = "device_urls"  # the SimConfig field a pool config error is about
+
+    def _pool_host(self) -> PoolHost:
         raise NotImplementedError
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             if self.config.runtime == "ray":
-                from ..cli.models import ClusterModel
+                from ..cluster import ClusterModel
 
-                hosted = ClusterModel(f"sim:{self.name}:{self.config.seed}", _PoolOpener(type(self), self.config))
-                await stack.enter_async_context(hosted)
-                self._remote = hosted.model()
+                hosted = await stack.enter_async_context(
+                    ClusterModel(f"sim:{self.name}:{self.config.seed}", self.host.opener()))
+                self._model = hosted.model()
             else:
-                self._pool = await self._open_pool(stack)
+                self._model = self._pool = (await stack.enter_async_context(self.host)).model()
             self._stack = stack.pop_all()
         return self
 
@@ -133,7 +146,8 @@ class _PoolBackend:
         await self._stack.aclose()
 
     def system_model(self) -> ModelFactory | None:
-        model = self._remote if self._remote is not None else self._pool
+        model = self._model
+        assert model is not None, "enter the backend first"
         return lambda: model
 
     def session_model(self, index: int) -> Any:
@@ -143,28 +157,15 @@ class _PoolBackend:
         return None
 
     def snapshot(self) -> dict[str, Any]:
-        if self._pool is None:
+        if self._pool is None:  # on Ray: the numbers are in the model actor
             return {}
-        stats = self._pool.statistics()
+        stats = self._pool.statistics_nowait()
         return {"ready": stats.ready, "cooling": stats.cooling, "dead": stats.dead, "queued": stats.queued,
                 "absorbed": stats.quota_events_absorbed, "surfaced": stats.quota_events_surfaced}
 
     async def statistics(self) -> dict[str, Any]:
-        stats = await self._remote.statistics() if self._remote is not None else self._pool.statistics()
-        return {"backend": self.name, **msgspec.to_builtins(stats)}
-
-
-class _PoolOpener:
-    """Builds a backend's pool inside the Ray model actor (picklable: a class and a config)."""
-
-    def __init__(self, backend: type[_PoolBackend], config: SimConfig) -> None:
-        self.backend = backend
-        self.config = msgspec.structs.replace(config, runtime="local")
-
-    @asynccontextmanager
-    async def __call__(self) -> AsyncIterator[Any]:
-        async with AsyncExitStack() as stack:
-            yield await self.backend(self.config)._open_pool(stack)
+        assert self._model is not None
+        return {"backend": self.name, **msgspec.to_builtins(await self._model.statistics())}
 
 
 class DevicesBackend(_PoolBackend):
@@ -172,45 +173,30 @@ class DevicesBackend(_PoolBackend):
 
     name = "devices"
 
-    async def _open_pool(self, stack: AsyncExitStack) -> Any:
-        from ..models.pool import DevicePool, PoolConfigError
-
-        try:
-            pool = DevicePool(self.config.device_urls)
-        except PoolConfigError as exc:
-            raise SystemExit(f"oam-actors simulate: --backend devices: {exc} (give --device URL)") from None
-        return await stack.enter_async_context(pool)
+    def _pool_host(self) -> PoolHost:
+        return PoolHost.devices(self.config.device_urls)
 
 
 class FarmBackend(_PoolBackend):
     """``phones`` simulated phones in this process; see the module docstring."""
 
     name = "farm"
+    _field = "phones"
 
-    def __init__(self, config: SimConfig) -> None:
-        super().__init__(config)
-        self.farm: Any = None
-
-    async def _open_pool(self, stack: AsyncExitStack) -> Any:
-        from ..models.pool import DevicePool, PoolConfigError, SimulatedFarm, scaled_config
+    def _pool_host(self) -> PoolHost:
+        from ..models.pool import PoolConfigError, scaled_config
 
         config = self.config
         if config.phones < 1:
-            raise SystemExit(f"oam-actors simulate: --phones must be at least 1; got {config.phones}")
-        try:
-            pool_config = scaled_config(config.time_scale)
-        except PoolConfigError as exc:
-            raise SystemExit(f"oam-actors simulate: {exc}") from None
-        self.farm = farm = SimulatedFarm([demo_phone_config(n, config) for n in range(config.phones)])
-        await stack.enter_async_context(farm)
-        names = [f"phone{n + 1}" for n in range(config.phones)]
-        return await stack.enter_async_context(DevicePool(farm.urls, config=pool_config, names=names))
+            raise PoolConfigError(f"a farm needs at least one phone; got {config.phones}")
+        return PoolHost(phones=[demo_phone_config(n, config) for n in range(config.phones)],
+                        config=scaled_config(config.time_scale))
 
     async def statistics(self) -> dict[str, Any]:
         stats = await super().statistics()
-        if self.farm is None:  # the phones run inside the Ray model actor
+        if self.host.farm is None:  # the phones run inside the Ray model actor
             return stats
-        phones = {f"phone{n + 1}": msgspec.to_builtins(p.statistics()) for n, p in enumerate(self.farm.phones)}
+        phones = {f"phone{n + 1}": msgspec.to_builtins(p.statistics()) for n, p in enumerate(self.host.farm.phones)}
         return {**stats, "phones": phones}
 
 
@@ -235,23 +221,19 @@ class ProxyBackend:
     name = "proxy"
 
     def __init__(self, config: SimConfig) -> None:
-        from ..models.pool import ScheduledModel
-        from ..models.proxy import ProxyBackends, parse_model_spec, scheduler_hook
-        from ..models.scheduler import QuotaLimits, QuotaScheduler
+        from ..models.proxy import ProxyBackends, parse_model_spec
 
         if not config.proxy:
-            raise SystemExit("oam-actors simulate: --backend proxy needs --proxy URL[#MODEL]")
+            raise ModelConfigError("proxy", "the proxy backend needs an OpenAI-compatible base URL[#MODEL]")
         try:
             spec = parse_model_spec(f"openai:{config.proxy}", model="default")
         except ValueError as exc:
-            raise SystemExit(f"oam-actors simulate: --proxy: {exc}") from None
+            raise ModelConfigError("proxy", str(exc)) from exc
         assert spec is not None  # "openai" is a provider
         self._backends = ProxyBackends()
         self._backends.allow_host(spec.host)
-        self._scheduler = QuotaScheduler(QuotaLimits())
-        proxy = self._backends.model(spec)
-        proxy.on_rate_limit = scheduler_hook(self._scheduler)
-        self._model = ScheduledModel(proxy, self._scheduler)
+        self._model = scheduled_proxy(self._backends.model(spec))
+        self._scheduler = self._model.scheduler
 
     async def __aenter__(self) -> Self:
         await self._backends.__aenter__()
@@ -290,9 +272,10 @@ _BACKENDS: dict[str, type[Any]] = {
 
 
 def make_backend(config: SimConfig) -> Backend:
-    """The backend ``config.backend`` names; exits with a readable message for a bad one."""
+    """The backend ``config.backend`` names, not yet entered. Raises
+    :class:`~oam_actors.models.errors.ModelConfigError` naming the ``SimConfig`` field at fault."""
     kind = _BACKENDS.get(config.backend)
     if kind is None:
-        raise SystemExit(f"oam-actors simulate: unknown backend {config.backend!r} ({', '.join(_BACKENDS)})")
+        raise ModelConfigError("backend", f"unknown backend {config.backend!r} (one of {', '.join(_BACKENDS)})")
     backend: Backend = kind(config)
     return backend

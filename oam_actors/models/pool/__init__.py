@@ -20,7 +20,9 @@ Contract
   (safety, too large, invalid) reach the caller at once.
 - Cancelling a step that waits for a device removes it from the queue at once.
 - ``availability()`` (no I/O) is available when any live device is, with the smallest context;
-  ``statistics()`` is a frozen :class:`PoolStatistics` (camelCase on the wire) for ``model/status``.
+  ``await statistics()`` (as on every model, :class:`~oam_actors.models.SupportsStatistics`)
+  and ``statistics_nowait()`` are a frozen :class:`PoolStatistics` (camelCase on the wire) for
+  ``model/status``.
 - Start-up errors (no devices, duplicate or malformed URLs, impossible settings) raise
   :class:`PoolConfigError`; unreachable phones are logged and served around.
 - Inputs and outputs are msgspec Structs, so a runtime can host the pool as a named actor.

@@ -34,7 +34,8 @@ class ScheduledModel:
     async def availability(self) -> Availability:
         return await self.model.availability()
 
-    def statistics(self) -> PolicyStatistics:
+    async def statistics(self) -> PolicyStatistics:
+        """The scheduler's numbers (:class:`~oam_actors.models.SupportsStatistics`)."""
         return self.scheduler.statistics()
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:

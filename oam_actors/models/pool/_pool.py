@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, aclosing
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, aclosing, contextmanager
 from types import TracebackType
 from typing import NoReturn, Self
 
@@ -67,6 +67,23 @@ class _Step:
         self.tried: set[int] = set()
         self.failures = 0  # failures other than quota refusals
         self.last_error: DeviceError | None = None
+
+
+class _Attempt:
+    """One try of a step on one device."""
+
+    def __init__(self, device: _Device) -> None:
+        self.device = device
+        self.admission: Admission | None = None
+        self.streamed = False  # text reached the agent: the step can no longer move
+        self.done = False  # served (or closed early by the agent): nothing left to try
+
+    def saw(self, piece: str | Usage) -> None:
+        if isinstance(piece, Usage):
+            assert self.admission is not None
+            self.admission.tokens_used = piece.input_tokens + piece.output_tokens
+        elif piece:
+            self.streamed = True
 
 
 class DevicePool:
@@ -181,37 +198,51 @@ class DevicePool:
         priority = priority_of(request.priority)
         step = _Step(request, priority, now, now + self._queue_seconds(request, priority))
         while True:
-            device = self._choose(step)
-            async with AsyncExitStack() as stack:
-                admission = await self._queue(stack, device, step)
-                if admission is None:
-                    continue  # the device failed while the step waited: choose again
-                self._waits[priority].append(self._clock.now() - step.started)
-                streamed = False
-                started = self._clock.now()
-                device.in_flight += 1
-                try:
-                    # Closed explicitly when the agent stops reading, so the phone cancels at once.
-                    pieces = await stack.enter_async_context(aclosing(device.model.stream(request)))
-                    async for piece in pieces:
-                        if isinstance(piece, Usage):
-                            admission.tokens_used = piece.input_tokens + piece.output_tokens
-                        elif piece:
-                            streamed = True
-                        yield piece
-                except DeviceError as error:
-                    self._failed(device, step, error, streamed)
-                    continue
-                except GeneratorExit:
-                    self._served(device)  # the agent had what it needed (a complete decision)
-                    raise
-                finally:
-                    device.in_flight -= 1
-                    device.busy_seconds += self._clock.now() - started
-                self._served(device)
+            attempt = _Attempt(self._choose(step))
+            async with aclosing(self._attempt(step, attempt)) as pieces:
+                async for piece in pieces:
+                    yield piece
+            if attempt.done:
                 return
 
     # --- one step --------------------------------------------------------------------------------
+
+    async def _attempt(self, step: _Step, attempt: _Attempt) -> AsyncIterator[str | Usage]:
+        """Queue ``step`` on the attempt's device, then stream it there. Returns with
+        ``attempt.done`` unset when the step must choose again: the device failed while the step
+        waited, or failed before any text (:meth:`_failed` raises when the step may not retry)."""
+        device = attempt.device
+        async with AsyncExitStack() as stack:
+            attempt.admission = await self._queue(stack, device, step)
+            if attempt.admission is None:
+                return  # the device failed while the step waited: choose again
+            self._waits[step.priority].append(self._clock.now() - step.started)
+            # Closed explicitly when the agent stops reading, so the phone cancels at once.
+            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.request)))
+            with self._busy(device):
+                try:
+                    async for piece in pieces:
+                        attempt.saw(piece)
+                        yield piece
+                except DeviceError as error:
+                    self._failed(device, step, error, attempt.streamed)
+                    return
+                except GeneratorExit:
+                    self._served(device)  # the agent had what it needed (a complete decision)
+                    raise
+            self._served(device)
+            attempt.done = True
+
+    @contextmanager
+    def _busy(self, device: _Device) -> Iterator[None]:
+        """Count a generation in flight on ``device`` and the time it kept the device busy."""
+        started = self._clock.now()
+        device.in_flight += 1
+        try:
+            yield
+        finally:
+            device.in_flight -= 1
+            device.busy_seconds += self._clock.now() - started
 
     def _choose(self, step: _Step) -> _Device:
         now = self._clock.now()
@@ -356,7 +387,12 @@ class DevicePool:
 
     # --- status ----------------------------------------------------------------------------------
 
-    def statistics(self) -> PoolStatistics:
+    async def statistics(self) -> PoolStatistics:
+        """The pool's numbers (:meth:`statistics_nowait`), as every model reports them
+        (:class:`~oam_actors.models.SupportsStatistics`)."""
+        return self.statistics_nowait()
+
+    def statistics_nowait(self) -> PoolStatistics:
         """Per device state, queue and counters; pool counters and queue waits by priority."""
         now = self._clock.now()
         elapsed = max(now - self._started, 1e-9)

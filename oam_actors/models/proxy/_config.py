@@ -226,11 +226,11 @@ def parse_model_spec(spec: str, *, base_url: str | None = None, model: str | Non
     url = url or base_url or ""
     name = name or model or ""
     if not name:
-        raise ValueError(f"--model {spec!r} names no model: use {provider_name}#MODEL or --model-name")
+        raise ValueError(f"{spec!r} names no model: write {provider_name}#MODEL or give --model-name")
     fields: dict[str, Any] = {"provider": provider, "model": name}
     if url:
         try:
-            fields["base_url"] = check_base_url(url, "--base-url")
+            fields["base_url"] = check_base_url(url, "BASE_URL")
         except ProtocolError as exc:
-            raise ValueError(exc.message) from None
+            raise ValueError(f"{spec!r}: {exc.message}") from None
     return ProxyConfig(**fields)

@@ -1,0 +1,204 @@
+"""A server's models from one :class:`ModelConfig`: the ``"system"`` model, the model types
+sessions may name, and what must run while serving.
+
+``ModelConfig.model`` is the system model: ``"scripted"``, ``"farm:N"`` (N simulated Nano phones
+in this process, ``farm_time_scale`` real seconds per phone second), a proxy backend written
+``PROVIDER[:BASE_URL][#MODEL]`` (``openai:http://127.0.0.1:8080/v1#qwen``, ``anthropic#claude-…``,
+``gemini#gemini-2.5-flash``, ``antigravity#…``), or ``None`` for none; ``base_url`` /
+``model_name`` fill in what the spec leaves out. ``devices`` (phone URLs) makes the system model a
+device pool instead. Sessions may also name proxy models themselves (``{"type": "openai", …}``):
+the provider types are registered on one shared, pooled HTTP client.
+
+::
+
+    setup = create_model_setup(ModelConfig(model="farm:4"))
+    async with setup.backends, setup.resources, LocalSystem() as system, setup.hosted:
+        bridge = Bridge(system, write, config=BridgeConfig(model_types=setup.model_types),
+                        system_model=setup.system_model,
+                        extensions=model_extensions(setup))  # oam_actors.bridge.model_status
+
+``setup.backends`` is the proxy client (close it last); ``setup.resources`` runs a device pool
+(enter it before the actor system); ``setup.hosted`` hosts the system model elsewhere when a
+``host`` is given (enter it inside the running actor system). On Ray a pool or proxy system model
+cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`` hosts it once
+on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and every shard's
+sessions share its quota; a proxy's API key is then read from the model actor's environment.
+``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
+
+A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Protocol, Self
+
+import msgspec
+
+from ..agent.model import LanguageModel
+from ._statistics import ModelWithStatistics
+from .errors import ModelConfigError
+from .factories import PoolHost, open_proxy, scheduled_proxy
+from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
+from .scripted import ScriptedModel
+
+__all__ = [
+    "MODEL_FORMS",
+    "HostedModel",
+    "ModelConfig",
+    "ModelConfigError",
+    "ModelHosting",
+    "ModelSetup",
+    "create_model_setup",
+]
+
+MODEL_FORMS = (
+    "scripted, farm:N (N simulated phones), or PROVIDER[:BASE_URL][#MODEL] with PROVIDER one of "
+    + ", ".join(p.value for p in Provider)
+)
+"""The forms :attr:`ModelConfig.model` may take, for messages and help texts."""
+
+_FARM = re.compile(r"farm:(\d+)")
+
+
+class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What the system model is and how sessions may choose theirs (see the module docstring).
+
+    ``api_key_env``, ``native_tools``, ``structured_output`` and ``context_size`` apply to a
+    proxy system model; ``device_token`` is the phones' bearer token; ``proxy_allow_hosts`` are
+    hosts sessions may name in a proxy model's ``baseUrl`` besides the providers' own and
+    loopback.
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    model_name: str | None = None
+    api_key_env: str | None = None
+    native_tools: bool = False
+    structured_output: bool = False
+    context_size: int | None = None
+    devices: tuple[str, ...] = ()
+    device_token: str | None = None
+    farm_time_scale: float = 0.1  # the demo scale: the phones' 60 s quota window lasts 6 s
+    proxy_allow_hosts: tuple[str, ...] = ()
+
+
+class HostedModel(Protocol):
+    """A system model hosted somewhere else (a Ray model actor): hosted while entered, reached
+    through :meth:`model` meanwhile. :class:`~oam_actors.cluster.ClusterModel` is one."""
+
+    name: str
+
+    def model(self) -> ModelWithStatistics: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+ModelHosting = Callable[[str, Callable[[], Any]], HostedModel]
+"""Makes a :class:`HostedModel` named ``name`` from a picklable factory of the model (a function
+or ``functools.partial`` returning the model, or an async context manager yielding it)."""
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """The system model, the session model types, the client they share (close it), and what
+    must run while serving: ``async with setup.resources`` (a device pool) before the actor
+    system starts, ``async with setup.hosted`` (a model actor) inside it."""
+
+    system_model: Callable[[], LanguageModel] | None
+    model_types: dict[str, Callable[[dict[str, Any], str], LanguageModel]]
+    backends: ProxyBackends
+    pool: PoolHost | None = None
+    cluster: HostedModel | None = None
+    status_model: Callable[[], ModelWithStatistics] | None = None
+
+    @property
+    def resources(self) -> PoolHost | AsyncExitStack:
+        return self.pool if self.pool is not None else AsyncExitStack()
+
+    @property
+    def hosted(self) -> HostedModel | AsyncExitStack:
+        return self.cluster if self.cluster is not None else AsyncExitStack()
+
+
+def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None) -> ModelSetup:
+    """The models ``config`` describes, not yet started; with ``host``, a pool or proxy system
+    model is hosted through it (``setup.hosted``). Raises :class:`ModelConfigError`."""
+    _check_numbers(config)
+    pool = _pool_host(config)
+    proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
+    backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts)
+    types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = dict(backends.model_types())
+    if proxy is not None:
+        backends.allow_host(proxy.host)  # sessions may name the system model's host too
+    if pool is None and proxy is None:
+        return ModelSetup(ScriptedModel if config.model else None, types, backends)
+    if host is not None:
+        cluster = _hosted(host, pool, proxy)
+        status = cluster.model if pool is not None else None
+        return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=status)
+    if pool is not None:
+        return ModelSetup(pool.model, types, backends, pool=pool, status_model=pool.model)
+    assert proxy is not None
+    model = scheduled_proxy(backends.model(proxy))
+    return ModelSetup(lambda: model, types, backends)  # one shared instance, so one quota scheduler
+
+
+def _check_numbers(config: ModelConfig) -> None:
+    scale = config.farm_time_scale
+    if not (math.isfinite(scale) and scale > 0):
+        raise ModelConfigError("farm_time_scale", f"expected a number greater than 0, got {scale!r}")
+    if config.context_size is not None and config.context_size < 1:
+        raise ModelConfigError("context_size", f"expected an integer of at least 1, got {config.context_size!r}")
+
+
+def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None) -> HostedModel:
+    """The pool or proxy system model, hosted under a name that says what it is."""
+    if pool is not None:
+        return host(f"system:{pool.label}", pool.opener())
+    assert proxy is not None
+    return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}", functools.partial(open_proxy, proxy))
+
+
+def _pool_host(config: ModelConfig) -> PoolHost | None:
+    from .pool import PoolConfigError
+
+    model = config.model or ""
+    if config.devices and model:
+        raise ModelConfigError("devices", f"a pool of phones and the model {model!r} were both given: choose "
+                               "one, not both")
+    farm = _FARM.fullmatch(model)
+    if farm is None and model.startswith("farm"):
+        raise ModelConfigError("model", f"{model!r}: write farm:N with N phones, e.g. farm:4")
+    try:
+        if farm is not None:
+            return PoolHost.simulated(int(farm.group(1)), time_scale=config.farm_time_scale)
+        return PoolHost.devices(config.devices, token=config.device_token) if config.devices else None
+    except PoolConfigError as exc:
+        if farm is not None:
+            raise ModelConfigError("model", f"{model!r}: {exc}") from exc
+        raise ModelConfigError("devices", str(exc)) from exc
+
+
+def _proxy_config(config: ModelConfig) -> ProxyConfig:
+    """The proxy system model's config."""
+    assert config.model is not None
+    try:
+        proxy = parse_model_spec(config.model, base_url=config.base_url, model=config.model_name)
+    except ValueError as exc:
+        raise ModelConfigError("model", str(exc)) from exc
+    if proxy is None:
+        raise ModelConfigError("model", f"unknown model {config.model!r}: expected {MODEL_FORMS}")
+    fields: dict[str, Any] = {"native_tools": config.native_tools, "structured_output": config.structured_output}
+    if config.api_key_env is not None:
+        fields["api_key_env"] = config.api_key_env
+    if config.context_size is not None:
+        fields["context_size"] = config.context_size
+    return msgspec.structs.replace(proxy, **fields)
