@@ -44,7 +44,8 @@ from .agent import (
     TurnResult,
     Usage,
 )
-from .bridge import Bridge, BridgeConfig, Call, Deferred, Extension
+from .bridge import Bridge, BridgeConfig, Call, Deferred, Extension, ModelStatusExtension
+from .clock import Clock, ManualClock, MonotonicClock
 from .errors import AgentError, ErrorCode, OamError, ProtocolError
 from .game_methods import GameExtension, GameLimits
 from .models import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
@@ -66,6 +67,7 @@ __all__ = [
     "Bridge",
     "BridgeConfig",
     "Call",
+    "Clock",
     "Deferred",
     "ErrorCode",
     "ErrorOutput",
@@ -77,7 +79,10 @@ __all__ = [
     "JsonOutput",
     "LanguageModel",
     "LocalSystem",
+    "ManualClock",
     "ModelCapabilities",
+    "ModelStatusExtension",
+    "MonotonicClock",
     "OamError",
     "ProtocolError",
     "RaySystem",
