@@ -64,11 +64,6 @@ RULES[PACKAGE] = (
     "the package root re-exports the public API: no CLI, and nothing below imports it",
 )
 
-# Known violations being fixed elsewhere right now. Each is an expected failure of its own test
-# (strict): once the import is gone, that test passes, fails as XPASS, and the entry must go.
-KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
-
-
 class Violation(NamedTuple):
     module: str
     imported: str
@@ -132,14 +127,8 @@ def test_every_layer_has_a_rule() -> None:
 
 
 def test_imports_follow_the_layers() -> None:
-    found = [v for v in violations() if (v.module, v.imported) not in KNOWN_VIOLATIONS]
+    found = violations()
     assert not found, "imports against DESIGN.md's layers:\n" + "\n".join(map(str, found))
-
-
-@pytest.mark.xfail(strict=True, reason="a known violation, being fixed elsewhere")
-@pytest.mark.parametrize(("module", "imported"), sorted(KNOWN_VIOLATIONS))
-def test_known_violation_is_gone(module: str, imported: str) -> None:
-    assert (module, imported) not in {(v.module, v.imported) for v in violations()}
 
 
 def test_the_check_sees_imports_at_any_depth_and_resolves_relative_ones(tmp_path: Path) -> None:
