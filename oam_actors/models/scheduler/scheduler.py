@@ -34,6 +34,7 @@ import msgspec
 from oam_actors.clock import Clock, ManualClock, MonotonicClock
 from oam_actors.errors import AgentError, ErrorCode
 
+from .headroom import Headroom
 from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
@@ -65,8 +66,9 @@ class _Waiter:
 class QuotaScheduler:
     """Queues model requests for one backend and lets them start as its quota allows."""
 
-    def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None) -> None:
-        self._policy = QuotaPolicy(limits)
+    def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None,
+                 headroom: Headroom | None = None) -> None:
+        self._policy = QuotaPolicy(limits, headroom=headroom)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
