@@ -9,13 +9,15 @@ dialogue demand it has seen:
   moving average (EWMA) of dialogue tickets submitted per period, weight ``smoothing`` for the
   latest period, or the count of the current period when that is higher (a surge raises the
   reserve at once; a lull lowers it one period at a time).
-- **Reserve** = ``ceil(factor × demand)`` slots, at least ``floor`` (a player may turn up at any
-  time), at most ``cap`` × the window's request limit (rounded down, so a backend allowing one
-  request per window reserves nothing and background work still runs).
-- **Use**: dialogue admitted within the rolling window counts against the reserve; a ticket of a
-  lower class may start only while the window keeps room for the rest of it. Dialogue itself may
-  use the whole window. Work that is not dialogue therefore loses at most ``reserve`` slots per
-  window, and only while dialogue is expected; when none comes the reserve decays to ``floor``.
+- **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
+  window's request limit (rounded down, so a backend allowing one request per window reserves
+  nothing and background work still runs).
+- **Use**: dialogue admitted within the rolling window counts against the reserve, but ``floor``
+  slots stay free for dialogue whatever the count (a player may speak at any moment; without
+  them, once the expected lines have come, barks refill every slot the window frees and the next
+  line waits for the window to slide). A ticket of a lower class may start only while the window
+  keeps that room. Dialogue itself may use the whole window. When no dialogue comes, work that is
+  not dialogue loses ``floor`` slots per window.
 
 Only the request limit is reserved; a backend limited by tokens alone keeps no headroom.
 """
@@ -74,13 +76,14 @@ class DialogueReserve:
         self._roll(now)
         return max(self._estimate, float(self._count))
 
-    def slots(self, now: float, limit: int | None) -> int:
-        """Slots of a window of ``limit`` requests kept for dialogue (0 without a limit)."""
+    def kept(self, now: float, limit: int | None, admitted: int) -> int:
+        """Slots of a window of ``limit`` requests to keep free for dialogue, when ``admitted``
+        dialogue requests are in the rolling window (0 without a limit)."""
         if limit is None:
             return 0
         settings = self._settings
-        wanted = max(settings.floor, math.ceil(settings.factor * self.demand(now) - 1e-9))
-        return min(math.floor(settings.cap * limit), wanted)
+        expected = math.ceil(settings.factor * self.demand(now) - 1e-9)
+        return min(math.floor(settings.cap * limit), max(settings.floor, expected - admitted))
 
     def next_change(self, now: float) -> float | None:
         """When the estimate may next fall (the end of the current period), if it can."""

@@ -1,29 +1,33 @@
-"""Which queued ticket of one backend goes next within its class (pure).
+"""Which queued ticket of one backend goes next (pure).
 
-Strict priority between classes is the policy's; this module orders one class, and keeps the
-owners' service on one ledger shared by every class of the backend.
+The policy keeps two queues over one :class:`Ledger`: player dialogue, which always goes first,
+and NPC work (decisions and background), ordered here.
 
 - **Fairness across classes.** Start-time fair queuing (SFQ) over owners, with one ledger per
   backend: an owner's finish tag grows with every admission it gets, dialogue, decision or
-  background alike. An owner whose dialogue was just served waits behind the others in the
-  background queue, and one that has had nothing comes first there. (Separate tags per class let
-  an owner whose work happened to be mostly background get far less than one whose work was
-  mostly dialogue: over a short run at 2x load that alone held Jain's index near 0.88.) A queued
-  head whose owner was served in another class meanwhile is re-tagged when it reaches the top.
+  background alike, so an owner whose dialogue was just served waits behind the others for its
+  NPC work. A queued head whose owner was served in the other queue meanwhile is re-tagged when
+  it reaches the top.
 - **Tags.** An owner's head gets the start tag ``max(virtual time - credit, owner's finish tag)``;
   virtual time becomes the tag of each admission, and the owner's finish tag ``start + cost``.
   The cost is the ticket's dominant share (one request, or its tokens in request equivalents when
-  more). The credit (:data:`IDLE_CREDIT` requests) is what an owner may be behind when it comes
-  back: one whose requests expired unserved, or that asked rarely, goes first among owners served
-  more, but can never claim more than that much for its idle time. (Classic SFQ grants no credit;
-  then over a short overloaded run, where each owner gets two or three admissions, the order
-  among owners that were not backlogged is mere arrival order, and some get nothing.)
-- **Deadlines (EDF within a fairness band).** Start tags are grouped in bands one request wide.
-  The lowest band goes first; within it, the earliest deadline (tickets without one last), then
-  the lower tag, then arrival. An admission moves its owner's next tag at least one band on, so
-  within a band no owner is served twice: two backlogged owners stay within two largest ticket
-  costs of each other, and among owners served alike, the ticket that would expire first starts
-  first. Within one owner: earliest deadline first, then arrival order.
+  more). The credit (:data:`IDLE_CREDIT` requests) is how far behind an owner may be when it comes
+  back: one whose requests expired unserved, or that asks rarely, goes first among owners served
+  more, but can never claim more than that for its idle time.
+- **Bands.** Start tags are grouped in bands (one request wide, :data:`NPC_WORK_BAND`). The lowest
+  band goes first; within it a decision goes before background work, then the earliest deadline
+  (tickets without one last), then the lower tag, then arrival. An admission moves its owner's
+  next tag at least one band on, so no owner is served twice within a band: two backlogged owners
+  stay within about two ticket costs of each other, and among owners served alike the decision,
+  then the ticket that would expire first, starts first. Within one owner: priority, then
+  earliest deadline, then arrival.
+
+Why not strict classes with fairness inside each (as before): over a short overloaded run each
+NPC gets two or three admissions, and how many depends on the mix of its requests: one whose work
+was mostly barks got a fraction of what one with dialogue and decisions got (Jain's index 0.86 to
+0.89 over ten quota windows at 2x load). Classic SFQ's "no credit for idle time" made it worse:
+an NPC whose barks expired unserved counted as idle, so the order among such NPCs was mere
+arrival order and some got nothing in the run.
 """
 
 from __future__ import annotations

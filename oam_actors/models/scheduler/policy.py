@@ -15,15 +15,17 @@ Contract
   ``tokens_per_window``; running tickets never exceed ``max_concurrency``; admissions are at least
   ``min_interval_seconds`` apart; nothing starts during a cool-down or while a rate-limit-header
   budget is spent. A ticket is never admitted after its deadline (the deadline itself counts).
-- **Priority.** Strict: the head of the highest non-empty class goes first and nothing passes it,
-  not even a smaller ticket that would fit (no priority inversion, no starvation by size).
+- **Priority.** Dialogue is strict: while a dialogue ticket waits, nothing else starts, not even
+  a smaller ticket that would fit (no priority inversion, no starvation by size). Decisions and
+  background work share one fair queue in which a decision goes first among owners served alike,
+  and an owner's own decision always before its own background work (:mod:`.ordering`).
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it; dialogue may use all of it.
-- **Order within a class** (:mod:`.ordering`): start-time fair queuing over owners on one ledger
-  shared by all classes (an owner served in one class waits its turn in the others), earliest
-  deadline first among owners within one request of service of each other, earliest deadline
-  first within an owner. The cost of a ticket is its dominant share: one request, or its tokens
-  counted in request equivalents (``tokens_per_window / requests_per_window``) when that is more.
+- **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
+  classes, with a bounded credit for idle owners; earliest deadline first among owners within one
+  request of service of each other and within an owner. The cost of a ticket is its dominant
+  share: one request, or its tokens counted in request equivalents
+  (``tokens_per_window / requests_per_window``) when that is more.
 - **Adaptation (AIMD).** A throttle (ML Kit BUSY, HTTP 429) starts a cool-down of ``retry_after``
   seconds, or an exponential backoff when the backend gave none, and multiplies the learned
   request limit by ``decrease_factor``, once per cool-down (concurrent failures are one event). An
@@ -67,7 +69,8 @@ _MAX_DOUBLINGS = 30
 
 
 class Priority(enum.IntEnum):
-    """A scheduling class; a lower value always goes first."""
+    """A scheduling class: dialogue always first; a decision before background work among owners
+    served alike (see the module docstring)."""
 
     DIALOGUE = 0  # a player is waiting for this line
     DECISION = 1  # NPC decisions and tool rounds
@@ -373,8 +376,8 @@ class QuotaPolicy:
         )
 
     def _reserve_left(self, now: float) -> int:
-        """Window slots still kept for dialogue: the reserve less the dialogue already in it."""
-        return max(0, self._reserve.slots(now, self._limit) - self._window_dialogue)
+        """Window slots kept free for dialogue now."""
+        return self._reserve.kept(now, self._limit, self._window_dialogue)
 
     def _requests_free_at(self, kept: int = 0) -> float:
         if self._limit is None:
