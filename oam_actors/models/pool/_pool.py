@@ -16,7 +16,7 @@ import anyio.abc
 import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage, estimate_tokens
-from ...errors import AgentError, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
 from ..scheduler import Admission, Clock, MonotonicClock, Priority, QuotaScheduler
@@ -256,7 +256,9 @@ class DevicePool:
                 cool_until=device.health.cool_until,
                 # What would start before this step there: its class and the classes above it.
                 load=sum(stats.queued[: step.priority + 1]) + stats.running,
-                room=None if limit is None else max(0, limit - stats.requests_in_window),
+                # Slots kept for dialogue are no room for other work.
+                room=None if limit is None else max(0, limit - stats.requests_in_window - (
+                    0 if step.priority is Priority.DIALOGUE else stats.dialogue_reserve)),
                 tried=device.index in step.tried,
             ))
         index = choose(candidates, self._turn, self._homes.get(step.owner))
@@ -307,7 +309,7 @@ class DevicePool:
             self._give_up(step, error)  # text already reached the agent, or no phone would do better
         if fault is Fault.QUOTA:
             if now >= step.deadline:
-                self._give_up(step, error)
+                self._give_up(step, self._out_of_time(step))
             self._absorbed += 1
         else:
             step.failures += 1
@@ -322,12 +324,14 @@ class DevicePool:
             self._surfaced += 1
         raise error
 
-    def _out_of_time(self, step: _Step) -> AgentError:
-        if step.last_error is not None:
-            return step.last_error
+    def _out_of_time(self, step: _Step) -> DeadlinePassed:
+        """The step's queue time is spent: the last quota refusal said why, if there was one."""
+        last = step.last_error
+        if last is not None:
+            return DeadlinePassed(last.message, retry_after=last.retry_after)
         seconds = self._queue_seconds(step.request, step.priority)
-        return AgentError(ErrorCode.RATE_LIMITED, f"No device had room for the step within {seconds:g} s.",
-                          retry_after=self._config.limits.min_interval_seconds)
+        return DeadlinePassed(f"No device had room for the step within {seconds:g} s.",
+                              retry_after=self._config.limits.min_interval_seconds)
 
     def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:
         """The pool's queue time for the priority, or the request's own when that is shorter."""
