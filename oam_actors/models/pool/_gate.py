@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..scheduler import PolicyStatistics, QuotaScheduler
-from ._config import priority_of, queue_limit
+from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
 
 __all__ = ["ScheduledModel"]
 
@@ -24,7 +24,7 @@ class ScheduledModel:
     :class:`~oam_actors.models.pool.PoolConfig`. Queue expiry raises ``rate_limited``."""
 
     def __init__(self, model: LanguageModel, scheduler: QuotaScheduler, *,
-                 queue_seconds: tuple[float, float, float] = (20.0, 60.0, 120.0)) -> None:
+                 queue_seconds: tuple[float, float, float] = DEFAULT_QUEUE_SECONDS) -> None:
         self.model = model
         self.scheduler = scheduler
         self._queue_seconds = queue_seconds
