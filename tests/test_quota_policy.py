@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from oam_actors.models.scheduler import NO_HEADROOM, Headroom, Priority, QuotaLimits, QuotaPolicy, Ticket
+from oam_actors.models.scheduler import NO_HEADROOM, Headroom, Ledger, Priority, QuotaLimits, QuotaPolicy, Ticket
 from oam_actors.models.scheduler.headroom import DialogueReserve
 from oam_actors.sim.stats import jain_index
 
@@ -231,3 +231,20 @@ def test_fairness_over_npcs_holds_in_a_ten_window_run_at_two_to_three_times_load
     index = jain_index(served)
     assert index is not None and index >= 0.95
     assert admitted >= 0.9 * capacity  # the headroom kept for dialogue costs little throughput
+
+
+def test_phones_sharing_a_ledger_serve_an_npc_served_elsewhere_after_the_others() -> None:
+    # "a" had two admissions on phone 1; on phone 2 it then waits behind "b", who had none.
+    ledger = Ledger()
+    one, two = (QuotaPolicy(QuotaLimits(max_concurrency=1), ledger=ledger) for _ in range(2))
+    for _ in range(2):
+        one.submit(ticket("a", B))
+    assert [t.owner for t in serve_all(one)] == ["a", "a"]
+    two.submit(ticket("a", B))
+    two.submit(ticket("b", B))
+    assert [t.owner for t in serve_all(two, start=10.0)] == ["b", "a"]
+    # Alone, phone 2 would have served them in arrival order.
+    alone = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    alone.submit(ticket("a", B))
+    alone.submit(ticket("b", B))
+    assert [t.owner for t in serve_all(alone)] == ["a", "b"]

@@ -19,7 +19,7 @@ from ...agent.model import Availability, GenerationRequest, ModelCapabilities, U
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
-from ..scheduler import Admission, Clock, MonotonicClock, Priority, QuotaScheduler
+from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
@@ -106,9 +106,10 @@ class DevicePool:
         timeout = config.timeouts.to_httpx()
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False,
                                           limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
-                    QuotaScheduler(config.limits, clock=self._clock), Health(config.dead_after_failures))
+                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger), Health(config.dead_after_failures))
             for n, (url, name) in enumerate(zip(urls, names, strict=True))
         ]
         self._started = self._clock.now()

@@ -12,6 +12,7 @@ dialogue) beside it; :mod:`.scheduler` is the thin anyio shell that backends wra
 """
 
 from .headroom import NO_HEADROOM, Headroom
+from .ordering import Ledger
 from .policy import (
     Decision,
     Expiry,
@@ -30,6 +31,7 @@ __all__ = [
     "Decision",
     "Expiry",
     "Headroom",
+    "Ledger",
     "ManualClock",
     "NO_HEADROOM",
     "MonotonicClock",

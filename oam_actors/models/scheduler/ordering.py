@@ -4,7 +4,7 @@ The policy keeps two queues over one :class:`Ledger`: player dialogue, which alw
 and NPC work (decisions and background), ordered here.
 
 - **Fairness across classes.** Start-time fair queuing (SFQ) over owners, with one ledger per
-  backend: an owner's finish tag grows with every admission it gets, dialogue, decision or
+  backend (or per device pool, shared by its phones): an owner's finish tag grows with every admission it gets, dialogue, decision or
   background alike, so an owner whose dialogue was just served waits behind the others for its
   NPC work. A queued head whose owner was served in the other queue meanwhile is re-tagged when
   it reaches the top.
@@ -72,7 +72,9 @@ class _Account:
 
 
 class Ledger:
-    """Every owner's service on one backend: SFQ finish tags on one virtual clock."""
+    """Every owner's service on one backend, or on the phones of one pool (whose policies share
+    it, so an NPC served on one phone waits its turn on the others): SFQ finish tags on one
+    virtual clock."""
 
     def __init__(self, credit: float = IDLE_CREDIT) -> None:
         self.credit = credit

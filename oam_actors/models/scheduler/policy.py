@@ -187,9 +187,11 @@ class QuotaPolicy:
     again at ``next_wakeup``. Not thread-safe: one owner (an actor, a scheduler) calls it.
     """
 
-    def __init__(self, limits: QuotaLimits, *, headroom: Headroom | None = None) -> None:
+    def __init__(self, limits: QuotaLimits, *, headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
+        """``ledger`` may be shared by the policies of backends that serve the same owners (the
+        phones of one pool): an owner served on one then waits its turn on the others too."""
         self._limits = limits
-        self._ledger = Ledger()
+        self._ledger = ledger if ledger is not None else Ledger()
         # Dialogue is a class of its own; decisions and background work share one queue.
         dialogue, npc_work = ClassQueue(self._ledger), ClassQueue(self._ledger, NPC_WORK_BAND)
         self._classes = (dialogue, npc_work, npc_work)

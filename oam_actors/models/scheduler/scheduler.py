@@ -35,6 +35,7 @@ from oam_actors.clock import Clock, ManualClock, MonotonicClock
 from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 
 from .headroom import Headroom
+from .ordering import Ledger
 from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
@@ -67,8 +68,8 @@ class QuotaScheduler:
     """Queues model requests for one backend and lets them start as its quota allows."""
 
     def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None,
-                 headroom: Headroom | None = None) -> None:
-        self._policy = QuotaPolicy(limits, headroom=headroom)
+                 headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
+        self._policy = QuotaPolicy(limits, headroom=headroom, ledger=ledger)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
