@@ -134,20 +134,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for n in range(args.npcs):
                 persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
                 await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village"})
-            before = pool.statistics()
+            before = pool.statistics_nowait()
             started = time.monotonic()
             until = started + args.seconds
             during: list[Any] = []
 
             async def at_the_end() -> None:
                 await anyio.sleep(args.seconds)
-                during.append(pool.statistics())
+                during.append(pool.statistics_nowait())
 
             async with anyio.create_task_group() as group:
                 group.start_soon(at_the_end)
                 for n in range(args.npcs):
                     group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
-            after = pool.statistics()  # the requests in flight at the end have finished
+            after = pool.statistics_nowait()  # the requests in flight at the end have finished
     generations = during[0].steps_ok - before.steps_ok  # within the load
     # The most rolling windows can allow over the load: a full window at its start, then its rate.
     windows = args.seconds / limits.window_seconds + 1

@@ -80,7 +80,7 @@ async def pool_crowd() -> AsyncIterator[Crowd]:
             pool = await stack.enter_async_context(DevicePool([device.url], config=config, clock=clock))
             system = await stack.enter_async_context(LocalSystem())
             client = await stack.enter_async_context(BridgeClient(bridge_over(system, pool)))
-            yield Crowd(client, clock, lambda: sum(d.queued for d in pool.statistics().devices))
+            yield Crowd(client, clock, lambda: sum(d.queued for d in pool.statistics_nowait().devices))
 
 
 @pytest.fixture

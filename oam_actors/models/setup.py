@@ -169,7 +169,7 @@ def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None
         return host(f"system:{pool.label}", pool.opener())
     assert proxy is not None
     return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}",
-                functools.partial(open_proxy, proxy, queue_seconds))
+                functools.partial(open_proxy, proxy, queue_seconds=queue_seconds))
 
 
 def _pool_host(config: ModelConfig) -> PoolHost | None:
