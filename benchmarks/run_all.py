@@ -36,6 +36,8 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline"),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
+    ("crowd_quota", "bench_crowd_quota.py", [], ["--phones", "2", "--npcs", "250", "--seconds", "20"],
+     "1,000 NPCs through the bridge at 3x a farm's quota: actions per generation, deadlines, fairness"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],

@@ -8,6 +8,7 @@ fields. The bridge turns any ``OamError`` into a JSON-RPC error object in one pl
 
     OamError
     ├── AgentError            the twelve agent codes (-32001 … -32012): model and turn failures
+    │   └── DeadlinePassed    rate_limited: the request's time to wait for the model ran out
     └── ProtocolError         everything else: framing, params, sessions, game extension, shutdown
 
 Foreign exceptions (httpx, Ray, device I/O) are translated once, at the edge that sees them,
@@ -26,6 +27,7 @@ from .clock import wire_instant
 __all__ = [
     "AGENT_CODES",
     "AgentError",
+    "DeadlinePassed",
     "ErrorCode",
     "OamError",
     "ProtocolError",
@@ -147,6 +149,17 @@ class AgentError(OamError):
             at = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0) + _dt.timedelta(seconds=seconds)
             self.extra["retryAfter"] = wire_instant(at)
             self.extra["retryAfterSeconds"] = seconds
+
+
+class DeadlinePassed(AgentError):
+    """``rate_limited``: a step of the request could not be admitted by the model's quota within
+    the request's deadline (the request's own ``deadlineSeconds``, or the server's queue time for
+    its priority). The agent does not retry it (the time is spent); the game layer degrades to the
+    protocol's fallback where one exists, and the client sees ``-32005`` with ``retryAfter``
+    otherwise."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(ErrorCode.RATE_LIMITED, message, retry_after=retry_after)
 
 
 class ProtocolError(OamError):

@@ -497,7 +497,7 @@ async def test_bark_is_a_one_off_line():
     model = scripted({"text": 'Gorm: "Fine steel, fresh from the forge!"\nAnd more text.'})
     npc = NPC(Persona(name="Gorm", secrets=(SECRET,)), model, world=world,
               options=options(worldContextPaths=["weather"], barkMaximumTokens=30, secretsUnlockAtRelationship=None))
-    line = await npc.bark("A customer walks past the stall.")
+    line = (await npc.bark("A customer walks past the stall.")).line
     assert line == "Fine steel, fresh from the forge!"
     request = model.requests[0]
     assert request.max_output_tokens == 30 and request.priority == "background"

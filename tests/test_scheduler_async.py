@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.models.scheduler import ManualClock, Priority, QuotaLimits, QuotaScheduler
+from oam_actors.models.scheduler import NO_HEADROOM, Headroom, ManualClock, Priority, QuotaLimits, QuotaScheduler
 
 D, M, B = Priority.DIALOGUE, Priority.DECISION, Priority.BACKGROUND
 
@@ -14,9 +14,9 @@ D, M, B = Priority.DIALOGUE, Priority.DECISION, Priority.BACKGROUND
 class Farm:
     """A scheduler, its clock, and a log of (owner, start time) as bodies run."""
 
-    def __init__(self, **limits: object) -> None:
+    def __init__(self, headroom: Headroom | None = None, **limits: object) -> None:
         self.clock = ManualClock()
-        self.scheduler = QuotaScheduler(QuotaLimits(**limits), clock=self.clock)
+        self.scheduler = QuotaScheduler(QuotaLimits(**limits), clock=self.clock, headroom=headroom)
         self.log: list[tuple[str, float]] = []
         self.errors: list[tuple[str, AgentError]] = []
         self.hold = anyio.Event()
@@ -45,7 +45,7 @@ async def test_admits_at_once_and_releases_on_exit() -> None:
 
 
 async def test_waiters_start_as_the_window_frees() -> None:
-    farm = Farm(requests_per_window=2, window_seconds=10.0)
+    farm = Farm(NO_HEADROOM, requests_per_window=2, window_seconds=10.0)
     async with anyio.create_task_group() as tg:
         for owner in ("a", "b", "c", "d", "e"):
             tg.start_soon(farm.call, owner)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from ..errors import AgentError, ErrorCode, OamError
+from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError
 from . import prompts
 from .envelope import Invalid, Respond, argument_candidates, parse_envelope, quote_answer
 from .events import (
@@ -399,7 +399,8 @@ class Turn:
             else:
                 self._add_usage(request, text, usage)
                 return text
-            if not retry.should_retry(error.code, error.retry_after, attempt):
+            # A spent deadline is not retried: waiting again would only be later still.
+            if isinstance(error, DeadlinePassed) or not retry.should_retry(error.code, error.retry_after, attempt):
                 raise error
             clock = self.agent.clock
             await clock.sleep_until(clock.now() + retry.delay(attempt, error.retry_after))

@@ -35,6 +35,8 @@ __all__ = [
     "port",
     "positive_float",
     "positive_int",
+    "priority_deadline",
+    "shares",
     "unit_interval",
 ]
 
@@ -111,6 +113,31 @@ def non_negative_float(text: str) -> float:
 def unit_interval(text: str) -> float:
     """A probability or a share: a number from 0 to 1."""
     return _checked(text, _finite, "a number from 0 to 1", lambda value: 0 <= value <= 1)
+
+
+PRIORITIES = ("dialogue", "decision", "background")  # the quota scheduler's, lower case
+
+
+def priority_deadline(text: str) -> tuple[str, float]:
+    """``PRIORITY=SECONDS`` (``background=10``): a priority and a number of seconds > 0."""
+    name, sep, seconds = text.partition("=")
+    name = name.strip().lower()
+    if not sep or name not in PRIORITIES:
+        raise argparse.ArgumentTypeError(f"expected PRIORITY=SECONDS with PRIORITY one of {', '.join(PRIORITIES)}, "
+                                         f"got {text!r}")
+    return name, positive_float(seconds.strip())
+
+
+def shares(text: str) -> tuple[float, float, float]:
+    """Three shares ``A,B,C`` (``0.5,0.25,0.25``): numbers of at least 0, not all 0."""
+    parts = text.split(",")
+    try:
+        values = [_finite(part.strip()) for part in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3 or min(values) < 0 or sum(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected three shares A,B,C of at least 0, not all 0, got {text!r}")
+    return values[0], values[1], values[2]
 
 
 def port(text: str) -> int:

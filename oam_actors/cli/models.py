@@ -16,7 +16,7 @@ import argparse
 import os
 
 from ..models.setup import MODEL_FORMS, ModelConfig, ModelConfigError, ModelSetup, create_model_setup
-from .argtypes import UsageError, positive_float, positive_int
+from .argtypes import UsageError, positive_float, positive_int, priority_deadline
 
 __all__ = ["add_model_arguments", "model_config_from_args", "models_from_args"]
 
@@ -65,6 +65,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         default=env("OAM_FARM_TIME_SCALE") or str(ModelConfig().farm_time_scale),
                         help="--model farm:N: real seconds per phone second, > 0 (default 0.1: the 60 s quota "
                         "window lasts 6 s; environment: OAM_FARM_TIME_SCALE)")
+    parser.add_argument("--deadline", action="append", type=priority_deadline, metavar="PRIORITY=SECONDS",
+                        help="the server's default deadline of a priority (dialogue, decision, background): how "
+                        "long a model step may wait for quota before the request degrades to its fallback or "
+                        "fails rate_limited (repeatable; defaults dialogue=20, decision=60, background=120; a "
+                        "request's deadlineSeconds may only shorten it)")
     parser.add_argument("--proxy-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
@@ -85,7 +90,14 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         device_token=os.environ.get(args.device_token_env) if args.device_token_env else None,
         farm_time_scale=args.farm_time_scale,
         proxy_allow_hosts=tuple(args.proxy_allow_host),
+        queue_seconds=_queue_times(args.deadline),
     )
+
+
+def _queue_times(deadlines: list[tuple[str, float]] | None) -> tuple[float, float, float] | None:
+    from ..models.pool import queue_times
+
+    return queue_times(deadlines) if deadlines else None
 
 
 def models_from_args(args: argparse.Namespace) -> ModelSetup:

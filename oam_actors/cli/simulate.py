@@ -32,7 +32,16 @@ from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
 from ..sim.backends import Backend, make_backend
 from ..sim.client import BridgeClient
 from ..transports.stdio import reserve_stdout
-from .argtypes import UsageError, non_negative_float, non_negative_int, positive_float, positive_int, unit_interval
+from .argtypes import (
+    UsageError,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    priority_deadline,
+    shares,
+    unit_interval,
+)
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
@@ -70,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"share of tool calls the game never answers, 0-1 (default {defaults.tool_timeout_rate:g})")
     parser.add_argument("--tool-timeout", metavar="S", type=positive_float, default=defaults.tool_timeout_seconds,
                         help=f"seconds a turn waits for a tool result (default {defaults.tool_timeout_seconds:g})")
+    parser.add_argument("--npc-mix", metavar="TALK,DECIDE,BARK", type=shares, default=defaults.npc_mix,
+                        help="shares of an NPC's actions: npc/talk, decision/decide, npc/bark "
+                             "(default {:g},{:g},{:g})".format(*defaults.npc_mix))
+    parser.add_argument("--bark-deadline", metavar="S", type=positive_float, default=defaults.bark_deadline_seconds,
+                        help=f"each bark's deadlineSeconds (default {defaults.bark_deadline_seconds:g}: 10 phone "
+                             "seconds on the default farm); a bark not admitted in time repeats a recent one")
+    parser.add_argument("--deadline", action="append", type=priority_deadline, metavar="PRIORITY=SECONDS",
+                        help="the server's default deadline of a priority, as for stdio (repeatable)")
     parser.add_argument("--seed", metavar="N", type=int, default=defaults.seed, help=f"random seed (default {defaults.seed})")
     parser.add_argument("--report-dir", default=defaults.report_dir, metavar="DIR",
                         help=f"where report.json and report.html go (default {defaults.report_dir})")
@@ -120,7 +137,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
         duration_seconds=args.duration, think_seconds=args.think,
         cancel_rate=args.cancel_rate, tool_timeout_rate=args.tool_timeout_rate,
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
-        runtime=args.runtime,
+        runtime=args.runtime, npc_mix=args.npc_mix, bark_deadline_seconds=args.bark_deadline,
+        deadlines=list(args.deadline or ()),
     )
 
 

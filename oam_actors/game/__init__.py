@@ -25,7 +25,7 @@ from .decision import (
     parse_decision_options,
 )
 from .memory import MemoryStore, NPCMemory, attitude, memory_tools, secret_visibility
-from .npc import NPC, SAVE_STATE_VERSION, NPCSaveState
+from .npc import NPC, RECENT_BARKS, SAVE_STATE_VERSION, BarkLine, NPCSaveState
 from .options import (
     DEFAULT_FALLBACK_LINES,
     MAX_PLAYER_OPTIONS,
@@ -47,6 +47,8 @@ from .world_tools import (
 )
 
 __all__ = [
+    "RECENT_BARKS",
+    "BarkLine",
     "DEFAULT_CONTENT_INSTRUCTIONS",
     "DEFAULT_DECISION_INSTRUCTIONS",
     "DEFAULT_FALLBACK_LINES",

@@ -87,10 +87,11 @@ class DialogueTurn(msgspec.Struct, frozen=True, kw_only=True):
     relationship: int = 0
     is_fallback: bool = False
     usage: TurnUsage = msgspec.field(default_factory=TurnUsage)
+    degraded: str | None = None  # why a fallback line stands in ("deadline"); an extension key
 
     def to_wire(self, npc: str | None = None, warnings: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-        """The ``npc/talk`` result in protocol key order; ``npc`` first when given, ``warnings``
-        last and only when non-empty."""
+        """The ``npc/talk`` result in protocol key order; ``npc`` first when given, then
+        ``degraded`` and ``warnings`` only when there are any."""
         wire: dict[str, Any] = {} if npc is None else {"npc": npc}
         wire |= {
             "line": self.line,
@@ -102,6 +103,8 @@ class DialogueTurn(msgspec.Struct, frozen=True, kw_only=True):
             "isFallback": self.is_fallback,
             "usage": self.usage.to_wire(),
         }
+        if self.degraded is not None:
+            wire["degraded"] = self.degraded
         if warnings:
             wire["warnings"] = list(warnings)
         return wire

@@ -22,6 +22,7 @@ from .persona import Persona
 
 __all__ = [
     "SILENT_LINE",
+    "DEADLINE",
     "UNUSABLE",
     "bark_prompt",
     "context_note",
@@ -37,6 +38,9 @@ __all__ = [
 SILENT_LINE = "(The player says nothing.)"
 UNUSABLE = frozenset({ErrorCode.GUARDRAIL_VIOLATION, ErrorCode.REFUSAL, ErrorCode.GENERATION_FAILED})
 """Codes meaning "the model answered, but the answer cannot be used" (Android's superset)."""
+DEADLINE = "deadline"
+"""The ``degraded`` reason of a fallback that stands in because the request's deadline passed
+before the model's quota could take a step (:class:`~oam_actors.errors.DeadlinePassed`)."""
 
 _MAX_RETRY_FACTS = 6
 _MAX_FACT_CHARS = 400

@@ -10,7 +10,9 @@ Contract:
   them; a named ``toolChoice`` among the tools; then the single-option shortcut (no model call);
   then ``maxToolRounds`` ≥ 0 and temperature ≥ 0.
 - Unusable answers (``guardrail_violation``, ``refusal``, ``generation_failed``) become the
-  fallback decision when ``fallback_option_id`` is set; other errors propagate as they are.
+  fallback decision when ``fallback_option_id`` is set; so does a request whose
+  ``queue_seconds`` ran out before the model could take a step (:class:`DeadlinePassed`), marked
+  ``degraded: "deadline"``; other errors propagate as they are.
 - :meth:`DecisionEngine.decide_many` runs requests with at most ``max_concurrency`` at once,
   started in request order, results in request order; a failed decision's slot holds its error.
   Cancelling the caller cancels them all.
@@ -33,9 +35,9 @@ from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
 from ..agent.tools import ToolCallRecord, ToolDefinition, compact_json
-from ..errors import AgentError, ErrorCode, OamError, invalid_params
+from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError, invalid_params
 from ._oneoff import OneOffEngine
-from ._prompting import UNUSABLE
+from ._prompting import DEADLINE, UNUSABLE
 from ._text import joined_list, sentence, trimmed_or_none
 from .persona import Persona
 
@@ -76,9 +78,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: tuple[ToolCallRecord, ...] = ()
     usage: TurnUsage = msgspec.field(default_factory=TurnUsage)
     is_fallback: bool = False
+    degraded: str | None = None  # why a fallback stands in ("deadline"); an extension key
 
     def to_wire(self, warnings: Sequence[str] = ()) -> dict[str, Any]:
-        """``optionID, reasoning, confidence, toolCalls, usage, isFallback`` (+ ``warnings`` when any)."""
+        """``optionID, reasoning, confidence, toolCalls, usage, isFallback`` (+ ``degraded``, then
+        ``warnings``, when any)."""
         wire: dict[str, Any] = {
             "optionID": self.option_id,
             "reasoning": self.reasoning,
@@ -87,6 +91,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
             "usage": self.usage.to_wire(),
             "isFallback": self.is_fallback,
         }
+        if self.degraded is not None:
+            wire["degraded"] = self.degraded
         if warnings:
             wire["warnings"] = list(warnings)
         return wire
@@ -103,6 +109,7 @@ class DecisionRequest:
     tools: Sequence[ToolDefinition] = ()
     tool_choice: ToolChoice = _AUTO
     fallback_option_id: str | None = None
+    queue_seconds: float | None = None  # the longest each model step may wait for quota
 
 
 def parse_decision_options(value: Any, path: str = "options") -> tuple[DecisionOption, ...]:
@@ -203,6 +210,10 @@ class DecisionEngine(OneOffEngine):
                 emit=emit,
             )
             return _decision(result, ids)
+        except DeadlinePassed:
+            if fallback is None:
+                raise
+            return Decision(option_id=fallback, reasoning="", confidence=0, is_fallback=True, degraded=DEADLINE)
         except AgentError as error:
             if fallback is None or error.code not in UNUSABLE:
                 raise
@@ -249,6 +260,7 @@ class DecisionEngine(OneOffEngine):
             user_label=_GAME_LABEL,
             assistant_label=actor_name or _DEFAULT_ACTOR_LABEL,
             priority="decision",
+            queue_seconds=request.queue_seconds,
         )
 
     def _instructions(self, actor: Persona | None) -> str:

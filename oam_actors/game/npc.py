@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ from ..agent.tools import (
     ToolOutput,
 )
 from ..agent.transcript import Entry, PromptEntry, ResponseEntry, Transcript
-from ..errors import AgentError, ErrorCode, OamError, invalid_params
+from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError, invalid_params
 from . import _prompting as prompting
 from ._decode import WireObject
 from ._dialogue import (
@@ -80,12 +81,28 @@ from .world_tools import (
     update_world_state,
 )
 
-__all__ = ["NPC", "SAVE_STATE_VERSION", "NPCSaveState"]
+__all__ = ["NPC", "RECENT_BARKS", "SAVE_STATE_VERSION", "BarkLine", "NPCSaveState"]
 
 _log = logging.getLogger(__name__)
 
 SAVE_STATE_VERSION = 1
 _NONE = ToolChoice(ToolChoiceKind.NONE)
+RECENT_BARKS = 4
+"""Barks an NPC remembers (not saved), to say one again when the quota has no room in time."""
+
+
+class BarkLine(msgspec.Struct, frozen=True):
+    """An ``npc/bark`` result: the line, and why it is a repeat when it is (``"deadline"``)."""
+
+    line: str
+    degraded: str | None = None
+
+    def to_wire(self, npc: str) -> dict[str, Any]:
+        """``{npc, line}``; a repeated bark adds ``isFallback: true, degraded``."""
+        wire: dict[str, Any] = {"npc": npc, "line": self.line}
+        if self.degraded is not None:
+            wire |= {"isFallback": True, "degraded": self.degraded}
+        return wire
 
 
 class NPCSaveState(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,6 +203,7 @@ class NPC:
         )
         self._fallbacks = 0
         self._compaction_due = False
+        self._recent_barks: deque[str] = deque(maxlen=RECENT_BARKS)
 
     @classmethod
     def restore(
@@ -302,12 +320,18 @@ class NPC:
         tool_choice: ToolChoice | None = None,
         emit: NPCEventSink | None = None,
         on_commit: Callable[[], None] | None = None,
+        queue_seconds: float | None = None,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
-        overrides the NPC's policy for the first step. Raises :class:`AgentError` for errors no
-        fallback covers; see the module docstring for events and commit."""
+        overrides the NPC's policy for the first step; ``queue_seconds`` caps each model step's
+        wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
+        as ``fallbackOnGuardrail`` allows). Raises :class:`AgentError` for errors no fallback
+        covers; see the module docstring for events and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice)
+        if queue_seconds is not None:
+            attempt = dataclasses.replace(
+                attempt, agent_options=msgspec.structs.replace(attempt.agent_options, queue_seconds=queue_seconds))
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []
@@ -315,6 +339,12 @@ class NPC:
         while True:
             try:
                 result = await self._run(attempt, tracker, records, emit)
+            except DeadlinePassed:
+                # No step could start in time: a text retry would not either.
+                self._store.discard()
+                if not attempt.options.fallback_on_guardrail:
+                    raise
+                turn = self._fallback_turn(attempt, records, degraded=prompting.DEADLINE)
             except AgentError as error:
                 unusable = error.code in prompting.UNUSABLE
                 if unusable and attempt.may_retry_as_text and not retried:
@@ -415,13 +445,15 @@ class NPC:
         self._schedule_compaction(attempt.options)
         return turn
 
-    def _fallback_turn(self, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
+    def _fallback_turn(self, attempt: _Attempt, records: list[ToolCallRecord], *,
+                       degraded: str | None = None) -> DialogueTurn:
         return DialogueTurn(
             line=self._next_fallback_line(attempt.options),
             emotion=attempt.persona.default_emotion,
             tool_calls=tuple(records),
             relationship=self._store.memory.relationship,
             is_fallback=True,
+            degraded=degraded,
         )
 
     def _next_fallback_line(self, options: NPCOptions) -> str:
@@ -474,9 +506,13 @@ class NPC:
 
     # --- barks ---------------------------------------------------------------------------------
 
-    async def bark(self, situation: Any = None) -> str:
+    async def bark(self, situation: Any = None, *, queue_seconds: float | None = None) -> BarkLine:
         """A one-line ambient remark: a one-off request with no history, memory, secrets or tools.
-        Raises :class:`AgentError` as is (no fallback); an empty line is ``generation_failed``."""
+        Raises :class:`AgentError` as is (the protocol has no fallback); an empty line is
+        ``generation_failed``. One exception: when ``queue_seconds`` (or the backend's own queue
+        time) runs out before the model can take the bark, one of this NPC's last
+        :data:`RECENT_BARKS` barks is said again (the least recently repeated), marked
+        ``degraded``; with none yet the error stands."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
         instructions = msgspec.structs.replace(persona, max_sentences=1).instructions(
@@ -490,13 +526,23 @@ class NPC:
             user_label=PLAYER_LABEL,
             assistant_label=speaker,
             priority="background",
+            queue_seconds=queue_seconds,
         )
         one_off = Agent(self.model, instructions=instructions, options=agent_options, owner=self.owner)
-        result = await one_off.respond(prompting.bark_prompt(situation_text(situation), world_summary))
+        try:
+            result = await one_off.respond(prompting.bark_prompt(situation_text(situation), world_summary))
+        except DeadlinePassed:
+            if not self._recent_barks:
+                raise
+            again = self._recent_barks.popleft()  # the oldest goes round to the back
+            self._recent_barks.append(again)
+            return BarkLine(again, degraded=prompting.DEADLINE)
         line = single_line(result.text, speaker)
         if not line:
             raise AgentError(ErrorCode.GENERATION_FAILED, "The model produced an empty bark.")
-        return line
+        if line not in self._recent_barks:
+            self._recent_barks.append(line)
+        return BarkLine(line)
 
     # --- tools ---------------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ from ..bridge.params import Params, is_object_id, preview
 from ..errors import ErrorCode, ProtocolError, invalid_params
 
 __all__ = [
+    "MAX_DEADLINE_SECONDS",
     "client_id",
+    "deadline_seconds",
     "limit_reached",
     "npc_exists",
     "npc_not_found",
@@ -67,6 +69,27 @@ def client_id(params: Params, name: str) -> str | None:
 def timeout_seconds(params: Params, name: str) -> float | None:
     """A ``…TimeoutSeconds`` param: a finite number from 0 to 86400 (0 = no limit)."""
     return check_timeout(params.raw(name), params.path(name))
+
+
+MAX_DEADLINE_SECONDS = 86_400.0
+
+
+def deadline_seconds(params: Params, name: str = "deadlineSeconds") -> float | None:
+    """A request's ``deadlineSeconds``: how long from its arrival its model steps may wait for
+    quota, a number greater than 0 (0 or less is a deadline already past) and at most a day;
+    ``None`` when absent (the server's queue time for the priority applies)."""
+    raw = params.raw(name)
+    if raw is None:
+        return None
+    seconds = params.number(name)
+    assert seconds is not None
+    if seconds <= 0:
+        raise invalid_params(
+            f"Parameter '{params.path(name)}' must be greater than 0 seconds; got {preview(raw)} (a deadline in the past)."
+        )
+    if seconds > MAX_DEADLINE_SECONDS:
+        raise invalid_params(f"Parameter '{params.path(name)}' must be at most {MAX_DEADLINE_SECONDS:g} seconds; got {preview(raw)}.")
+    return seconds
 
 
 def tools_array(value: Any, path: str) -> list[Any]:

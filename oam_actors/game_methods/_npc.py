@@ -19,10 +19,11 @@ from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona, WorldState
 from ..objects import NPCActor
+from ..objects.messages import deadline_after
 from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
 from ..objects.world import WorldShare
 from ..runtime import ActorStopped
-from ._common import tools_array, tools_param
+from ._common import deadline_seconds, tools_array, tools_param
 from ._state import NPC as NPC_KIND
 from ._state import GameState
 
@@ -30,7 +31,7 @@ __all__ = ["NPC_METHODS"]
 
 _CREATE_KEYS = ("npc", "persona", "tools", "world", "memory", "options", "model")
 _RESTORE_KEYS = ("state", "npc", "tools", "options", "world", "model")
-_TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice")
+_TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice", "deadlineSeconds")
 _UPDATE_KEYS = ("npc", "persona", "options", "memory", "tools")
 
 
@@ -168,14 +169,17 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         tool_choice=ToolChoice.parse(choice_raw, path="toolChoice") if choice_raw is not None else None,
         warnings=warnings,
         outlet=call.bridge,
+        deadline=deadline_after(deadline_seconds(params)),
     )
     return game.enqueue(record, ref, message)
 
 
 async def npc_bark(game: GameState, call: Call) -> Any:
-    _, _, ref = game.npc(call.params)
+    params = call.params
+    _, _, ref = game.npc(params)
+    bark = Bark(params.raw("situation"), queue_seconds=deadline_seconds(params))
     call.bridge.admit()
-    return Deferred(ref.ask_control(Bark(call.params.raw("situation"))))
+    return Deferred(ref.ask_control(bark))
 
 
 async def npc_state(game: GameState, call: Call) -> Any:

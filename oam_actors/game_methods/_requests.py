@@ -18,12 +18,13 @@ from ..errors import invalid_params
 from ..game import ContentGenerator, DecisionEngine, DecisionRequest, Persona, check_request, parse_decision_options
 from ..objects.npc import GetPersona
 from ..objects.request import Decide, DecideMany, Generate
-from ._common import timeout_seconds, tools_param
+from ._common import deadline_seconds, timeout_seconds, tools_param
 from ._state import GameState
 
 __all__ = ["REQUEST_METHODS"]
 
-_DECISION_KEYS = ("situation", "options", "actor", "context", "tools", "toolChoice", "fallbackOptionID")
+_DECISION_KEYS = ("situation", "options", "actor", "context", "tools", "toolChoice", "fallbackOptionID",
+                  "deadlineSeconds")
 _ENGINE_KEYS = ("instructions", "temperature", "maxToolRounds", "toolTimeoutSeconds", "model")
 _CONTENT_KEYS = ("prompt", "schema", "instructions", "context", "tools", "toolTimeoutSeconds", "temperature", "model")
 _AUTO = ToolChoice(ToolChoiceKind.AUTO)
@@ -32,7 +33,7 @@ _AUTO = ToolChoice(ToolChoiceKind.AUTO)
 async def decision_decide(game: GameState, call: Call) -> Any:
     params = call.params
     warnings = params.unknown((*_DECISION_KEYS, *_ENGINE_KEYS))
-    request, request_warnings = await _decision(game, params)
+    request, request_warnings = await _decision(game, params, deadline_seconds(params))
     engine = _engine(game, params)
     message = Decide(
         request_id=_request_id(call), request=request, outlet=call.bridge, warnings=[*warnings, *request_warnings]
@@ -42,7 +43,8 @@ async def decision_decide(game: GameState, call: Call) -> Any:
 
 async def decision_decide_many(game: GameState, call: Call) -> Any:
     params = call.params
-    warnings = params.unknown(("requests", "maxConcurrency", *_ENGINE_KEYS))
+    warnings = params.unknown(("requests", "maxConcurrency", "deadlineSeconds", *_ENGINE_KEYS))
+    shared_deadline = deadline_seconds(params)
     elements = params.raw("requests")
     if not isinstance(elements, list) or not elements:
         raise invalid_params("'requests' must be a non-empty array of decisions.")
@@ -52,7 +54,9 @@ async def decision_decide_many(game: GameState, call: Call) -> Any:
             raise invalid_params(f"'requests[{index}]' must be an object.")
         element_params = Params(element, f"requests[{index}].")
         warnings += element_params.unknown(_DECISION_KEYS)
-        request, request_warnings = await _decision(game, element_params)
+        element_deadline = deadline_seconds(element_params)
+        request, request_warnings = await _decision(
+            game, element_params, shared_deadline if element_deadline is None else element_deadline)
         warnings += [f"requests[{index}]: {warning}" for warning in request_warnings]
         requests.append(request)
     concurrency = params.integer("maxConcurrency", minimum=1, default=2)
@@ -93,8 +97,9 @@ async def content_generate(game: GameState, call: Call) -> Any:
     return game.run_request(generator, message)
 
 
-async def _decision(game: GameState, params: Params) -> tuple[DecisionRequest, list[str]]:
-    """One decision's params (at ``params``' prefix) as a checked request, plus its warnings."""
+async def _decision(game: GameState, params: Params, queue_seconds: float | None) -> tuple[DecisionRequest, list[str]]:
+    """One decision's params (at ``params``' prefix) as a checked request, plus its warnings;
+    ``queue_seconds`` is its ``deadlineSeconds`` (a batch's own, or the element's)."""
     situation = params.raw("situation")
     if situation is None:
         raise invalid_params(f"Missing required parameter '{params.path('situation')}'.")
@@ -113,6 +118,7 @@ async def _decision(game: GameState, params: Params) -> tuple[DecisionRequest, l
         tools=tools,
         tool_choice=_AUTO if choice is None else ToolChoice.parse(choice, path=params.path("toolChoice")),
         fallback_option_id=fallback,
+        queue_seconds=queue_seconds,
     )
     check_request(request)
     return request, [*warnings, *tool_warnings]

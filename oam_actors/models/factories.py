@@ -55,22 +55,25 @@ class PoolHost:
         """The simulated phones while the pool runs (``None`` for real devices)."""
 
     @classmethod
-    def simulated(cls, phones: int, *, time_scale: float) -> PoolHost:
+    def simulated(cls, phones: int, *, time_scale: float,
+                  queue_seconds: tuple[float, float, float] | None = None) -> PoolHost:
         """``phones`` Pixel-like simulated phones (seeds 0, 1, …) running ``time_scale`` real
-        seconds per phone second, behind a pool scheduled on the phones' clock."""
+        seconds per phone second, behind a pool scheduled on the phones' clock; ``queue_seconds``
+        are the deadlines by priority (``None``: the pool's defaults)."""
         from .pool import PoolConfigError, farm_phone_config, scaled_config
 
         if phones < 1:
             raise PoolConfigError("a farm needs at least one phone")
-        config = scaled_config(time_scale)
+        config = scaled_config(time_scale, **_queue_fields(queue_seconds))
         return cls(phones=[farm_phone_config(time_scale, seed=n) for n in range(phones)], config=config)
 
     @classmethod
-    def devices(cls, urls: Sequence[str], *, token: str | None = None) -> PoolHost:
+    def devices(cls, urls: Sequence[str], *, token: str | None = None,
+                queue_seconds: tuple[float, float, float] | None = None) -> PoolHost:
         """Real phones at ``urls``, each sent ``token`` as its bearer token."""
         from .pool import PoolConfig
 
-        return cls(urls=urls, config=PoolConfig(token=token))
+        return cls(urls=urls, config=PoolConfig(token=token, **_queue_fields(queue_seconds)))
 
     @property
     def label(self) -> str:
@@ -118,18 +121,24 @@ async def open_pool(
 
 
 @asynccontextmanager
-async def open_proxy(config: ProxyConfig) -> AsyncIterator[ScheduledModel]:
+async def open_proxy(config: ProxyConfig, queue_seconds: tuple[float, float, float] | None = None
+                     ) -> AsyncIterator[ScheduledModel]:
     """The proxy model ``config`` names, on a client of its own, behind its own scheduler."""
     async with ProxyBackends() as backends:
-        yield scheduled_proxy(backends.model(config))
+        yield scheduled_proxy(backends.model(config), queue_seconds)
 
 
-def scheduled_proxy(model: ProxyModel) -> ScheduledModel:
-    """``model`` behind its own quota scheduler, fed by its 429s and rate-limit headers."""
+def scheduled_proxy(model: ProxyModel, queue_seconds: tuple[float, float, float] | None = None) -> ScheduledModel:
+    """``model`` behind its own quota scheduler, fed by its 429s and rate-limit headers;
+    ``queue_seconds`` are the deadlines by priority (``None``: the defaults)."""
     from .pool import ScheduledModel
     from .proxy import scheduler_hook
     from .scheduler import QuotaLimits, QuotaScheduler
 
     scheduler = QuotaScheduler(QuotaLimits())
     model.on_rate_limit = scheduler_hook(scheduler)
-    return ScheduledModel(model, scheduler)
+    return ScheduledModel(model, scheduler, **_queue_fields(queue_seconds))
+
+
+def _queue_fields(queue_seconds: tuple[float, float, float] | None) -> dict[str, tuple[float, float, float]]:
+    return {} if queue_seconds is None else {"queue_seconds": queue_seconds}

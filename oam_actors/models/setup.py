@@ -86,6 +86,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     device_token: str | None = None
     farm_time_scale: float = 0.1  # the demo scale: the phones' 60 s quota window lasts 6 s
     proxy_allow_hosts: tuple[str, ...] = ()
+    queue_seconds: tuple[float, float, float] | None = None
+    """The deadlines by priority (dialogue, decision, background): how long a model step may wait
+    for the pool's or the proxy's quota (``None``: 20, 60 and 120 s)."""
 
 
 class HostedModel(Protocol):
@@ -141,13 +144,13 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     if pool is None and proxy is None:
         return ModelSetup(ScriptedModel if config.model else None, types, backends)
     if host is not None:
-        cluster = _hosted(host, pool, proxy)
+        cluster = _hosted(host, pool, proxy, config.queue_seconds)
         status = cluster.model if pool is not None else None
         return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=status)
     if pool is not None:
         return ModelSetup(pool.model, types, backends, pool=pool, status_model=pool.model)
     assert proxy is not None
-    model = scheduled_proxy(backends.model(proxy))
+    model = scheduled_proxy(backends.model(proxy), config.queue_seconds)
     return ModelSetup(lambda: model, types, backends)  # one shared instance, so one quota scheduler
 
 
@@ -159,12 +162,14 @@ def _check_numbers(config: ModelConfig) -> None:
         raise ModelConfigError("context_size", f"expected an integer of at least 1, got {config.context_size!r}")
 
 
-def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None) -> HostedModel:
+def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None,
+            queue_seconds: tuple[float, float, float] | None) -> HostedModel:
     """The pool or proxy system model, hosted under a name that says what it is."""
     if pool is not None:
         return host(f"system:{pool.label}", pool.opener())
     assert proxy is not None
-    return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}", functools.partial(open_proxy, proxy))
+    return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}",
+                functools.partial(open_proxy, proxy, queue_seconds=queue_seconds))
 
 
 def _pool_host(config: ModelConfig) -> PoolHost | None:
@@ -179,8 +184,11 @@ def _pool_host(config: ModelConfig) -> PoolHost | None:
         raise ModelConfigError("model", f"{model!r}: write farm:N with N phones, e.g. farm:4")
     try:
         if farm is not None:
-            return PoolHost.simulated(int(farm.group(1)), time_scale=config.farm_time_scale)
-        return PoolHost.devices(config.devices, token=config.device_token) if config.devices else None
+            return PoolHost.simulated(int(farm.group(1)), time_scale=config.farm_time_scale,
+                                      queue_seconds=config.queue_seconds)
+        if not config.devices:
+            return None
+        return PoolHost.devices(config.devices, token=config.device_token, queue_seconds=config.queue_seconds)
     except PoolConfigError as exc:
         if farm is not None:
             raise ModelConfigError("model", f"{model!r}: {exc}") from exc

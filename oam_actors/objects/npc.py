@@ -36,7 +36,7 @@ from ..agent import ToolChoice, parse_tool_definitions
 from ..agent.tools import too_many_tools_warning
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
 from ..runtime import Actor, ActorStopped, MailboxFull
-from .messages import ToolResult
+from .messages import ToolResult, seconds_left
 from .outlet import Outlet, RequestId
 from .relay import TurnRelay
 from .session import model_progress, object_id, resume_model
@@ -67,6 +67,7 @@ class Talk(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: ToolChoice | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
     outlet: Outlet | None = None
+    deadline: float | None = None  # wall clock (time.time()), so it holds across processes
 
 
 class UpdateNPC(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +97,7 @@ class RunCompaction(msgspec.Struct, frozen=True):
 
 class Bark(msgspec.Struct, frozen=True):
     situation: Any = None
+    queue_seconds: float | None = None
 
 
 class DescribeNPC(msgspec.Struct, frozen=True):
@@ -189,8 +191,8 @@ class NPCActor(Actor):
                 return self.npc.submit_tool_result(call_id, output)
             case SaveNPC():
                 return self._state(self.npc.save_state())
-            case Bark(situation=situation):
-                return {"npc": self.npc_id, "line": await self.npc.bark(situation)}
+            case Bark(situation=situation, queue_seconds=queue_seconds):
+                return (await self.npc.bark(situation, queue_seconds=queue_seconds)).to_wire(self.npc_id)
             case DescribeNPC():
                 return self._describe()
             case GetPersona():
@@ -213,6 +215,7 @@ class NPCActor(Actor):
                 tool_choice=message.tool_choice,
                 emit=relay,
                 on_commit=self.commit,
+                queue_seconds=seconds_left(message.deadline),
             )
         finally:
             relay.close()

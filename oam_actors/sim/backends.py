@@ -49,6 +49,9 @@ class Backend(Protocol):
     def npc_model(self, index: int) -> Any:
         """The ``model`` param of NPC ``index`` (None = the system model)."""
 
+    def decision_model(self) -> Any:
+        """The ``model`` param of the NPCs' decisions (None = the system model)."""
+
     def snapshot(self) -> dict[str, Any]:
         """A cheap look at the backend for the live display (may be empty)."""
 
@@ -90,6 +93,10 @@ class ScriptedBackend:
         line = {"emotion": "neutral", "line": "Aye. What do you need?", "player_options": ["Goodbye."],
                 "ends_conversation": False}
         return {"type": "scripted", "steps": [{"json": line, "delayMs": delay} for delay in self._delays()]}
+
+    def decision_model(self) -> Any:
+        choice = {"reasoning": "There is work to do.", "choice": "work", "confidence": 70}
+        return {"type": "scripted", "fallback": {"json": choice, "delayMs": int(self.config.model_latency_seconds * 1000)}}
 
     def _delays(self) -> list[int]:
         turns = int(self.config.duration_seconds / max(0.05, self.config.think_seconds) * 2) + 10
@@ -156,6 +163,9 @@ class _PoolBackend:
     def npc_model(self, index: int) -> Any:
         return None
 
+    def decision_model(self) -> Any:
+        return None
+
     def snapshot(self) -> dict[str, Any]:
         if self._pool is None:  # on Ray: the numbers are in the model actor
             return {}
@@ -174,7 +184,9 @@ class DevicesBackend(_PoolBackend):
     name = "devices"
 
     def _pool_host(self) -> PoolHost:
-        return PoolHost.devices(self.config.device_urls)
+        from ..models.pool import queue_times
+
+        return PoolHost.devices(self.config.device_urls, queue_seconds=queue_times(self.config.deadlines))
 
 
 class FarmBackend(_PoolBackend):
@@ -184,13 +196,13 @@ class FarmBackend(_PoolBackend):
     _field = "phones"
 
     def _pool_host(self) -> PoolHost:
-        from ..models.pool import PoolConfigError, scaled_config
+        from ..models.pool import PoolConfigError, queue_times, scaled_config
 
         config = self.config
         if config.phones < 1:
             raise PoolConfigError(f"a farm needs at least one phone; got {config.phones}")
         return PoolHost(phones=[demo_phone_config(n, config) for n in range(config.phones)],
-                        config=scaled_config(config.time_scale))
+                        config=scaled_config(config.time_scale, queue_seconds=queue_times(config.deadlines)))
 
     async def statistics(self) -> dict[str, Any]:
         stats = await super().statistics()
@@ -221,6 +233,7 @@ class ProxyBackend:
     name = "proxy"
 
     def __init__(self, config: SimConfig) -> None:
+        from ..models.pool import queue_times
         from ..models.proxy import ProxyBackends, parse_model_spec
 
         if not config.proxy:
@@ -232,7 +245,7 @@ class ProxyBackend:
         assert spec is not None  # "openai" is a provider
         self._backends = ProxyBackends()
         self._backends.allow_host(spec.host)
-        self._model = scheduled_proxy(self._backends.model(spec))
+        self._model = scheduled_proxy(self._backends.model(spec), queue_times(config.deadlines))
         self._scheduler = self._model.scheduler
 
     async def __aenter__(self) -> Self:
@@ -253,6 +266,9 @@ class ProxyBackend:
         return None
 
     def npc_model(self, index: int) -> Any:
+        return None
+
+    def decision_model(self) -> Any:
         return None
 
     def snapshot(self) -> dict[str, Any]:

@@ -29,8 +29,19 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     report_dir: str = "reports"
     runtime: str = "local"
     """``local`` or ``ray`` (``--runtime``): where the conversations' objects run."""
+    npc_mix: tuple[float, float, float] = (0.5, 0.25, 0.25)
+    """Shares of an NPC's actions (``--npc-mix``): ``npc/talk``, ``decision/decide`` (with a
+    ``fallbackOptionID``) and ``npc/bark``."""
+    bark_deadline_seconds: float = 1.0
+    """Each bark's ``deadlineSeconds`` (10 phone seconds on the default farm): a line a minute
+    late is no use, a repeat of a recent one is."""
+    deadlines: list[tuple[str, float]] = msgspec.field(default_factory=list)
+    """The server's default deadline by priority (``--deadline PRIORITY=SECONDS``), over the
+    defaults dialogue 20 s, decision 60 s, background 120 s."""
 
     def __post_init__(self) -> None:
+        if len(self.npc_mix) != 3 or min(self.npc_mix) < 0 or sum(self.npc_mix) <= 0:
+            raise ValueError(f"npc_mix needs three shares (talk, decide, bark), none negative; got {self.npc_mix}")
         # Resolved here so the config (and the report's copy of it) says how many NPCs ran.
         if self.npcs is None:
             self.npcs = 16 if self.backend == "farm" else 0

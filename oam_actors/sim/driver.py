@@ -1,8 +1,10 @@
 """The load generator of ``oam-actors simulate``: conversations driven through a real bridge.
 
 Every conversation is one owner (a session, or an NPC on the shared world ``village``) that loops
-until the deadline: send a player line (``session/respond`` or ``npc/talk``), wait for the reply,
-pause. The simulated game engine answers ``tool/call`` requests — except a configurable share it
+until the deadline: send a request, wait for the answer, pause. A session sends a player line
+(``session/respond``); an NPC's action is, by ``npc_mix``, a player line (``npc/talk``), a
+decision (``decision/decide`` with a ``fallbackOptionID``) or a bark (``npc/bark`` with a
+``deadlineSeconds``). The simulated game engine answers ``tool/call`` requests — except a configurable share it
 leaves unanswered to exercise tool timeouts — and a configurable share of turns is cancelled while
 in flight. After the deadline no turn starts and the turns in flight finish; a ``stop`` event ends
 the run at once instead (Ctrl-C), keeping what completed.
@@ -23,7 +25,8 @@ from .client import BridgeClient, RpcError
 from .config import SimConfig
 from .stats import FALLBACK, OK, Outcomes
 
-__all__ = ["Conversation", "SimRun", "Talker", "TurnSample", "run_simulation"]
+__all__ = ["ACTIONS", "BARK", "DECIDE", "PRIORITY_OF", "SESSION", "TALK", "Conversation", "SimRun", "Talker",
+           "TurnSample", "run_simulation"]
 
 PLAYER_LINES = (
     "Open the north gate, please.",
@@ -53,12 +56,22 @@ TOOLS = [
 ROLES = ("the village blacksmith", "the innkeeper", "a gate guard", "the herbalist", "a travelling merchant")
 
 
+SESSION, TALK, DECIDE, BARK = "session", "talk", "decide", "bark"
+ACTIONS = (TALK, DECIDE, BARK)
+PRIORITY_OF = {SESSION: "dialogue", TALK: "dialogue", DECIDE: "decision", BARK: "background"}
+"""The quota scheduler's priority of each kind of request."""
+SITUATIONS = ("A cart rattles past.", "It starts to rain.", "The church bell rings.", "A dog barks at a stranger.")
+CHOICES = [{"id": "work", "description": "Get back to work."}, {"id": "rest", "description": "Take a break."},
+           {"id": "gossip", "description": "Tell a neighbour the news."}]
+
+
 @dataclass(frozen=True)
 class Talker:
     """One conversation partner: a session or an NPC."""
 
     owner: str
     kind: str  # "session" or "npc"
+    decision_model: Any = None  # the ``model`` param of its decisions (None: the system model)
 
     @property
     def talk_method(self) -> str:
@@ -73,6 +86,23 @@ class Talker:
     def cancel_method(self) -> str:
         return f"{self.kind}/cancel"
 
+    def action(self, rng: random.Random, config: SimConfig) -> tuple[str, str, dict[str, Any]]:
+        """The next request: its kind (:data:`SESSION` or one of :data:`ACTIONS` by
+        ``config.npc_mix``), method and params."""
+        if self.kind == "session":
+            return SESSION, self.talk_method, self.talk_params(rng.choice(PLAYER_LINES))
+        kind = rng.choices(ACTIONS, weights=config.npc_mix)[0]
+        if kind == DECIDE:
+            params = {"situation": rng.choice(SITUATIONS), "options": CHOICES, "actor": self.owner,
+                      "fallbackOptionID": "work"}
+            if self.decision_model is not None:
+                params["model"] = self.decision_model
+            return kind, "decision/decide", params
+        if kind == BARK:
+            return kind, "npc/bark", {"npc": self.owner, "situation": rng.choice(SITUATIONS),
+                                      "deadlineSeconds": config.bark_deadline_seconds}
+        return kind, self.talk_method, self.talk_params(rng.choice(PLAYER_LINES))
+
 
 @dataclass(frozen=True)
 class TurnSample:
@@ -82,6 +112,8 @@ class TurnSample:
     outcome: str  # OK, FALLBACK (an NPC's canned line), or the error's data.code (CANCELLED, …)
     tool_calls: int = 0
     tool_errors: int = 0
+    kind: str = SESSION  # SESSION, TALK, DECIDE or BARK
+    degraded: bool = False  # a fallback because the deadline passed (``degraded: "deadline"``)
 
 
 @dataclass
@@ -229,7 +261,7 @@ async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend
         if model is not None:
             params["model"] = model
         await client.request("npc/create", params)
-        npcs.append(Talker(npc, "npc"))
+        npcs.append(Talker(npc, "npc", backend.decision_model()))
     return npcs
 
 
@@ -240,24 +272,28 @@ async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline:
         started = time.monotonic()
         outcome = OK
         tool_calls = tool_errors = 0
+        degraded = False
+        kind, method, params = talker.action(rng, run.config)
         run.in_flight += 1
         try:
             async with anyio.create_task_group() as tg:
-                if rng.random() < run.config.cancel_rate:
+                # Only turns are cancellable (npc/cancel leaves barks and decisions alone).
+                if kind in (SESSION, TALK) and rng.random() < run.config.cancel_rate:
                     tg.start_soon(_cancel_later, client, run, talker, rng.random() * 0.5)
                 try:
-                    result = await client.request(talker.talk_method, talker.talk_params(rng.choice(PLAYER_LINES)))
+                    result = await client.request(method, params)
                     tool_calls = len(result.get("toolCalls", []))
                     tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
                     if result.get("isFallback"):
                         outcome = FALLBACK
+                        degraded = result.get("degraded") is not None
                 except RpcError as exc:
                     outcome = exc.code
                 tg.cancel_scope.cancel()
         finally:
             run.in_flight -= 1
         run.record(TurnSample(talker.owner, started - run.started, time.monotonic() - started, outcome,
-                              tool_calls, tool_errors))
+                              tool_calls, tool_errors, kind, degraded))
         pause = rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0.0
         await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .charts import Bar, Marker, Series, bar_chart, line_chart
-from .driver import SimRun
+from .driver import ACTIONS, PRIORITY_OF, SESSION, SimRun, TurnSample
 from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 
 __all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
@@ -60,8 +60,75 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "fairness": _fairness([c.turns_ok for c in run.conversations.values()]),
         "queueWait": backend.get("queueWait", {}),
         "throughputTimeline": _timeline(run),
+        "actions": _actions(run.samples),
+        "actionsPerGeneration": _per_generation(ok, backend),
+        "expiry": _expiry(run.samples),
+        "quotaUse": _quota_use(run.config, backend),
         "backend": backend,
     }
+
+
+def _actions(samples: list[TurnSample]) -> dict[str, dict[str, Any]]:
+    """Outcomes by kind of request: answered by the model, degraded at the deadline, another
+    fallback, cancelled, failed (by code)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for kind in (SESSION, *ACTIONS):
+        mine = [s for s in samples if s.kind == kind]
+        if not mine:
+            continue
+        failed: dict[str, int] = {}
+        for s in mine:
+            if s.outcome not in (OK, FALLBACK, CANCELLED):
+                failed[s.outcome] = failed.get(s.outcome, 0) + 1
+        kinds[kind] = {
+            "total": len(mine),
+            "ok": sum(s.outcome == OK for s in mine),
+            "degraded": sum(s.degraded for s in mine),
+            "otherFallback": sum(s.outcome == FALLBACK and not s.degraded for s in mine),
+            "cancelled": sum(s.outcome == CANCELLED for s in mine),
+            "failed": sum(failed.values()),
+            "failedByCode": failed,
+        }
+    return kinds
+
+
+def _per_generation(ok: list[TurnSample], backend: dict[str, Any]) -> dict[str, Any] | None:
+    """Requests answered by the model per generation the backend ran (a device pool's steps)."""
+    generations = backend.get("stepsOk")
+    if not generations:
+        return None
+    npc = [s for s in ok if s.kind != SESSION]
+    return {"generations": generations, "answered": len(ok), "npcActions": len(npc),
+            "answeredPerGeneration": round(len(ok) / generations, 3)}
+
+
+def _expiry(samples: list[TurnSample]) -> dict[str, dict[str, int]]:
+    """By scheduling priority: requests, those degraded at their deadline, those failed for quota."""
+    expiry: dict[str, dict[str, int]] = {}
+    for s in samples:
+        row = expiry.setdefault(PRIORITY_OF[s.kind], {"requests": 0, "degraded": 0, "rateLimited": 0})
+        row["requests"] += 1
+        row["degraded"] += s.degraded
+        row["rateLimited"] += s.outcome == "rate_limited"
+    return expiry
+
+
+def _quota_use(config: Any, backend: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Per device: generations against what its quota windows allowed over the pool's life."""
+    from ..models.pool import nano_limits
+
+    devices = backend.get("devices")
+    elapsed = backend.get("elapsedSeconds")
+    if not devices or not elapsed:
+        return None
+    window = nano_limits(config.time_scale if config.backend == "farm" else 1.0).window_seconds
+    rows = []
+    for d in devices:
+        allowed = (d["requestsLimit"] or 0) * elapsed / window
+        rows.append({"name": d["name"], "generations": d["ok"], "allowed": round(allowed, 1),
+                     "share": round(min(1.0, d["ok"] / allowed), 4) if allowed else None,
+                     "generating": d["utilisation"]})
+    return rows
 
 
 def _load_seconds(run: SimRun) -> float:
@@ -253,13 +320,76 @@ def _settings(report: dict[str, Any]) -> str | None:
         ("share of turns cancelled in flight", f"{100 * c['cancelRate']:g}%"),
         ("share of tool calls left unanswered", f"{100 * c['toolTimeoutRate']:g}%"),
         ("tool timeout", f"{c['toolTimeoutSeconds']:g} s"),
+        ("NPC actions: talk / decide / bark", " / ".join(f"{share:g}" for share in c["npcMix"])),
+        ("deadline of each bark", f"{c['barkDeadlineSeconds']:g} s"),
+        ("server deadlines by priority", ", ".join(f"{p}={s:g} s" for p, s in c["deadlines"]) or "defaults"),
         ("seed", str(c["seed"])),
     ]
     return _section("Settings", _pairs(pairs))
 
 
+def _kinds(report: dict[str, Any]) -> str | None:
+    actions: dict[str, Any] = report.get("actions") or {}
+    if not actions:
+        return None
+    # The share answered by the model per kind; the counts behind it are in the table.
+    bars = [Bar(_KIND_LABELS[kind], [round(100 * a["ok"] / a["total"], 1)]) for kind, a in actions.items()]
+    chart = bar_chart(bars, axis_label="answered by the model, % of requests", axis_max=100, unit="%",
+                      value_format=lambda v: f"{v:.1f}")
+    table = _rows(["request", "total", "answered", "degraded", "other fallback", "cancelled", "failed", "failed by code"],
+                  [[_KIND_LABELS[kind], a["total"], a["ok"], a["degraded"], a["otherFallback"], a["cancelled"],
+                    a["failed"], ", ".join(f"{_words(c)} {n}" for c, n in a["failedByCode"].items()) or "—"]
+                   for kind, a in actions.items()])
+    return _section("Degraded and failed, by kind of request", chart + table)
+
+
+_KIND_LABELS = {"session": "session turns", "talk": "NPC talks", "decide": "decisions", "bark": "barks"}
+
+
+def _generations(report: dict[str, Any]) -> str | None:
+    per = report.get("actionsPerGeneration")
+    if per is None:
+        return None
+    return _section("Requests answered per generation", _pairs([
+        ("generations the devices ran", per["generations"]),
+        ("requests answered by the model", per["answered"]),
+        ("of them NPC actions (talks, decisions, barks)", per["npcActions"]),
+        ("answered per generation", per["answeredPerGeneration"]),
+    ]) + "<p>A talk with a tool takes two or three generations; a decision or a bark one, unless "
+         "several share one generation.</p>")
+
+
+def _expiry_section(report: dict[str, Any]) -> str | None:
+    expiry: dict[str, Any] = report.get("expiry") or {}
+    if not expiry:
+        return None
+    rows = [[name, e["requests"], e["degraded"], e["rateLimited"],
+             f"{100 * (e['degraded'] + e['rateLimited']) / e['requests']:.1f}%"]
+            for name, e in sorted(expiry.items(), key=lambda item: _PRIORITY_ORDER.index(item[0]))]
+    return _section("Deadlines by priority", _rows(
+        ["priority", "requests", "degraded at the deadline", "failed rate_limited", "expired"], rows))
+
+
+_PRIORITY_ORDER = ["dialogue", "decision", "background"]
+
+
+def _quota_use_section(report: dict[str, Any]) -> str | None:
+    rows: list[dict[str, Any]] = report.get("quotaUse") or []
+    if not rows:
+        return None
+    series = [Series("share of the quota windows used", _GREEN), Series("time spent generating", _BLUE)]
+    bars = [Bar(r["name"], [round(100 * (r["share"] or 0), 1), round(100 * r["generating"], 1)]) for r in rows]
+    chart = bar_chart(bars, axis_label="% of the run", axis_max=100, unit="%", series=series,
+                      value_format=lambda v: f"{v:.1f}")
+    table = _rows(["device", "generations", "allowed by its quota", "quota used", "generating"],
+                  [[r["name"], r["generations"], r["allowed"], "—" if r["share"] is None else f"{100 * r['share']:.1f}%",
+                    f"{100 * r['generating']:.1f}%"] for r in rows])
+    return _section("Quota utilisation per device", chart + table)
+
+
 SECTIONS: list[Callable[[dict[str, Any]], str | None]] = [
-    _throughput, _outcomes, _utilisation, _queue_wait, _latency, _tools, _settings,
+    _throughput, _outcomes, _kinds, _generations, _expiry_section, _quota_use_section, _utilisation, _queue_wait,
+    _latency, _tools, _settings,
 ]
 """The page's sections in order; each returns its HTML, or None to leave itself out."""
 

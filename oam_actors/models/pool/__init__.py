@@ -39,6 +39,7 @@ from ._config import (
     nano_limits,
     normalize_urls,
     priority_of,
+    queue_times,
     scaled_config,
 )
 from ._farm import DEMO_TIME_SCALE, SimulatedFarm, farm_phone_config
@@ -70,5 +71,6 @@ __all__ = [
     "normalize_urls",
     "pool_availability",
     "priority_of",
+    "queue_times",
     "scaled_config",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 import msgspec
@@ -20,9 +20,11 @@ __all__ = [
     "normalize_urls",
     "priority_of",
     "queue_limit",
+    "queue_times",
     "scaled_config",
 ]
 
+DEFAULT_QUEUE_SECONDS = (20.0, 60.0, 120.0)  # how long a step may wait for quota, by priority
 NANO_QUOTA = 36  # generations per rolling window before BUSY (a Pixel manages 36-41)
 NANO_WINDOW_SECONDS = 60.0
 # The phone records a generation a little after the pool admits it, so its window frees a little
@@ -57,7 +59,7 @@ class PoolConfig(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     limits: QuotaLimits = nano_limits()
-    queue_seconds: tuple[float, float, float] = (20.0, 60.0, 120.0)
+    queue_seconds: tuple[float, float, float] = DEFAULT_QUEUE_SECONDS
     max_attempts: int = 3  # devices tried for one step on failures that are not quota refusals
     dead_after_failures: int = 3  # consecutive transport failures that mark a device dead
     transient_cooldown_seconds: float = 1.0
@@ -99,6 +101,16 @@ def scaled_config(time_scale: float, **overrides: object) -> PoolConfig:
 def priority_of(hint: str) -> Priority:
     """The scheduling class of a request's ``priority`` hint (unknown hints count as dialogue)."""
     return Priority.__members__.get(hint.upper(), Priority.DIALOGUE)
+
+
+def queue_times(overrides: Iterable[tuple[str, float]] = ()) -> tuple[float, float, float]:
+    """Queue times (the server's default deadlines) by priority: the defaults, with
+    ``(priority name, seconds)`` pairs (``("background", 10.0)``) put over them."""
+    chosen = dict(zip(Priority, DEFAULT_QUEUE_SECONDS, strict=True))
+    for name, seconds in overrides:
+        chosen[priority_of(name)] = seconds
+    dialogue, decision, background = (chosen[p] for p in Priority)
+    return dialogue, decision, background
 
 
 def queue_limit(configured: float, requested: float | None) -> float:

@@ -2,7 +2,9 @@
 
 For backends that are one quota each (a proxy's API key): every step queues by its owner and
 priority, waits at most its queue time, and a ``rate_limited`` answer cools the scheduler down
-(the proxy's ``scheduler_hook`` adds what its rate-limit headers say).
+(the proxy's ``scheduler_hook`` adds what its rate-limit headers say). Expiry in the queue, and a
+``rate_limited`` answer whose retry delay outlasts the step's queue time, raise
+:class:`~oam_actors.errors.DeadlinePassed`, which the game layer degrades.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
-from ...errors import AgentError, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..scheduler import PolicyStatistics, QuotaScheduler
-from ._config import priority_of, queue_limit
+from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
 
 __all__ = ["ScheduledModel"]
 
@@ -22,7 +24,7 @@ class ScheduledModel:
     :class:`~oam_actors.models.pool.PoolConfig`. Queue expiry raises ``rate_limited``."""
 
     def __init__(self, model: LanguageModel, scheduler: QuotaScheduler, *,
-                 queue_seconds: tuple[float, float, float] = (20.0, 60.0, 120.0)) -> None:
+                 queue_seconds: tuple[float, float, float] = DEFAULT_QUEUE_SECONDS) -> None:
         self.model = model
         self.scheduler = scheduler
         self._queue_seconds = queue_seconds
@@ -53,6 +55,9 @@ class ScheduledModel:
             except AgentError as error:
                 if error.code is ErrorCode.RATE_LIMITED:
                     self.scheduler.throttled(retry_after=error.retry_after)
+                    if error.retry_after is not None and error.retry_after >= deadline - admission.waited:
+                        # The backend will not take it again before the step's deadline.
+                        raise DeadlinePassed(error.message, retry_after=error.retry_after) from error
                 raise
             finally:
                 aclose = getattr(pieces, "aclose", None)

@@ -16,10 +16,10 @@ import anyio.abc
 import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage, estimate_tokens
-from ...errors import AgentError, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
-from ..scheduler import Admission, Clock, MonotonicClock, Priority, QuotaScheduler
+from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
@@ -106,9 +106,10 @@ class DevicePool:
         timeout = config.timeouts.to_httpx()
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False,
                                           limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
-                    QuotaScheduler(config.limits, clock=self._clock), Health(config.dead_after_failures))
+                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger), Health(config.dead_after_failures))
             for n, (url, name) in enumerate(zip(urls, names, strict=True))
         ]
         self._started = self._clock.now()
@@ -256,7 +257,9 @@ class DevicePool:
                 cool_until=device.health.cool_until,
                 # What would start before this step there: its class and the classes above it.
                 load=sum(stats.queued[: step.priority + 1]) + stats.running,
-                room=None if limit is None else max(0, limit - stats.requests_in_window),
+                # Slots kept for dialogue are no room for other work.
+                room=None if limit is None else max(0, limit - stats.requests_in_window - (
+                    0 if step.priority is Priority.DIALOGUE else stats.dialogue_reserve)),
                 tried=device.index in step.tried,
             ))
         index = choose(candidates, self._turn, self._homes.get(step.owner))
@@ -307,7 +310,7 @@ class DevicePool:
             self._give_up(step, error)  # text already reached the agent, or no phone would do better
         if fault is Fault.QUOTA:
             if now >= step.deadline:
-                self._give_up(step, error)
+                self._give_up(step, self._out_of_time(step))
             self._absorbed += 1
         else:
             step.failures += 1
@@ -322,12 +325,14 @@ class DevicePool:
             self._surfaced += 1
         raise error
 
-    def _out_of_time(self, step: _Step) -> AgentError:
-        if step.last_error is not None:
-            return step.last_error
+    def _out_of_time(self, step: _Step) -> DeadlinePassed:
+        """The step's queue time is spent: the last quota refusal said why, if there was one."""
+        last = step.last_error
+        if last is not None:
+            return DeadlinePassed(last.message, retry_after=last.retry_after)
         seconds = self._queue_seconds(step.request, step.priority)
-        return AgentError(ErrorCode.RATE_LIMITED, f"No device had room for the step within {seconds:g} s.",
-                          retry_after=self._config.limits.min_interval_seconds)
+        return DeadlinePassed(f"No device had room for the step within {seconds:g} s.",
+                              retry_after=self._config.limits.min_interval_seconds)
 
     def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:
         """The pool's queue time for the priority, or the request's own when that is shorter."""

@@ -1,8 +1,9 @@
 """QuotaScheduler: quota-aware admission in front of every model backend.
 
 :mod:`.policy` is the pure decision logic (token windows, concurrency, pacing, cool-downs, AIMD
-limits, strict priorities, fair queuing per owner, deadlines); :mod:`.scheduler` is the thin anyio
-shell that backends wrap their calls in::
+limits, strict priorities, deadlines), with :mod:`.ordering` (fair queuing per owner across
+classes, earliest deadline first) and :mod:`.headroom` (the share of a window kept for player
+dialogue) beside it; :mod:`.scheduler` is the thin anyio shell that backends wrap their calls in::
 
     scheduler = QuotaScheduler(QuotaLimits(requests_per_window=36, window_seconds=60,
                                            max_concurrency=1, min_interval_seconds=1.0))
@@ -10,6 +11,8 @@ shell that backends wrap their calls in::
         ...  # call the backend; on BUSY / 429 call scheduler.throttled(retry_after=…)
 """
 
+from .headroom import NO_HEADROOM, Headroom
+from .ordering import Ledger
 from .policy import (
     Decision,
     Expiry,
@@ -27,7 +30,10 @@ __all__ = [
     "Clock",
     "Decision",
     "Expiry",
+    "Headroom",
+    "Ledger",
     "ManualClock",
+    "NO_HEADROOM",
     "MonotonicClock",
     "PolicyStatistics",
     "Priority",

@@ -15,15 +15,17 @@ Contract
   ``tokens_per_window``; running tickets never exceed ``max_concurrency``; admissions are at least
   ``min_interval_seconds`` apart; nothing starts during a cool-down or while a rate-limit-header
   budget is spent. A ticket is never admitted after its deadline (the deadline itself counts).
-- **Priority.** Strict: the head of the highest non-empty class goes first and nothing passes it,
-  not even a smaller ticket that would fit (no priority inversion, no starvation by size).
-- **Fairness within a class:** start-time fair queuing (SFQ) over owners, FIFO per owner. An
-  owner's head ticket gets the start tag ``max(virtual time, owner's last finish tag)``; the lowest
-  tag goes first (ties: arrival order); virtual time becomes that tag and the owner's finish tag
-  ``start + cost``. The cost is the ticket's dominant share: one request, or its tokens counted in
-  request equivalents (``tokens_per_window / requests_per_window``) when that is more. Two owners
-  that stay backlogged get service within one largest ticket cost each of one another; an owner
-  that was idle earns no credit for the idle time.
+- **Priority.** Dialogue is strict: while a dialogue ticket waits, nothing else starts, not even
+  a smaller ticket that would fit (no priority inversion, no starvation by size). Decisions and
+  background work share one fair queue in which a decision goes first among owners served alike,
+  and an owner's own decision always before its own background work (:mod:`.ordering`).
+- **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
+  window keeps the slots reserved for the dialogue expected in it; dialogue may use all of it.
+- **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
+  classes, with a bounded credit for idle owners; earliest deadline first among owners within one
+  request of service of each other and within an owner. The cost of a ticket is its dominant
+  share: one request, or its tokens counted in request equivalents
+  (``tokens_per_window / requests_per_window``) when that is more.
 - **Adaptation (AIMD).** A throttle (ML Kit BUSY, HTTP 429) starts a cool-down of ``retry_after``
   seconds, or an exponential backoff when the backend gave none, and multiplies the learned
   request limit by ``decrease_factor``, once per cool-down (concurrent failures are one event). An
@@ -45,6 +47,9 @@ from collections import deque
 
 import msgspec
 
+from .headroom import DialogueReserve, Headroom
+from .ordering import NPC_WORK_BAND, ClassQueue, Ledger, QueueEntry
+
 __all__ = [
     "Decision",
     "Expiry",
@@ -64,7 +69,8 @@ _MAX_DOUBLINGS = 30
 
 
 class Priority(enum.IntEnum):
-    """A scheduling class; a lower value always goes first."""
+    """A scheduling class: dialogue always first; a decision before background work among owners
+    served alike (see the module docstring)."""
 
     DIALOGUE = 0  # a player is waiting for this line
     DECISION = 1  # NPC decisions and tool rounds
@@ -145,39 +151,22 @@ class PolicyStatistics(msgspec.Struct, frozen=True):
     requests_in_window: int
     tokens_in_window: int
     cooling_down_until: float | None
+    dialogue_reserve: int = 0  # window slots still kept for dialogue (the reserve less its use)
 
 
 class TicketTooLarge(ValueError):
     """The ticket needs more tokens than one window allows, so it could never start."""
 
 
-class _Entry:
-    """A queued ticket; ``live`` goes False when it leaves the queue (lazy removal)."""
-
-    __slots__ = ("cost", "live", "ticket")
-
-    def __init__(self, ticket: Ticket, cost: float) -> None:
-        self.ticket = ticket
-        self.cost = cost
-        self.live = True
-
-
 class _Charge:
     """One admission in the rolling window."""
 
-    __slots__ = ("expires_at", "tokens")
+    __slots__ = ("dialogue", "expires_at", "tokens")
 
-    def __init__(self, expires_at: float, tokens: int) -> None:
+    def __init__(self, expires_at: float, tokens: int, dialogue: bool) -> None:
         self.expires_at = expires_at
         self.tokens = tokens
-
-
-class _Owner:
-    __slots__ = ("entries", "finish")
-
-    def __init__(self, finish: float) -> None:
-        self.entries: deque[_Entry] = deque()
-        self.finish = finish
+        self.dialogue = dialogue
 
 
 class _HeaderBudget:
@@ -191,89 +180,6 @@ class _HeaderBudget:
         self.reset_at = reset_at
 
 
-class _FairQueue:
-    """One priority class: start-time fair queuing over owners, FIFO within an owner.
-
-    The heap holds one entry per owner with queued work, for that owner's head; removed
-    entries are skipped when they surface.
-    """
-
-    def __init__(self) -> None:
-        self._owners: dict[str, _Owner] = {}
-        self._heap: list[tuple[float, int, str, _Entry]] = []
-        self._serial = itertools.count()
-        self._vtime = 0.0
-        self._count = 0
-        self._sweep_at = 64
-
-    def __len__(self) -> int:
-        return self._count
-
-    def push(self, entry: _Entry) -> None:
-        name = entry.ticket.owner
-        owner = self._owners.get(name)
-        if owner is None:
-            self._forget_idle_owners()
-            owner = self._owners[name] = _Owner(self._vtime)
-        if not owner.entries:
-            self._schedule(name, owner, entry)
-        owner.entries.append(entry)
-        self._count += 1
-
-    def remove(self, entry: _Entry) -> None:
-        entry.live = False
-        self._count -= 1
-
-    def head(self) -> _Entry | None:
-        heap = self._heap
-        while heap:
-            entry = heap[0][3]
-            if entry.live:
-                return entry
-            name = heapq.heappop(heap)[2]
-            self._owners[name].entries.popleft()
-            self._schedule_next(name)
-        return None
-
-    def pop_head(self) -> _Entry:
-        """Take the entry :meth:`head` returned and advance virtual time to its start tag."""
-        start, _, name, entry = heapq.heappop(self._heap)
-        owner = self._owners[name]
-        owner.entries.popleft()
-        entry.live = False
-        self._count -= 1
-        self._vtime = start
-        owner.finish = start + entry.cost
-        self._schedule_next(name)
-        return entry
-
-    def _schedule_next(self, name: str) -> None:
-        owner = self._owners[name]
-        entries = owner.entries
-        while entries and not entries[0].live:
-            entries.popleft()
-        if entries:
-            self._schedule(name, owner, entries[0])
-        elif owner.finish <= self._vtime:
-            del self._owners[name]
-
-    def _schedule(self, name: str, owner: _Owner, entry: _Entry) -> None:
-        start = max(self._vtime, owner.finish)
-        heapq.heappush(self._heap, (start, next(self._serial), name, entry))
-
-    def _forget_idle_owners(self) -> None:
-        # An idle owner whose finish tag virtual time has passed is the same as a new one. Sweep
-        # them whenever the table has doubled since the last sweep: memory follows the owners
-        # that matter, not every owner ever seen, at amortised constant cost.
-        if len(self._owners) < self._sweep_at:
-            return
-        vtime = self._vtime
-        idle = [n for n, o in self._owners.items() if not o.entries and o.finish <= vtime]
-        for name in idle:
-            del self._owners[name]
-        self._sweep_at = 2 * len(self._owners) + 64
-
-
 class QuotaPolicy:
     """Admission policy for one backend; see the module docstring for the contract.
 
@@ -281,15 +187,23 @@ class QuotaPolicy:
     again at ``next_wakeup``. Not thread-safe: one owner (an actor, a scheduler) calls it.
     """
 
-    def __init__(self, limits: QuotaLimits) -> None:
+    def __init__(self, limits: QuotaLimits, *, headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
+        """``ledger`` may be shared by the policies of backends that serve the same owners (the
+        phones of one pool): an owner served on one then waits its turn on the others too."""
         self._limits = limits
-        self._classes = tuple(_FairQueue() for _ in Priority)
-        self._queued: dict[int, _Entry] = {}
-        self._deadlines: list[tuple[float, int, _Entry]] = []
+        self._ledger = ledger if ledger is not None else Ledger()
+        # Dialogue is a class of its own; decisions and background work share one queue.
+        dialogue, npc_work = ClassQueue(self._ledger), ClassQueue(self._ledger, NPC_WORK_BAND)
+        self._classes = (dialogue, npc_work, npc_work)
+        self._order = (dialogue, npc_work)
+        self._queued: dict[int, QueueEntry] = {}
+        self._deadlines: list[tuple[float, int, QueueEntry]] = []
         self._serial = itertools.count()
         self._running: dict[int, _Charge] = {}
         self._window: deque[_Charge] = deque()
         self._window_tokens = 0
+        self._window_dialogue = 0
+        self._reserve = DialogueReserve(headroom or Headroom(), limits.window_seconds)
         self._now = -math.inf
         self._last_admit = -math.inf
         self._cool_until = -math.inf
@@ -318,11 +232,14 @@ class QuotaPolicy:
             raise TicketTooLarge(
                 f"The request needs {ticket.tokens} tokens; the backend allows {budget} per window."
             )
-        entry = _Entry(ticket, self._cost(ticket.tokens))
+        serial = next(self._serial)
+        entry = QueueEntry(ticket, self._cost(ticket.tokens), serial)
         self._queued[ticket.id] = entry
         self._classes[ticket.priority].push(entry)
         if ticket.deadline is not None:
-            heapq.heappush(self._deadlines, (ticket.deadline, next(self._serial), entry))
+            heapq.heappush(self._deadlines, (ticket.deadline, serial, entry))
+        if ticket.priority is Priority.DIALOGUE:
+            self._reserve.observe(max(self._now, ticket.enqueued_at))
 
     def cancel(self, ticket_id: int) -> bool:
         """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""
@@ -392,7 +309,7 @@ class QuotaPolicy:
     def statistics(self) -> PolicyStatistics:
         """Counters and gauges as of the latest call."""
         return PolicyStatistics(
-            queued=tuple(len(c) for c in self._classes),
+            queued=tuple(self._classes[p].queued(p) for p in Priority),
             running=len(self._running),
             admitted=self._admitted,
             expired=self._expired,
@@ -402,6 +319,7 @@ class QuotaPolicy:
             requests_in_window=len(self._window),
             tokens_in_window=self._window_tokens,
             cooling_down_until=self._cool_until if self._cool_until > self._now else None,
+            dialogue_reserve=self._reserve_left(self._now),
         )
 
     # -- admission -------------------------------------------------------------------------
@@ -411,7 +329,9 @@ class QuotaPolicy:
         self._now = now
         window = self._window
         while window and window[0].expires_at <= now:
-            self._window_tokens -= window.popleft().tokens
+            charge = window.popleft()
+            self._window_tokens -= charge.tokens
+            self._window_dialogue -= charge.dialogue
         if self._header is not None and self._header.reset_at <= now:
             self._header = None
         return now
@@ -432,8 +352,8 @@ class QuotaPolicy:
                 break
         return admitted
 
-    def _top(self) -> tuple[_FairQueue, _Entry] | None:
-        for queue in self._classes:
+    def _top(self) -> tuple[ClassQueue, QueueEntry] | None:
+        for queue in self._order:
             entry = queue.head()
             if entry is not None:
                 return queue, entry
@@ -448,19 +368,27 @@ class QuotaPolicy:
 
     def _ready_at(self, ticket: Ticket, now: float) -> float:
         """The earliest time the time-based limits let ``ticket`` start (concurrency aside)."""
+        kept = 0 if ticket.priority is Priority.DIALOGUE else self._reserve_left(now)
         return max(
             self._cool_until,
             self._last_admit + self._limits.min_interval_seconds,
-            self._requests_free_at(),
+            self._requests_free_at(kept),
             self._tokens_free_at(ticket.tokens),
             self._header_free_at(ticket.tokens),
         )
 
-    def _requests_free_at(self) -> float:
-        limit, window = self._limit, self._window
-        if limit is None or len(window) < limit:
+    def _reserve_left(self, now: float) -> int:
+        """Window slots kept free for dialogue now."""
+        return self._reserve.kept(now, self._limit, self._window_dialogue)
+
+    def _requests_free_at(self, kept: int = 0) -> float:
+        if self._limit is None:
             return -math.inf
-        # The window must shed its oldest len - limit + 1 admissions.
+        limit, window = self._limit - kept, self._window
+        if len(window) < limit:
+            return -math.inf
+        # The window must shed its oldest len - limit + 1 admissions. (The reserve may shrink
+        # before then; the policy is polled again at the reserve's next change.)
         return window[len(window) - limit].expires_at
 
     def _tokens_free_at(self, tokens: int) -> float:
@@ -487,9 +415,11 @@ class QuotaPolicy:
 
     def _start(self, ticket: Ticket, now: float) -> None:
         del self._queued[ticket.id]
-        charge = _Charge(now + self._limits.window_seconds, ticket.tokens)
+        dialogue = ticket.priority is Priority.DIALOGUE
+        charge = _Charge(now + self._limits.window_seconds, ticket.tokens, dialogue)
         self._window.append(charge)
         self._window_tokens += ticket.tokens
+        self._window_dialogue += dialogue
         self._running[ticket.id] = charge
         self._last_admit = now
         self._admitted += 1
@@ -508,7 +438,7 @@ class QuotaPolicy:
                 expired.append(self._expire(entry, now))
         return expired
 
-    def _expire(self, entry: _Entry, now: float) -> Expiry:
+    def _expire(self, entry: QueueEntry, now: float) -> Expiry:
         ticket = entry.ticket
         del self._queued[ticket.id]
         self._classes[ticket.priority].remove(entry)
@@ -517,7 +447,7 @@ class QuotaPolicy:
 
     def _retry_after(self, ticket: Ticket, now: float) -> float:
         """Estimate when a retry could start: the time limits, or the work queued ahead."""
-        ahead = sum(len(c) for c in self._classes[: ticket.priority + 1])
+        ahead = sum(self._classes[p].queued(p) for p in Priority if p <= ticket.priority)
         spacing = self._limits.min_interval_seconds
         if self._limit is not None:
             spacing = max(spacing, self._limits.window_seconds / self._limit)
@@ -533,7 +463,11 @@ class QuotaPolicy:
             times.append(deadlines[0][0])
         top = self._top()
         if top is not None and not self._full():
-            times.append(self._ready_at(top[1].ticket, now))
+            ticket = top[1].ticket
+            times.append(self._ready_at(ticket, now))
+            change = self._reserve.next_change(now)
+            if ticket.priority is not Priority.DIALOGUE and change is not None and self._reserve_left(now):
+                times.append(change)  # the reserve may shrink then and let this ticket start
         return min(times) if times else None
 
     # -- adaptation ------------------------------------------------------------------------

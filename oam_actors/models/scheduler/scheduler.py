@@ -7,7 +7,7 @@ Contract
   exits (normally, by exception or by cancellation). Set ``admission.tokens_used`` in the body to
   correct the token estimate.
 - A ticket still queued ``deadline_seconds`` after it was queued fails with
-  ``AgentError(RATE_LIMITED, retry_after=…)``; nobody waits forever unless they ask to (no
+  :class:`~oam_actors.errors.DeadlinePassed` (``rate_limited``, ``retry_after=…``); nobody waits forever unless they ask to (no
   deadline). A request that needs more tokens than a window allows fails at once with
   ``AgentError(CONTEXT_SIZE_EXCEEDED)``.
 - Cancelling a waiting task removes its ticket at once; the next ticket may start at once.
@@ -32,8 +32,10 @@ import anyio.lowlevel
 import msgspec
 
 from oam_actors.clock import Clock, ManualClock, MonotonicClock
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 
+from .headroom import Headroom
+from .ordering import Ledger
 from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
@@ -65,8 +67,9 @@ class _Waiter:
 class QuotaScheduler:
     """Queues model requests for one backend and lets them start as its quota allows."""
 
-    def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None) -> None:
-        self._policy = QuotaPolicy(limits)
+    def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None,
+                 headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
+        self._policy = QuotaPolicy(limits, headroom=headroom, ledger=ledger)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
@@ -85,7 +88,7 @@ class QuotaScheduler:
     ) -> AsyncIterator[Admission]:
         """Wait for a turn at the backend, hold it for the body, release it on exit.
 
-        Raises ``AgentError(RATE_LIMITED)`` with ``retry_after`` when the deadline passes while
+        Raises :class:`DeadlinePassed` (``rate_limited``) with ``retry_after`` when the deadline passes while
         queued, ``AgentError(CONTEXT_SIZE_EXCEEDED)`` when ``tokens`` exceed a whole window.
         """
         waiter = self._enqueue(owner, priority, tokens, deadline_seconds)
@@ -95,11 +98,8 @@ class QuotaScheduler:
             self._abandon(waiter)
             raise
         if waiter.outcome is _Outcome.EXPIRED:
-            raise AgentError(
-                ErrorCode.RATE_LIMITED,
-                f"The model's quota had no room within {deadline_seconds:g} s.",
-                retry_after=waiter.retry_after,
-            )
+            raise DeadlinePassed(f"The model's quota had no room within {deadline_seconds:g} s.",
+                                 retry_after=waiter.retry_after)
         admission = Admission(waiter.ticket, self._clock.now() - waiter.ticket.enqueued_at)
         try:
             yield admission

@@ -1,0 +1,110 @@
+"""Reserved headroom: the share of a quota window kept for player dialogue (pure).
+
+A window's last requests must not all go to background work while a player is about to speak:
+once barks have spent a rolling window, a dialogue line waits for the window to slide, which on a
+Nano phone is tens of seconds. So the policy keeps some of every window for dialogue, sized by the
+dialogue demand it has seen:
+
+- **Demand** is counted in fixed periods of one window. The estimate is an exponentially weighted
+  moving average (EWMA) of dialogue tickets submitted per period, weight ``smoothing`` for the
+  latest period, or the count of the current period when that is higher (a surge raises the
+  reserve at once; a lull lowers it one period at a time).
+- **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
+  window's request limit (rounded down, so a backend allowing one request per window reserves
+  nothing and background work still runs).
+- **Use**: dialogue admitted within the rolling window counts against the reserve, but ``floor``
+  slots stay free for dialogue whatever the count (a player may speak at any moment; without
+  them, once the expected lines have come, barks refill every slot the window frees and the next
+  line waits for the window to slide). A ticket of a lower class may start only while the window
+  keeps that room. Dialogue itself may use the whole window. When no dialogue comes, work that is
+  not dialogue loses ``floor`` slots per window.
+
+Only the request limit is reserved; a backend limited by tokens alone keeps no headroom.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+__all__ = ["NO_HEADROOM", "DialogueReserve", "Headroom"]
+
+
+class Headroom(msgspec.Struct, frozen=True, kw_only=True):
+    """How much of each quota window is kept for player dialogue; see the module docstring."""
+
+    floor: int = 1
+    cap: float = 0.5  # share of the request limit
+    factor: float = 1.0  # slots kept per dialogue request expected in a window
+    smoothing: float = 0.5  # EWMA weight of the latest period
+
+    def __post_init__(self) -> None:
+        if self.floor < 0:
+            raise ValueError("headroom floor must not be negative")
+        if not 0 <= self.cap < 1:
+            raise ValueError("headroom cap must be at least 0 and below 1")
+        if not (math.isfinite(self.factor) and self.factor >= 0):
+            raise ValueError("headroom factor must be a number of at least 0")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError("headroom smoothing must lie in (0, 1]")
+
+
+NO_HEADROOM = Headroom(floor=0, cap=0.0, factor=0.0)
+"""Keep nothing back: every class competes for the whole window (strict priority alone)."""
+
+
+class DialogueReserve:
+    """The learned dialogue demand of one backend and the reserve it implies."""
+
+    __slots__ = ("_count", "_estimate", "_period", "_period_end", "_settings")
+
+    def __init__(self, settings: Headroom, period_seconds: float) -> None:
+        self._settings = settings
+        self._period = period_seconds
+        self._period_end: float | None = None  # set by the first observation's clock
+        self._estimate = 0.0
+        self._count = 0
+
+    def observe(self, now: float) -> None:
+        """A dialogue ticket was submitted at ``now``."""
+        self._roll(now)
+        self._count += 1
+
+    def demand(self, now: float) -> float:
+        """Dialogue requests expected per window."""
+        self._roll(now)
+        return max(self._estimate, float(self._count))
+
+    def kept(self, now: float, limit: int | None, admitted: int) -> int:
+        """Slots of a window of ``limit`` requests to keep free for dialogue, when ``admitted``
+        dialogue requests are in the rolling window (0 without a limit)."""
+        if limit is None:
+            return 0
+        settings = self._settings
+        expected = math.ceil(settings.factor * self.demand(now) - 1e-9)
+        return min(math.floor(settings.cap * limit), max(settings.floor, expected - admitted))
+
+    def next_change(self, now: float) -> float | None:
+        """When the estimate may next fall (the end of the current period), if it can."""
+        self._roll(now)
+        if self._period_end is None or (self._estimate == 0 and self._count == 0):
+            return None
+        return self._period_end
+
+    def _roll(self, now: float) -> None:
+        if not math.isfinite(now):
+            return  # the policy has seen no time yet
+        if self._period_end is None:
+            self._period_end = now + self._period
+            return
+        if now < self._period_end:
+            return
+        weight = self._settings.smoothing
+        estimate = weight * self._count + (1 - weight) * self._estimate
+        # Whole periods without dialogue since then decay the estimate further.
+        idle = math.floor((now - self._period_end) / self._period)
+        estimate *= (1 - weight) ** idle
+        self._estimate = estimate if estimate >= 1e-6 else 0.0
+        self._count = 0
+        self._period_end += (idle + 1) * self._period
