@@ -21,7 +21,11 @@ import msgspec
 
 __all__ = [
     "Availability",
+    "BarkItem",
+    "BatchItem",
+    "DecisionItem",
     "GenerationRequest",
+    "ItemOption",
     "LanguageModel",
     "ModelCapabilities",
     "Resumable",
@@ -60,6 +64,38 @@ class ToolSpec(msgspec.Struct, frozen=True):
     parameters: Any
 
 
+class BarkItem(msgspec.Struct, frozen=True, kw_only=True, tag="bark"):
+    """A one-line ambient remark: ``speaker``'s name, ``character`` (a few short lines: role,
+    personality, speaking style), ``situation`` (the moment, and the game state if any). The
+    answer is the line."""
+
+    speaker: str
+    character: str = ""
+    situation: str = ""
+
+
+class ItemOption(msgspec.Struct, frozen=True):
+    """One option of a :class:`DecisionItem`."""
+
+    id: str
+    description: str = ""
+
+
+class DecisionItem(msgspec.Struct, frozen=True, kw_only=True, tag="decision"):
+    """A choice among ``options`` for ``actor`` (``""``: for nobody in particular); the answer is
+    the decision step's JSON object ``{"reasoning", "choice", "confidence"}``."""
+
+    actor: str = ""
+    character: str = ""
+    situation: str = ""
+    options: tuple[ItemOption, ...] = ()
+
+
+BatchItem = BarkItem | DecisionItem
+"""What a short, independent step says about itself so that a coalescing backend may answer it
+together with others (:mod:`oam_actors.agent.batch`). A tagged union: it pickles and encodes."""
+
+
 class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One model inference.
 
@@ -68,7 +104,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     context fields (``user_prompt``, ``tool_outputs``, ``tools``, ``tool_name``, ``schema``) are for
     backends that need more than text: scripted templates, native tool calling, response formats.
     ``owner`` and ``priority`` are hints for quota scheduling; ``queue_seconds`` caps how long the
-    step may wait for admission (``None``: the backend's own limit for its priority).
+    step may wait for admission (``None``: the backend's own limit for its priority). ``item``
+    describes a short, independent step that a coalescing backend may answer together with others
+    (:mod:`oam_actors.agent.batch`); every other backend ignores it.
     """
 
     kind: StepKind
@@ -87,6 +125,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None = None
     priority: str = "dialogue"
     queue_seconds: float | None = None
+    item: BatchItem | None = None
 
 
 class Usage(msgspec.Struct, frozen=True):

@@ -69,9 +69,11 @@ class OneOffEngine:
         tools: Sequence[ToolDefinition],
         options: AgentOptions,
         emit: EventSink | None,
+        model: LanguageModel | None = None,
     ) -> TurnResult:
-        """One fresh turn; its client tool calls are answered through :meth:`submit_tool_result`."""
-        agent = Agent(self.model, instructions=instructions, tools=tools, options=options, owner=self.owner)
+        """One fresh turn (on ``model``, default the engine's); its client tool calls are answered
+        through :meth:`submit_tool_result`."""
+        agent = Agent(model or self.model, instructions=instructions, tools=tools, options=options, owner=self.owner)
         self._running.add(agent)
         try:
             return await agent.respond(prompt, schema=schema, emit=emit)

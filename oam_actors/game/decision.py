@@ -30,12 +30,14 @@ from typing import Any
 import anyio
 import msgspec
 
+from ..agent.batch import ItemModel
 from ..agent.events import EventSink, TurnResult, TurnUsage
 from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
 from ..agent.tools import ToolCallRecord, ToolDefinition, compact_json
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError, invalid_params
+from ._items import decision_item
 from ._oneoff import OneOffEngine
 from ._prompting import DEADLINE, UNUSABLE
 from ._text import joined_list, sentence, trimmed_or_none
@@ -110,6 +112,7 @@ class DecisionRequest:
     tool_choice: ToolChoice = _AUTO
     fallback_option_id: str | None = None
     queue_seconds: float | None = None  # the longest each model step may wait for quota
+    coalesce: bool = True  # a coalescing backend may answer it together with other decisions
 
 
 def parse_decision_options(value: Any, path: str = "options") -> tuple[DecisionOption, ...]:
@@ -208,6 +211,7 @@ class DecisionEngine(OneOffEngine):
                 tools=request.tools,
                 options=self._decision_options(request),
                 emit=emit,
+                model=self._model_for(request, ids),
             )
             return _decision(result, ids)
         except DeadlinePassed:
@@ -246,6 +250,14 @@ class DecisionEngine(OneOffEngine):
         return [r for r in results if r is not None]
 
     # --- checks and prompting ------------------------------------------------------------------
+
+    def _model_for(self, request: DecisionRequest, ids: list[str]) -> LanguageModel:
+        """The model, with the decision described as a batch item when it may be coalesced: no
+        tools (a tool never runs twice) and the standard instructions (a batch has its own)."""
+        if not request.coalesce or request.tools or self.instructions is not None:
+            return self.model
+        options = [(option_id, option.description) for option_id, option in zip(ids, request.options, strict=True)]
+        return ItemModel(self.model, decision_item(request.actor, request.situation, request.context, options))
 
     def _check_settings(self) -> None:
         if self.max_tool_rounds < 0:

@@ -33,6 +33,7 @@ import anyio
 import msgspec
 
 from ..agent.agent import Agent
+from ..agent.batch import ItemModel
 from ..agent.events import (
     PartialValue,
     TextDelta,
@@ -67,6 +68,7 @@ from ._dialogue import (
     parse_text_reply,
     partial_text_reply,
 )
+from ._items import bark_item
 from ._text import single_line, situation_text
 from .memory import MemoryStore, NPCMemory, memory_tools
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -506,13 +508,15 @@ class NPC:
 
     # --- barks ---------------------------------------------------------------------------------
 
-    async def bark(self, situation: Any = None, *, queue_seconds: float | None = None) -> BarkLine:
+    async def bark(self, situation: Any = None, *, queue_seconds: float | None = None,
+                   coalesce: bool = True) -> BarkLine:
         """A one-line ambient remark: a one-off request with no history, memory, secrets or tools.
         Raises :class:`AgentError` as is (the protocol has no fallback); an empty line is
         ``generation_failed``. One exception: when ``queue_seconds`` (or the backend's own queue
         time) runs out before the model can take the bark, one of this NPC's last
         :data:`RECENT_BARKS` barks is said again (the least recently repeated), marked
-        ``degraded``; with none yet the error stands."""
+        ``degraded``; with none yet the error stands. ``coalesce``: a coalescing backend may answer
+        it together with other barks."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
         instructions = msgspec.structs.replace(persona, max_sentences=1).instructions(
@@ -528,9 +532,12 @@ class NPC:
             priority="background",
             queue_seconds=queue_seconds,
         )
-        one_off = Agent(self.model, instructions=instructions, options=agent_options, owner=self.owner)
+        moment = situation_text(situation)
+        model = ItemModel(self.model, bark_item(persona, options.extra_instructions, moment, world_summary)) \
+            if coalesce else self.model
+        one_off = Agent(model, instructions=instructions, options=agent_options, owner=self.owner)
         try:
-            result = await one_off.respond(prompting.bark_prompt(situation_text(situation), world_summary))
+            result = await one_off.respond(prompting.bark_prompt(moment, world_summary))
         except DeadlinePassed:
             if not self._recent_barks:
                 raise

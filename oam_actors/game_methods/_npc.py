@@ -177,7 +177,8 @@ async def npc_talk(game: GameState, call: Call) -> Any:
 async def npc_bark(game: GameState, call: Call) -> Any:
     params = call.params
     _, _, ref = game.npc(params)
-    bark = Bark(params.raw("situation"), queue_seconds=deadline_seconds(params))
+    coalesce = bool(params.boolean("coalesce", default=True))
+    bark = Bark(params.raw("situation"), queue_seconds=deadline_seconds(params), coalesce=coalesce)
     call.bridge.admit()
     return Deferred(ref.ask_control(bark))
 

@@ -24,7 +24,7 @@ from ._state import GameState
 __all__ = ["REQUEST_METHODS"]
 
 _DECISION_KEYS = ("situation", "options", "actor", "context", "tools", "toolChoice", "fallbackOptionID",
-                  "deadlineSeconds")
+                  "deadlineSeconds", "coalesce")
 _ENGINE_KEYS = ("instructions", "temperature", "maxToolRounds", "toolTimeoutSeconds", "model")
 _CONTENT_KEYS = ("prompt", "schema", "instructions", "context", "tools", "toolTimeoutSeconds", "temperature", "model")
 _AUTO = ToolChoice(ToolChoiceKind.AUTO)
@@ -43,12 +43,13 @@ async def decision_decide(game: GameState, call: Call) -> Any:
 
 async def decision_decide_many(game: GameState, call: Call) -> Any:
     params = call.params
-    warnings = params.unknown(("requests", "maxConcurrency", "deadlineSeconds", *_ENGINE_KEYS))
+    warnings = params.unknown(("requests", "maxConcurrency", "deadlineSeconds", "coalesce", *_ENGINE_KEYS))
     shared_deadline = deadline_seconds(params)
     elements = params.raw("requests")
     if not isinstance(elements, list) or not elements:
         raise invalid_params("'requests' must be a non-empty array of decisions.")
     requests = []
+    shared_coalesce = bool(params.boolean("coalesce", default=True))
     for index, element in enumerate(elements):
         if not isinstance(element, dict):
             raise invalid_params(f"'requests[{index}]' must be an object.")
@@ -56,7 +57,8 @@ async def decision_decide_many(game: GameState, call: Call) -> Any:
         warnings += element_params.unknown(_DECISION_KEYS)
         element_deadline = deadline_seconds(element_params)
         request, request_warnings = await _decision(
-            game, element_params, shared_deadline if element_deadline is None else element_deadline)
+            game, element_params, shared_deadline if element_deadline is None else element_deadline,
+            coalesce=shared_coalesce)
         warnings += [f"requests[{index}]: {warning}" for warning in request_warnings]
         requests.append(request)
     concurrency = params.integer("maxConcurrency", minimum=1, default=2)
@@ -97,9 +99,12 @@ async def content_generate(game: GameState, call: Call) -> Any:
     return game.run_request(generator, message)
 
 
-async def _decision(game: GameState, params: Params, queue_seconds: float | None) -> tuple[DecisionRequest, list[str]]:
+async def _decision(
+    game: GameState, params: Params, queue_seconds: float | None, *, coalesce: bool = True
+) -> tuple[DecisionRequest, list[str]]:
     """One decision's params (at ``params``' prefix) as a checked request, plus its warnings;
-    ``queue_seconds`` is its ``deadlineSeconds`` (a batch's own, or the element's)."""
+    ``queue_seconds`` is its ``deadlineSeconds`` (a batch's own, or the element's), ``coalesce``
+    the default of its ``"coalesce"`` (a batch's top-level one)."""
     situation = params.raw("situation")
     if situation is None:
         raise invalid_params(f"Missing required parameter '{params.path('situation')}'.")
@@ -119,6 +124,7 @@ async def _decision(game: GameState, params: Params, queue_seconds: float | None
         tool_choice=_AUTO if choice is None else ToolChoice.parse(choice, path=params.path("toolChoice")),
         fallback_option_id=fallback,
         queue_seconds=queue_seconds,
+        coalesce=bool(params.boolean("coalesce", default=coalesce)),
     )
     check_request(request)
     return request, [*warnings, *tool_warnings]

@@ -98,6 +98,7 @@ class RunCompaction(msgspec.Struct, frozen=True):
 class Bark(msgspec.Struct, frozen=True):
     situation: Any = None
     queue_seconds: float | None = None
+    coalesce: bool = True  # may share a generation with other barks (a coalescing backend)
 
 
 class DescribeNPC(msgspec.Struct, frozen=True):
@@ -191,8 +192,9 @@ class NPCActor(Actor):
                 return self.npc.submit_tool_result(call_id, output)
             case SaveNPC():
                 return self._state(self.npc.save_state())
-            case Bark(situation=situation, queue_seconds=queue_seconds):
-                return (await self.npc.bark(situation, queue_seconds=queue_seconds)).to_wire(self.npc_id)
+            case Bark(situation=situation, queue_seconds=queue_seconds, coalesce=coalesce):
+                said = await self.npc.bark(situation, queue_seconds=queue_seconds, coalesce=coalesce)
+                return said.to_wire(self.npc_id)
             case DescribeNPC():
                 return self._describe()
             case GetPersona():

@@ -11,6 +11,8 @@ by :mod:`oam_actors.agent.prompts`:
   structured answers also fill optional keys (NPC replies want ``player_options``).
 - **summary** and **reply** steps: short plausible lines that mention the user's topic and this
   turn's tool results.
+- **batches** (:mod:`oam_actors.models.coalesce`): one numbered line per character (a bark in
+  its own name) or per decision (one of its own option ids, a confidence, a reason).
 
 Everything random comes from the ``random.Random`` passed in, so a seeded phone replays exactly.
 """
@@ -24,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Any
+
+from ..coalesce import BARK_TASK, DECISION_TASK
 
 __all__ = ["ResponderConfig", "respond", "sample_value"]
 
@@ -76,6 +80,10 @@ def respond(system: str, prompt: str, rng: Random, config: ResponderConfig = Res
     if _ARRAY_MARK in prompt:
         form = _lines_after(prompt, _ARRAY_MARK)
         return _dumps(sample_value(form[0] if form else "[]", rng, topic=_topic(prompt)))
+    if prompt.endswith(BARK_TASK):
+        return _barks(prompt, rng)
+    if prompt.endswith(DECISION_TASK):
+        return _decisions(prompt, rng)
     if "summar" in system.lower():
         return f"Summary: the user asked about {_topic(prompt)}, and the assistant answered."
     return _reply(prompt, rng)
@@ -348,6 +356,25 @@ def _string_end(text: str, at: int) -> int:
     while i < len(text) and text[i] != '"':
         i += 2 if text[i] == "\\" else 1
     return i
+
+
+# --- batches -------------------------------------------------------------------------------------
+
+_CHARACTER = re.compile(r"^Character (\d+): (.+)$", re.MULTILINE)
+_DECISION = re.compile(r"^Decision (\d+)\b.*?^Options: ([^\n]*)$", re.MULTILINE | re.DOTALL)
+
+
+def _barks(prompt: str, rng: Random) -> str:
+    return "\n".join(f"{number}. {name}: {rng.choice(_OPENERS)} {rng.choice(_CLOSERS)}"
+                     for number, name in _CHARACTER.findall(prompt))
+
+
+def _decisions(prompt: str, rng: Random) -> str:
+    lines = []
+    for number, options in _DECISION.findall(prompt):
+        ids = [option.split(" = ", 1)[0].strip() for option in options.split("; ")]
+        lines.append(f"{number}. {rng.choice(ids)} | {rng.randint(40, 95)} | It fits the situation best.")
+    return "\n".join(lines)
 
 
 # --- text ----------------------------------------------------------------------------------------

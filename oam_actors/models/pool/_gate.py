@@ -9,7 +9,7 @@ priority, waits at most its queue time, and a ``rate_limited`` answer cools the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
@@ -40,13 +40,25 @@ class ScheduledModel:
         """The scheduler's numbers (:class:`~oam_actors.models.SupportsStatistics`)."""
         return self.scheduler.statistics()
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        return self._stream(request, None)
+
+    def stream_when_admitted(
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest]
+    ) -> AsyncIterator[str | Usage]:
+        """:meth:`stream`, queued as ``request``, running what ``build()`` returns once admitted
+        (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
+        return self._stream(request, build)
+
+    async def _stream(
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None
+    ) -> AsyncIterator[str | Usage]:
         priority = priority_of(request.priority)
         tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
                                         deadline_seconds=deadline) as admission:
-            pieces = self.model.stream(request)
+            pieces = self.model.stream(build() if build is not None else request)
             try:
                 async for piece in pieces:
                     if isinstance(piece, Usage):

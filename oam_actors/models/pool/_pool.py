@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, aclosing, contextmanager
 from types import TracebackType
 from typing import NoReturn, Self
@@ -57,8 +57,10 @@ class _Device:
 class _Step:
     """One model step on its way through the pool (across reroutes)."""
 
-    def __init__(self, request: GenerationRequest, priority: Priority, started: float, deadline: float) -> None:
+    def __init__(self, request: GenerationRequest, priority: Priority, started: float, deadline: float,
+                 build: Callable[[], GenerationRequest] | None = None) -> None:
         self.request = request
+        self.build = build  # makes the request to run, once, at the first admission
         self.priority = priority
         self.owner = request.owner or "anonymous"
         self.tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
@@ -67,6 +69,13 @@ class _Step:
         self.tried: set[int] = set()
         self.failures = 0  # failures other than quota refusals
         self.last_error: DeviceError | None = None
+
+    def admitted(self) -> GenerationRequest:
+        """The request to run now that a device admitted the step (built at the first admission;
+        a reroute runs the same one)."""
+        if self.build is not None:
+            self.request, self.build = self.build(), None
+        return self.request
 
 
 class _Attempt:
@@ -188,16 +197,28 @@ class DevicePool:
         now = self._clock.now()
         return pool_availability([(d.health.state(now), d.availability) for d in self._devices])
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         """One step on the best device; refusals and failures before any text move it to another.
 
         Raises :class:`~oam_actors.errors.AgentError`: ``rate_limited`` (with ``retryAfter``)
         once the step's queue time is used up, ``model_unavailable`` when every device is dead,
         the device's own error when the request itself is refused or text had already streamed.
         """
+        return self._stream(request, None)
+
+    def stream_when_admitted(
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest]
+    ) -> AsyncIterator[str | Usage]:
+        """:meth:`stream`, queued as ``request``, running what ``build()`` returns when a device
+        admits it (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
+        return self._stream(request, build)
+
+    async def _stream(
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None
+    ) -> AsyncIterator[str | Usage]:
         now = self._clock.now()
         priority = priority_of(request.priority)
-        step = _Step(request, priority, now, now + self._queue_seconds(request, priority))
+        step = _Step(request, priority, now, now + self._queue_seconds(request, priority), build)
         while True:
             attempt = _Attempt(self._choose(step))
             async with aclosing(self._attempt(step, attempt)) as pieces:
@@ -219,7 +240,7 @@ class DevicePool:
                 return  # the device failed while the step waited: choose again
             self._waits[step.priority].append(self._clock.now() - step.started)
             # Closed explicitly when the agent stops reading, so the phone cancels at once.
-            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.request)))
+            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted())))
             with self._busy(device):
                 try:
                     async for piece in pieces:

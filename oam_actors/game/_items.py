@@ -1,0 +1,52 @@
+"""What a bark or a decision says about itself for a coalescing backend
+(:data:`~oam_actors.agent.model.BatchItem`): the essentials of its character and its situation,
+in the few short lines a batch prompt gives each item. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..agent.model import BarkItem, DecisionItem, ItemOption
+from ..agent.tools import compact_json
+from ._text import joined_list, sentence, trimmed_or_none
+from .persona import Persona
+
+__all__ = ["bark_item", "decision_item"]
+
+
+def _character(persona: Persona, *, goals: bool) -> list[str]:
+    lines = []
+    if (role := trimmed_or_none(persona.role)) is not None:
+        lines.append(f"Role: {sentence(role)}")
+    for label, text in (("Personality", persona.personality), ("Speaking style", persona.speaking_style)):
+        if (trimmed := trimmed_or_none(text)) is not None:
+            lines.append(f"{label}: {sentence(trimmed)}")
+    if goals and (joined := joined_list(persona.goals)) is not None:
+        lines.append(f"Goals: {joined}")
+    return lines
+
+
+def bark_item(persona: Persona, extra_instructions: str | None, situation: str | None,
+              world_summary: str | None) -> BarkItem:
+    """A bark of ``persona`` in ``situation`` (the game state folded in)."""
+    lines = _character(persona, goals=False)
+    if (extra := trimmed_or_none(extra_instructions)) is not None:
+        lines.append(f"Note: {' '.join(extra.split())}")
+    moment = trimmed_or_none(situation) or "An ordinary moment."
+    if (summary := trimmed_or_none(world_summary)) is not None:
+        moment = f"{moment} Game state: {' '.join(summary.split())}"
+    return BarkItem(speaker=persona.name.strip(), character="\n".join(lines), situation=moment)
+
+
+def decision_item(actor: Persona | None, situation: str, context: object,
+                  options: Sequence[tuple[str, str]]) -> DecisionItem:
+    """A decision for ``actor`` among ``options`` (id, description), ``context`` as facts."""
+    moment = trimmed_or_none(situation) or "(none given)"
+    if context is not None and context != {}:
+        moment = f"{moment}\nFacts: {compact_json(context)}"
+    return DecisionItem(
+        actor=actor.name.strip() if actor is not None else "",
+        character="\n".join(_character(actor, goals=True)) if actor is not None else "",
+        situation=moment,
+        options=tuple(ItemOption(option_id, description.strip()) for option_id, description in options),
+    )

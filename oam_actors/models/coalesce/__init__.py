@@ -1,0 +1,61 @@
+"""Coalescing: several short, independent steps waiting for one backend share one generation.
+
+Contract
+--------
+- ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
+  :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
+  proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
+  (barks, tool-free decisions; see :mod:`oam_actors.agent.batch`) may be answered together;
+  every other step goes to the backend as it is.
+- Only steps that are already waiting are packed: a step that finds no queued batch with room
+  queues at the backend itself, and its batch is made of what waits when the backend admits it
+  (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless
+  ``linger_seconds`` is set); under pressure batches grow by themselves, up to ``max_items`` and
+  the backend's context and output limits.
+- One batch is one generation: one shared instruction block, the items numbered, an answer of
+  numbered lines read leniently per item. Each item is checked on its own (a bark is one line
+  that neither speaks as nor names another character of the batch; a decision names one of its
+  own options); what its step receives is exactly what it would have received alone (the line,
+  the decision's JSON object), so the agent validates it as usual.
+- An item the batch did not answer (missing, invalid, misattributed, cut off) runs alone as the
+  normal step, with its usual repair: one extra attempt per affected item, never a wrong answer
+  for another character. A batch that fails for a reason every item shares (rate limit, device
+  fault) gives each item that error; any other failure runs each item alone. Tool-free steps
+  only, so a tool never runs twice.
+- Each step gets exactly one outcome. Cancelling a waiting step removes it from its batch;
+  cancelling the step whose caller leads a batch hands its followers to the next batch.
+- ``statistics()`` is the backend's record, with :class:`CoalescingStatistics` in its
+  ``coalescing`` field when it has one (a device pool's: ``model/status``).
+"""
+
+from ._model import CoalescingModel, CoalescingStatistics, DefersRequest
+from ._policy import (
+    BARK_TASK,
+    DECISION_TASK,
+    Answer,
+    CoalesceSettings,
+    Unanswered,
+    Why,
+    batch_key,
+    batch_request,
+    combinable,
+    pack,
+    read_batch,
+)
+
+__all__ = [
+    "BARK_TASK",
+    "DECISION_TASK",
+    "Answer",
+    "CoalesceSettings",
+    "CoalescingModel",
+    "CoalescingStatistics",
+    "DefersRequest",
+    "Unanswered",
+    "Why",
+    "batch_key",
+    "batch_request",
+    "combinable",
+    "pack",
+    "read_batch",
+]

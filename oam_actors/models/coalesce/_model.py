@@ -1,0 +1,353 @@
+"""``CoalescingModel``: a :class:`~oam_actors.agent.LanguageModel` in front of one shared backend
+that answers several waiting items with one generation (the contract is in the package
+docstring; what may be combined and how the batch reads is :mod:`._policy`).
+
+How a batch forms. Steps of one batch key wait in a line. A step that finds no queued batch with
+room *leads*: it queues at the backend itself, and only when the backend admits it (the seam
+:class:`DefersRequest`) does it take the steps then waiting (up to what :func:`._policy.pack`
+allows) and build the prompt. Free quota means a leader is admitted at once, alone, and its own
+request runs as it is; under pressure leaders wait, the line grows, and batches grow with it.
+Every step runs in its caller's task (no task of our own): cancelling a waiting follower drops it
+from the line; cancelling a leader before admission hands the lead to a follower; cancelling a
+leader mid-batch puts its followers back in the line.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import AsyncIterator, Hashable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import anyio
+import msgspec
+
+from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
+from ...errors import AgentError, ErrorCode
+from ..scheduler import Clock, MonotonicClock
+from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
+
+__all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest"]
+
+# A batch that fails with one of these failed for every item alike (quota, a device fault): each
+# item gets the error, and its agent's own step retry decides (it comes back here and may batch
+# again). Any other failure may be one item's doing (a safety block, a refusal): each item runs
+# alone instead, so no item fails because of a neighbour.
+_SHARED_FAILURES = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.BUSY, ErrorCode.MODEL_UNAVAILABLE,
+                              ErrorCode.GENERATION_FAILED})
+
+
+@runtime_checkable
+class DefersRequest(Protocol):
+    """A backend that queues steps and can build a step's request when it is admitted.
+
+    ``stream_when_admitted(request, build)`` queues ``request`` (its owner, priority and token
+    estimate) like :meth:`stream`; once the backend admits it, it calls ``build()`` exactly once
+    and streams the request ``build`` returns in its place (a reroute to another device streams
+    that same request). :class:`~oam_actors.models.pool.DevicePool` and
+    :class:`~oam_actors.models.pool.ScheduledModel` implement it.
+    """
+
+    def stream_when_admitted(
+        self, request: GenerationRequest, build: _Build
+    ) -> AsyncIterator[str | Usage]: ...
+
+
+class _Build(Protocol):
+    def __call__(self) -> GenerationRequest: ...
+
+
+class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
+    """What coalescing did since the model started (``model/status``, camelCase).
+
+    ``items``: steps that could be combined; ``generations``: the backend generations they used
+    (batches, steps that ran alone, retries); ``itemsPerGeneration`` is their ratio. ``batches``
+    answered two or more items (``batchedItems`` in all); ``retriedAlone`` items a batch did not
+    answer (``missing``, ``invalid``, ``misattributed``, or the batch failed) ran again on their
+    own. ``passthrough``: steps that could not be combined (no item, opted out, a repair).
+    """
+
+    items: int = 0
+    generations: int = 0
+    items_per_generation: float = 0.0
+    batches: int = 0
+    batched_items: int = 0
+    answered: int = 0
+    retried_alone: int = 0
+    missing: int = 0
+    invalid: int = 0
+    misattributed: int = 0
+    passthrough: int = 0
+
+
+class _Role(enum.Enum):
+    LEAD = "lead"
+    FOLLOW = "follow"
+
+
+class _Alone:
+    """Run the step on its own (the batch did not answer it)."""
+
+
+_ALONE = _Alone()
+
+
+@dataclass(frozen=True)
+class _Answered:
+    text: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: AgentError
+
+
+@dataclass(frozen=True)
+class _Promoted:
+    """Lead a batch of your own (the leader you waited for left before it was admitted)."""
+
+
+_PROMOTED = _Promoted()
+_Outcome = _Answered | _Failed | _Alone | _Promoted
+
+
+@dataclass(eq=False)
+class _Step:
+    request: GenerationRequest
+    outcome: _Outcome | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    taken: bool = False  # in a batch being generated
+    gone: bool = False  # its caller left: nothing to deliver
+
+    def settle(self, outcome: _Outcome) -> None:
+        self.outcome = outcome
+        self.wake.set()
+
+
+@dataclass(eq=False)
+class _Line:
+    """The steps of one batch key waiting for a leader to be admitted, and the leaders queued."""
+
+    followers: deque[_Step] = field(default_factory=deque)
+    leaders: int = 0  # queued at the backend, not yet admitted
+    members: int = 0  # steps of this key not finished (the line is dropped at 0)
+
+
+class CoalescingModel:
+    """``backend`` with coalescing of combinable steps; see the package docstring. Share one
+    instance, as the backend itself is shared (one per quota)."""
+
+    def __init__(self, backend: LanguageModel, settings: CoalesceSettings | None = None, *,
+                 clock: Clock | None = None) -> None:
+        self.backend = backend
+        self.settings = settings or CoalesceSettings()
+        self._clock: Clock = clock or MonotonicClock()
+        self._lines: dict[Hashable, _Line] = {}
+        self._counts = dict.fromkeys(CoalescingStatistics.__struct_fields__, 0)
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self.backend.capabilities
+
+    async def availability(self) -> Availability:
+        return await self.backend.availability()
+
+    async def statistics(self) -> msgspec.Struct | None:
+        """The backend's statistics record with :meth:`coalescing_statistics` in its
+        ``coalescing`` field when it has one (a device pool's), else the backend's record."""
+        inner = getattr(self.backend, "statistics", None)
+        record = await inner() if inner is not None else None
+        if record is not None and "coalescing" in type(record).__struct_fields__:
+            return msgspec.structs.replace(record, coalescing=self.coalescing_statistics())
+        return record
+
+    def coalescing_statistics(self) -> CoalescingStatistics:
+        counts = dict(self._counts)
+        if counts["generations"]:
+            counts["items_per_generation"] = round(counts["items"] / counts["generations"], 3)
+        return CoalescingStatistics(**counts)
+
+    # --- one step ------------------------------------------------------------------------------
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        """The step's pieces: from a batch it was packed into, or from the backend directly.
+        Raises what the backend raises for the step (or for its batch, where a batch's failure
+        is every item's: rate limits, device faults)."""
+        key = batch_key(request) if self.settings.max_items > 1 else None
+        if key is None:
+            self._counts["passthrough"] += 1
+            async for piece in self._alone(request, count=False):
+                yield piece
+            return
+        self._counts["items"] += 1
+        line = self._lines.setdefault(key, _Line())
+        line.members += 1
+        try:
+            step = _Step(request)
+            role = self._join(line, step)
+            while True:
+                if role is _Role.FOLLOW:
+                    await self._wait(line, step)
+                else:
+                    async for piece in self._lead(line, step):
+                        yield piece
+                outcome = step.outcome
+                if not isinstance(outcome, _Promoted):
+                    break
+                step.outcome, step.wake, role = None, anyio.Event(), _Role.LEAD
+        finally:
+            line.members -= 1
+            if not line.members:
+                del self._lines[key]
+        match outcome:
+            case None:
+                return  # it led a batch of one: its own request ran and streamed
+            case _Answered(text=text, usage=usage):
+                yield text
+                yield usage
+            case _Failed(error=error):
+                raise AgentError(error.code, error.message, retry_after=error.retry_after) from error
+            case _Alone():
+                self._counts["retried_alone"] += 1
+                async for piece in self._alone(request):
+                    yield piece
+
+    async def _alone(self, request: GenerationRequest, *, count: bool = True) -> AsyncIterator[str | Usage]:
+        if count:
+            self._counts["generations"] += 1
+        async with aclosing(self.backend.stream(request)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    def _join(self, line: _Line, step: _Step) -> _Role:
+        """Follow a queued leader with room in its batch, or lead."""
+        if len(line.followers) < line.leaders * (self.settings.max_items - 1):
+            line.followers.append(step)
+            return _Role.FOLLOW
+        line.leaders += 1
+        return _Role.LEAD
+
+    async def _wait(self, line: _Line, step: _Step) -> None:
+        try:
+            await step.wake.wait()
+        except BaseException:
+            self._leave(line, step)
+            raise
+
+    def _leave(self, line: _Line, step: _Step) -> None:
+        """A follower's caller left (cancelled)."""
+        step.gone = True
+        if isinstance(step.outcome, _Promoted):
+            line.leaders -= 1  # it was to lead: the line must find another leader
+            self._promote(line)
+        elif not step.taken and step.outcome is None:
+            line.followers.remove(step)
+
+    def _promote(self, line: _Line) -> None:
+        """Make the oldest followers lead while the queued leaders cannot take them all."""
+        while len(line.followers) > line.leaders * (self.settings.max_items - 1):
+            line.leaders += 1
+            line.followers.popleft().settle(_PROMOTED)
+
+    # --- leading a batch -----------------------------------------------------------------------
+
+    async def _lead(self, line: _Line, step: _Step) -> AsyncIterator[str | Usage]:
+        """Queue at the backend; at admission take the waiting followers. Alone, the step's own
+        pieces are yielded; in a batch, every member's outcome (this step's too) is settled."""
+        batch: list[_Step] = []
+        sent: list[GenerationRequest] = []
+
+        def build() -> GenerationRequest:
+            line.leaders -= 1
+            batch.extend(self._take(line, step))
+            self._promote(line)
+            self._counts["generations"] += 1
+            if len(batch) == 1:
+                return step.request
+            self._counts["batches"] += 1
+            self._counts["batched_items"] += len(batch)
+            sent.append(batch_request([s.request for s in batch]))
+            return sent[0]
+
+        pieces: list[str] = []
+        usage: Usage | None = None
+        try:
+            if self.settings.linger_seconds > 0:
+                await self._clock.sleep_until(self._clock.now() + self.settings.linger_seconds)
+            async with aclosing(self._admitted(step.request, build)) as stream:
+                async for piece in stream:
+                    if not sent:
+                        yield piece
+                    elif isinstance(piece, Usage):
+                        usage = piece
+                    else:
+                        pieces.append(piece)
+        except BaseException as exc:
+            if not batch:
+                line.leaders -= 1  # left before admission: a follower takes over
+                self._promote(line)
+            if not sent or not self._batch_failed(line, batch, exc):
+                raise
+            return
+        if sent:
+            self._split(batch, sent[0], "".join(pieces), usage)
+    def _admitted(self, request: GenerationRequest, build: _Build) -> AsyncIterator[str | Usage]:
+        backend = self.backend
+        if isinstance(backend, DefersRequest):
+            return backend.stream_when_admitted(request, build)
+        return self._built(build)
+
+    async def _built(self, build: _Build) -> AsyncIterator[str | Usage]:
+        """A backend that admits at once: the batch is what is waiting now."""
+        async with aclosing(self.backend.stream(build())) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    def _take(self, line: _Line, leader: _Step) -> list[_Step]:
+        waiting = [leader, *line.followers]
+        requests = [s.request for s in waiting[: self.settings.max_items]]
+        count = pack(requests, self.backend.capabilities, self.settings.max_items)
+        batch = waiting[:count]
+        for member in batch[1:]:
+            line.followers.popleft()
+            member.taken = True
+        return batch
+
+    def _split(self, batch: list[_Step], sent: GenerationRequest, text: str, usage: Usage | None) -> None:
+        requests = [s.request for s in batch]
+        output_tokens = usage.output_tokens if usage is not None else estimate_tokens(text)
+        results = read_batch(text, requests, truncated=output_tokens >= (sent.max_output_tokens or 0))
+        input_tokens = usage.input_tokens if usage is not None else estimate_tokens(sent.system + sent.prompt)
+        share = -(-input_tokens // len(batch))
+        for member, result in zip(batch, results, strict=True):
+            if isinstance(result, Answer):
+                self._counts["answered"] += 1
+                member.settle(_Answered(result.text, Usage(share, 0, estimate_tokens(result.text))))
+            else:
+                self._counts[result.why.value] += 1
+                member.settle(_ALONE)
+
+    def _batch_failed(self, line: _Line, batch: list[_Step], exc: BaseException) -> bool:
+        """Settle a failed batch's members; True when the leader, too, runs alone instead of
+        raising ``exc``."""
+        leader, followers = batch[0], [s for s in batch[1:] if not s.gone]
+        if not isinstance(exc, Exception):
+            # The leader's caller left mid-batch (cancelled): its followers wait for the next.
+            for member in reversed(followers):
+                member.taken = False
+                line.followers.appendleft(member)
+            self._promote(line)
+            return False
+        shared = isinstance(exc, AgentError) and exc.code in _SHARED_FAILURES
+        for member in followers:
+            member.settle(_Failed(exc) if shared and isinstance(exc, AgentError) else _ALONE)
+        if isinstance(exc, AgentError) and not shared:
+            leader.outcome = _ALONE
+            return True
+        return False  # a shared failure, or a bug: the leader raises it as it is
+
+    def __repr__(self) -> str:
+        return f"CoalescingModel({self.backend!r}, max_items={self.settings.max_items})"

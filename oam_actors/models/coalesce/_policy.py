@@ -1,0 +1,387 @@
+"""The coalescing policy: which waiting steps may share one generation, the batch prompt, and
+reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
+
+- :func:`batch_key` says what may be combined: steps carrying a combinable
+  :data:`~oam_actors.agent.model.BatchItem` of the same kind, priority and sampling. ``None``
+  means "run it alone" (no item, a repair, tools offered, or an item whose answer could not be
+  read back from one line: a decision with an option id holding spaces or ``|``, or too many
+  options).
+- :func:`pack` counts how many of the waiting steps fit one generation: at most ``max_items``,
+  the prompt plus the reserved answer within the backend's context, the answers within its
+  output limit.
+- :func:`batch_request` is the one generation: one shared instruction block (system), the items
+  numbered (prompt).
+- :func:`read_batch` splits the answer: numbered lines, read leniently (``3. …``, ``3: …``,
+  ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
+  with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
+  that neither speaks as nor names another character of the batch; a decision must name one of
+  its own option ids. The result per item is :class:`Answer` (the text the step itself would
+  have received: the line, or the decision's JSON object) or :class:`Unanswered` with the
+  reason, and the caller runs that step alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Hashable, Sequence
+
+import msgspec
+
+from ...agent.model import (
+    BarkItem,
+    BatchItem,
+    DecisionItem,
+    GenerationRequest,
+    ModelCapabilities,
+    StepKind,
+    estimate_tokens,
+)
+
+__all__ = [
+    "BARK_TASK",
+    "DECISION_TASK",
+    "Answer",
+    "CoalesceSettings",
+    "Unanswered",
+    "Why",
+    "batch_key",
+    "batch_request",
+    "combinable",
+    "pack",
+    "read_batch",
+]
+
+MAX_OPTIONS = 12
+"""A decision with more options runs alone: its option list would crowd the batch."""
+_BARK_ANSWER_TOKENS = 40  # "3. Name: " and one short sentence
+_DECISION_ANSWER_TOKENS = 48  # "3. option_id | 80 | one short reason"
+_ANSWER_OVERHEAD_TOKENS = 16
+
+BARK_TASK = "Write one line for each character above."
+DECISION_TASK = "Make each decision above."
+"""The last line of a batch prompt (the simulated phone recognises a batch by it)."""
+
+_BARK_SYSTEM = """\
+You write short ambient lines for characters in a video game.
+Each numbered character below is a different person in a different moment.
+For each character, write the one sentence that character says aloud right now, in their own voice.
+Rules:
+- Every line belongs to its own character only: never speak as another character of the list and never name them.
+- No narration, no actions, no quotation marks. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per character, each written as: <number>. <name>: <line>
+Example of the form:
+{example}"""
+
+_DECISION_SYSTEM = """\
+You make decisions for characters in a video game.
+Each numbered decision below is separate, for its own character and situation.
+For each decision, pick the option that best fits that character and situation.
+Rules:
+- Use only an option id listed under that same decision.
+- Answer with exactly {count} lines, in the order given, one per decision, each written as: <number>. <option id> | <confidence from 0 to 100> | <one short reason>
+Example of the form:
+{example}"""
+
+
+class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """``max_items`` per generation (1 turns coalescing off); ``linger_seconds`` a new batch waits
+    for company before it queues at the backend (0: no added delay; batches then form only from
+    steps that are already waiting)."""
+
+    max_items: int = 6
+    linger_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        if not (math.isfinite(self.linger_seconds) and self.linger_seconds >= 0):
+            raise ValueError("linger_seconds must be a number of at least 0")
+
+
+class Why(enum.StrEnum):
+    """Why an item of a batch was not answered from it."""
+
+    MISSING = "missing"  # no line for it (or the answer was cut off before it)
+    INVALID = "invalid"  # a line, but not a usable answer
+    MISATTRIBUTED = "misattributed"  # speaks as, or names, another character of the batch
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """The text the item's own step receives, as if it had run alone."""
+
+    text: str
+
+
+class Unanswered(msgspec.Struct, frozen=True):
+    """The item must run alone; ``detail`` says what was wrong (for logs and tests)."""
+
+    why: Why
+    detail: str = ""
+
+
+ItemResult = Answer | Unanswered
+
+
+# --- what may be combined ------------------------------------------------------------------------
+
+_OPTION_ID = re.compile(r"[^\s|,;=()\[\]]+")
+
+
+def combinable(item: BatchItem) -> bool:
+    """Whether an answer to ``item`` can be written, and read back, as one numbered line."""
+    match item:
+        case BarkItem(speaker=speaker):
+            return bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
+        case DecisionItem(options=options):
+            ids = [o.id for o in options]
+            return (2 <= len(ids) <= MAX_OPTIONS and len({i.casefold() for i in ids}) == len(ids)
+                    and all(_OPTION_ID.fullmatch(i) for i in ids))
+    return False
+
+
+def batch_key(request: GenerationRequest) -> Hashable | None:
+    """What ``request`` may share a generation with, or ``None`` to run it alone."""
+    item = request.item
+    if item is None or request.is_repair or request.tools or not combinable(item):
+        return None
+    return (type(item).__name__, request.priority, request.temperature, request.sampling)
+
+
+# --- packing -------------------------------------------------------------------------------------
+
+
+def _answer_tokens(item: BatchItem) -> int:
+    return _BARK_ANSWER_TOKENS if isinstance(item, BarkItem) else _DECISION_ANSWER_TOKENS
+
+
+def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities, max_items: int) -> int:
+    """How many of ``requests`` (in order, all of one :func:`batch_key`) one generation takes:
+    at least 1 (the first always goes, alone if need be)."""
+    count = 1
+    for n in range(2, min(len(requests), max_items) + 1):
+        batch = requests[:n]
+        output = _output_tokens(batch)
+        request = batch_request(batch, max_output_tokens=output)
+        used = estimate_tokens(request.system) + estimate_tokens(request.prompt) + output
+        if used > capabilities.context_size or output > capabilities.max_output_tokens:
+            break
+        count = n
+    return count
+
+
+def _output_tokens(requests: Sequence[GenerationRequest]) -> int:
+    return sum(_answer_tokens(r.item) for r in requests if r.item is not None) + _ANSWER_OVERHEAD_TOKENS
+
+
+# --- the batch prompt ----------------------------------------------------------------------------
+
+
+def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: int | None = None) -> GenerationRequest:
+    """One generation answering every item of ``requests`` (two or more, one batch key)."""
+    first = requests[0]
+    items = [r.item for r in requests]
+    assert all(item is not None for item in items)
+    if isinstance(first.item, BarkItem):
+        barks = [i for i in items if isinstance(i, BarkItem)]
+        example = "\n".join(f"{n}. {b.speaker.strip()}: ..." for n, b in enumerate(barks[:2], 1))
+        system = _BARK_SYSTEM.format(count=len(barks), example=example)
+        blocks = [_bark_block(n, b) for n, b in enumerate(barks, 1)]
+        task = BARK_TASK
+    else:
+        decisions = [i for i in items if isinstance(i, DecisionItem)]
+        example = "\n".join(f"{n}. {d.options[0].id} | 70 | ..." for n, d in enumerate(decisions[:2], 1))
+        system = _DECISION_SYSTEM.format(count=len(decisions), example=example)
+        blocks = [_decision_block(n, d) for n, d in enumerate(decisions, 1)]
+        task = DECISION_TASK
+    return GenerationRequest(
+        kind=StepKind.TEXT,
+        system=system,
+        prompt="\n\n".join([*blocks, task]),
+        temperature=first.temperature,
+        max_output_tokens=max_output_tokens if max_output_tokens is not None else _output_tokens(requests),
+        sampling=first.sampling,
+        owner=first.owner,
+        priority=first.priority,
+    )
+
+
+def _bark_block(number: int, item: BarkItem) -> str:
+    lines = [f"Character {number}: {item.speaker.strip()}"]
+    if item.character.strip():
+        lines.append(item.character.strip())
+    lines.append(f"Situation: {item.situation.strip() or 'An ordinary moment.'}")
+    return "\n".join(lines)
+
+
+def _decision_block(number: int, item: DecisionItem) -> str:
+    actor = item.actor.strip()
+    lines = [f"Decision {number}, for {actor}" if actor else f"Decision {number}"]
+    if item.character.strip():
+        lines.append(item.character.strip())
+    lines.append(f"Situation: {item.situation.strip() or '(none given)'}")
+    options = "; ".join(f"{o.id} = {o.description.strip()}" if o.description.strip() else o.id for o in item.options)
+    lines.append(f"Options: {options}")
+    return "\n".join(lines)
+
+
+# --- reading the answer back ---------------------------------------------------------------------
+
+_NUMBERED = re.compile(
+    r"""^\s*[*_#>\-]*\s*                 # list or markdown decoration
+        (?:(?:item|character|decision|line)\s*)?  # "Item 3", "Character 3"
+        (?:\[(\d{1,3})\]|\((\d{1,3})\)|(\d{1,3})(?=\s*[.:)\]\-–—]))  # [3]  (3)  3.  3:  3)  3 -
+        \s*[.:)\]\-–—]*\s*[*_]*\s*(.*)$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_LABEL = re.compile(r"^[*_\"']*([^:\n\"]{1,60}?)[*_\"']*\s*:\s*(.*)$")
+_QUOTES = "\"'“”‘’«»`"
+_INTEGER = re.compile(r"(?<![\w.])(\d{1,3})(?:\s*%)?(?!\w|\.\d)")
+_NAME_STOPWORDS = frozenset({"the", "old", "young", "sir", "lady", "lord", "master", "mister", "mr", "mrs",
+                             "miss", "dame", "big", "little", "captain", "guard"})
+
+
+def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: bool = False) -> list[ItemResult]:
+    """Each request's result from the batch answer ``text``. ``truncated``: the answer stopped at
+    its token limit, so its last numbered line may be cut and is not trusted."""
+    lines = _numbered_lines(text, len(requests))
+    if truncated and lines:
+        del lines[max(lines)]
+    items = [r.item for r in requests]
+    names = [_speaker(item) for item in items]
+    results: list[ItemResult] = []
+    for number, item in enumerate(items, 1):
+        assert item is not None
+        if number not in lines:
+            results.append(Unanswered(Why.MISSING, "cut off" if truncated else "no line"))
+            continue
+        line = lines[number]
+        if line is None:
+            results.append(Unanswered(Why.INVALID, "answered more than once"))
+            continue
+        others = [n for i, n in enumerate(names, 1) if i != number and n and not _names(_own_text(item), n)]
+        if isinstance(item, BarkItem):
+            results.append(_read_bark(line, item, others))
+        else:
+            assert isinstance(item, DecisionItem)
+            results.append(_read_decision(line, item, others))
+    return results
+
+
+def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
+    """Item number → its text (``None`` when numbered twice); an empty numbered line takes the
+    next unnumbered line (``3.`` then the line below it)."""
+    found: dict[int, str | None] = {}
+    waiting: int | None = None
+    for raw in text.splitlines():
+        match = _NUMBERED.match(raw)
+        number = next((int(g) for g in match.groups()[:3] if g), None) if match else None
+        if match is None or number is None or not 1 <= number <= count:
+            if waiting is not None and raw.strip():
+                found[waiting] = raw.strip()
+                waiting = None
+            continue
+        rest = match.group(4).strip()
+        waiting = None
+        if number in found:
+            found[number] = None
+        elif rest:
+            found[number] = rest
+        else:
+            found[number] = ""
+            waiting = number
+    return {n: t for n, t in found.items() if t != ""}
+
+
+def _speaker(item: BatchItem | None) -> str:
+    if isinstance(item, BarkItem):
+        return item.speaker.strip()
+    if isinstance(item, DecisionItem):
+        return item.actor.strip()
+    return ""
+
+
+def _own_text(item: BatchItem) -> str:
+    if isinstance(item, BarkItem):
+        return f"{item.speaker}\n{item.character}\n{item.situation}"
+    assert isinstance(item, DecisionItem)
+    options = " ".join(f"{o.id} {o.description}" for o in item.options)
+    return f"{item.actor}\n{item.character}\n{item.situation}\n{options}"
+
+
+def _short_names(name: str) -> list[str]:
+    """The words of a name of several words that name the character on their own ("Tobin" of
+    "Old Tobin"): capitalised, three letters or more, not a title."""
+    words = name.split()
+    if len(words) < 2:
+        return []
+    return [w for w in words if len(w) >= 3 and w[0].isupper() and w.casefold() not in _NAME_STOPWORDS]
+
+
+def _names(text: str, name: str) -> bool:
+    """Whether ``text`` names ``name``: the whole name in any case, or a short name as written."""
+    if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE):
+        return True
+    return any(re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) for word in _short_names(name))
+
+
+def _same_name(label: str, name: str) -> bool:
+    label = label.strip(_QUOTES + "*_ ")
+    return bool(label) and (label.casefold() == name.casefold() or label in _short_names(name))
+
+
+def _read_bark(line: str, item: BarkItem, others: list[str]) -> ItemResult:
+    speaker = item.speaker.strip()
+    text = line
+    if (label := _LABEL.match(line)) is not None:
+        said_by, rest = label.group(1).strip(), label.group(2).strip()
+        if _same_name(said_by, speaker) or said_by.casefold().startswith(speaker.casefold()):
+            text = rest
+        elif any(_same_name(said_by, other) or _names(said_by, other) for other in others):
+            return Unanswered(Why.MISATTRIBUTED, f"written for {said_by}")
+    text = text.strip()
+    if len(text) >= 2 and text[0] in _QUOTES and text[-1] in _QUOTES:
+        text = text[1:-1].strip()
+    if not text:
+        return Unanswered(Why.INVALID, "an empty line")
+    if (named := next((o for o in others if _names(text, o)), None)) is not None:
+        return Unanswered(Why.MISATTRIBUTED, f"names {named}")
+    return Answer(text)
+
+
+def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResult:
+    fields = [f.strip() for f in line.split("|")]
+    choice = _option(fields[0], item)
+    if choice is None:
+        mentioned = {o.id for o in item.options if _mentions_id(line, o.id)}
+        if len(mentioned) != 1:
+            return Unanswered(Why.INVALID, "no option id of its own" if not mentioned else "several option ids")
+        choice = mentioned.pop()
+    if len(fields) >= 3:
+        confidence, reason = _confidence(fields[1]), " | ".join(fields[2:])
+    else:
+        rest = re.sub(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", " ", line, count=1, flags=re.IGNORECASE)
+        confidence = _confidence(rest)
+        reason = _INTEGER.sub(" ", rest, count=1) if confidence is not None else rest
+    reason = " ".join(reason.replace("|", " ").split()).strip(_QUOTES + " -–—:,;()")
+    if (named := next((o for o in others if _names(reason, o)), None)) is not None:
+        return Unanswered(Why.MISATTRIBUTED, f"names {named}")
+    answer = {"reasoning": reason, "choice": choice, "confidence": 50 if confidence is None else confidence}
+    return Answer(msgspec.json.encode(answer).decode())
+
+
+def _mentions_id(text: str, option_id: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(option_id)}(?![\w-])", text, re.IGNORECASE) is not None
+
+
+def _option(text: str, item: DecisionItem) -> str | None:
+    word = text.strip(_QUOTES + "*_[](). ").removeprefix("option").strip(_QUOTES + "*_[](): ")
+    return next((o.id for o in item.options if o.id.casefold() == word.casefold()), None)
+
+
+def _confidence(text: str) -> int | None:
+    match = _INTEGER.search(text)
+    if match is None:
+        return None
+    return min(int(match.group(1)), 100)
