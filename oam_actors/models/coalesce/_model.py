@@ -38,6 +38,8 @@ __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest"]
 _SHARED_FAILURES = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.BUSY, ErrorCode.MODEL_UNAVAILABLE,
                               ErrorCode.GENERATION_FAILED})
 
+_CUT_MARGIN_TOKENS = 2
+
 
 @runtime_checkable
 class DefersRequest(Protocol):
@@ -319,7 +321,9 @@ class CoalescingModel:
     def _split(self, batch: list[_Step], sent: GenerationRequest, text: str, usage: Usage | None) -> None:
         requests = [s.request for s in batch]
         output_tokens = usage.output_tokens if usage is not None else estimate_tokens(text)
-        results = read_batch(text, requests, truncated=output_tokens >= (sent.max_output_tokens or 0))
+        limit = min(sent.max_output_tokens or 0, self.backend.capabilities.max_output_tokens)
+        # Backends count tokens their own way: an answer this close to its limit may be cut.
+        results = read_batch(text, requests, truncated=output_tokens >= limit - _CUT_MARGIN_TOKENS)
         input_tokens = usage.input_tokens if usage is not None else estimate_tokens(sent.system + sent.prompt)
         share = -(-input_tokens // len(batch))
         for member, result in zip(batch, results, strict=True):

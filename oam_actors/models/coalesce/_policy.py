@@ -335,7 +335,7 @@ def _read_bark(line: str, item: BarkItem, others: list[str]) -> ItemResult:
     speaker = item.speaker.strip()
     text = line
     if (label := _LABEL.match(line)) is not None:
-        said_by, rest = label.group(1).strip(), label.group(2).strip()
+        said_by, rest = label.group(1).strip(), label.group(2).strip().lstrip("*_ ")
         if _same_name(said_by, speaker) or said_by.casefold().startswith(speaker.casefold()):
             text = rest
         elif any(_same_name(said_by, other) or _names(said_by, other) for other in others):
@@ -364,7 +364,8 @@ def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResu
         rest = re.sub(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", " ", line, count=1, flags=re.IGNORECASE)
         confidence = _confidence(rest)
         reason = _INTEGER.sub(" ", rest, count=1) if confidence is not None else rest
-    reason = " ".join(reason.replace("|", " ").split()).strip(_QUOTES + " -–—:,;()")
+    reason = re.sub(r"\(\s*\)|\[\s*\]", " ", reason.replace("|", " "))  # where the confidence was
+    reason = re.sub(r"\s+([,.;:!?])", r"\1", " ".join(reason.split())).strip(_QUOTES + " -–—:,;()")
     if (named := next((o for o in others if _names(reason, o)), None)) is not None:
         return Unanswered(Why.MISATTRIBUTED, f"names {named}")
     answer = {"reasoning": reason, "choice": choice, "confidence": 50 if confidence is None else confidence}
