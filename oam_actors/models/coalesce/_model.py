@@ -25,8 +25,8 @@ import anyio
 import msgspec
 
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
+from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, ErrorCode
-from ..scheduler import Clock, MonotonicClock
 from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest"]
