@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "live"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _live import ServerDidNotStart, live_model  # noqa: E402
 from live_eval import LINES, STRUCTURED_PROMPTS, run_eval  # noqa: E402
 
 
@@ -33,23 +34,12 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=len(LINES))
     parser.add_argument("--structured", type=int, default=len(STRUCTURED_PROMPTS))
     args = parser.parse_args()
-    server = None
-    base_url = args.base_url
-    if base_url is None:
-        server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "local_model.py"), "--stop-on-stdin-eof"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None
-        ready = server.stdout.readline()
-        if not ready.startswith("READY "):
-            print(f"the local model server did not start: {ready!r}", file=sys.stderr)
-            return 1
-        base_url = ready.split()[1]
     try:
-        figures = run_eval(base_url, model_name=args.model_name, lines=args.lines, structured=args.structured)
-    finally:
-        if server is not None and server.stdin is not None:
-            server.stdin.close()
-            server.wait(timeout=60)
+        with live_model(args.base_url) as base_url:
+            figures = run_eval(base_url, model_name=args.model_name, lines=args.lines, structured=args.structured)
+    except ServerDidNotStart as exc:
+        print(exc, file=sys.stderr)
+        return 1
     summary = figures.summary()
     actions = summary.pop("actions")
     print(json.dumps(summary, indent=2))

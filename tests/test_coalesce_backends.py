@@ -19,10 +19,10 @@ from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler
 
+from test_coalesce_model import run_jobs
 from test_pool_errors import ask, farm, generate, phone
 from test_pool_scheduling import PACED
 
-GUARD = 20.0
 NAMES = ("Gorm", "Mira", "Tobin", "Elsa", "Brann", "Hild", "Ulf")
 
 
@@ -30,24 +30,12 @@ def crowd(model: Any, names: tuple[str, ...] = NAMES) -> list[NPC]:
     return [NPC(Persona(name=name, role="a villager"), model, owner=f"npc:{name}") for name in names]
 
 
+async def loopback() -> None:
+    await anyio.sleep(0.002)  # a reply on its way over loopback
+
+
 async def all_done(jobs: list[Callable[[], Awaitable[Any]]], clock: ManualClock) -> list[Any]:
-    """Start the jobs one after another (each queues before the next), then move the backend's
-    clock a second at a time until every job has finished."""
-    results: list[Any] = [None] * len(jobs)
-
-    async def run(index: int) -> None:
-        results[index] = await jobs[index]()
-
-    with anyio.fail_after(GUARD):
-        async with anyio.create_task_group() as group:
-            for index in range(len(jobs)):
-                group.start_soon(run, index)
-                await anyio.wait_all_tasks_blocked()
-            while any(r is None for r in results):
-                clock.advance(1.0)
-                await anyio.wait_all_tasks_blocked()
-                await anyio.sleep(0.002)  # a reply on its way over loopback
-    return results
+    return await run_jobs(jobs, clock, settle=loopback)
 
 
 # --- the device pool ----------------------------------------------------------------------------

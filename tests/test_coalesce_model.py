@@ -82,25 +82,33 @@ class Rig:
             pass
 
     async def run(self, jobs: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
-        """Start every job (each queues before the next starts), then let one step start per
-        virtual second until all are done; returns results (or errors) in job order."""
-        results: list[Any] = [None] * len(jobs)
+        return await run_jobs(jobs, self.clock)
 
-        async def run_one(index: int) -> None:
-            try:
-                results[index] = await jobs[index]()
-            except AgentError as error:
-                results[index] = error
 
-        with anyio.fail_after(GUARD):
-            async with anyio.create_task_group() as group:
-                for index in range(len(jobs)):
-                    group.start_soon(run_one, index)
-                    await anyio.wait_all_tasks_blocked()
-                while any(r is None for r in results):
-                    self.clock.advance(1.0)
-                    await anyio.wait_all_tasks_blocked()
-        return results
+async def run_jobs(jobs: list[Callable[[], Awaitable[Any]]], clock: ManualClock, *,
+                   settle: Callable[[], Awaitable[None]] | None = None) -> list[Any]:
+    """Start every job (each queues before the next starts), then let one step start per
+    virtual second until all are done; returns results (or errors) in job order. ``settle``
+    waits for work outside this process (a reply on its way over loopback)."""
+    results: list[Any] = [None] * len(jobs)
+
+    async def run_one(index: int) -> None:
+        try:
+            results[index] = await jobs[index]()
+        except AgentError as error:
+            results[index] = error
+
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as group:
+            for index in range(len(jobs)):
+                group.start_soon(run_one, index)
+                await anyio.wait_all_tasks_blocked()
+            while any(r is None for r in results):
+                clock.advance(1.0)
+                await anyio.wait_all_tasks_blocked()
+                if settle is not None:
+                    await settle()
+    return results
 
 
 def crowd(model: Any, names: tuple[str, ...] = NAMES) -> list[NPC]:
@@ -256,15 +264,16 @@ def decision_lines(request: GenerationRequest) -> str:
     return "\n".join(lines)
 
 
-async def test_tool_free_decisions_share_a_generation_and_keep_their_own_options() -> None:
-    rig = Rig(decision_lines)
+async def three_decisions(rig: Rig, urd: tuple[str, ...]) -> list[Any]:
     engine = DecisionEngine(rig.model)
     await rig.warm_up()
-    results = await rig.run([
-        decide(engine, "Snik", ("attack", "flee")),
-        decide(engine, "Grak", ("hide", "shout")),
-        decide(engine, "Urd", ("attack", "flee")),  # "hide" is not among Urd's options: alone
-    ])
+    return await rig.run([decide(engine, "Snik", ("attack", "flee")), decide(engine, "Grak", ("hide", "shout")),
+                          decide(engine, "Urd", urd)])
+
+
+async def test_tool_free_decisions_share_a_generation_and_keep_their_own_options() -> None:
+    rig = Rig(decision_lines)
+    results = await three_decisions(rig, ("attack", "flee"))  # the batch says "hide": not Urd's, alone
     assert [(d.option_id, d.reasoning, d.confidence) for d in results[:2]] == [
         ("flee", "Snik thinks so.", 80), ("shout", "Grak thinks so.", 80)]
     assert (results[2].option_id, results[2].reasoning) == ("flee", "Alone.")
@@ -273,13 +282,7 @@ async def test_tool_free_decisions_share_a_generation_and_keep_their_own_options
 
 async def test_a_decision_that_cannot_be_combined_runs_alone() -> None:
     rig = Rig(decision_lines)
-    engine = DecisionEngine(rig.model)
-    await rig.warm_up()
-    results = await rig.run([
-        decide(engine, "Snik", ("attack", "flee")),
-        decide(engine, "Grak", ("hide", "shout")),
-        decide(engine, "Urd", ("run away", "flee")),  # an option id with a space
-    ])
+    results = await three_decisions(rig, ("run away", "flee"))  # an option id with a space
     assert [d.option_id for d in results] == ["flee", "shout", "flee"]
     assert [re.findall(r"for (\w+)", b.prompt) for b in rig.batches] == [["Snik", "Grak"]]
     assert rig.model.coalescing_statistics().passthrough == 2  # Urd's decision and the warm-up

@@ -66,8 +66,9 @@ DECISION_TASK = "Make each decision above."
 _BARK_SYSTEM = """\
 You write short ambient lines for characters in a video game.
 Each numbered character below is a different person in a different moment.
-For each character, write the one sentence that character says aloud right now, in their own voice.
+For each character, write the one short sentence that character says aloud right now, in their own voice.
 Rules:
+- One sentence of at most 15 words per character.
 - Every line belongs to its own character only: never speak as another character of the list and never name them.
 - No narration, no actions, no quotation marks. Never say you are an AI.
 - Answer with exactly {count} lines, in the order given, one per character, each written as: <number>. <name>: <line>
@@ -80,6 +81,7 @@ Each numbered decision below is separate, for its own character and situation.
 For each decision, pick the option that best fits that character and situation.
 Rules:
 - Use only an option id listed under that same decision.
+- The reason is a few words about that decision's own character.
 - Answer with exactly {count} lines, in the order given, one per decision, each written as: <number>. <option id> | <confidence from 0 to 100> | <one short reason>
 Example of the form:
 {example}"""

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from ...agent.model import Availability
+from ..coalesce import CoalescingStatistics
 from ._health import DeviceState
 
 __all__ = ["DeviceStatistics", "PoolStatistics", "WaitSummary", "pool_availability", "summarize_waits"]
@@ -46,8 +47,8 @@ class DeviceStatistics(msgspec.Struct, frozen=True, rename="camel"):
     context_size: int
 
 
-class PoolStatistics(msgspec.Struct, frozen=True, rename="camel"):
-    """The whole pool (``model/status``)."""
+class PoolStatistics(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """The whole pool (``model/status``); ``coalescing`` when the pool is served coalesced."""
 
     devices: tuple[DeviceStatistics, ...]
     ready: int
@@ -62,6 +63,7 @@ class PoolStatistics(msgspec.Struct, frozen=True, rename="camel"):
     quota_events_surfaced: int  # rate_limited errors the caller got (queue time used up)
     queue_wait: dict[str, WaitSummary]  # by priority name
     elapsed_seconds: float
+    coalescing: CoalescingStatistics | None = None
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
