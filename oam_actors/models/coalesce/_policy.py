@@ -81,7 +81,7 @@ Each numbered decision below is separate, for its own character and situation.
 For each decision, pick the option that best fits that character and situation.
 Rules:
 - Use only an option id listed under that same decision.
-- The reason is a few words about that decision's own character.
+- The reason is one short sentence (at most 12 words) about that decision's own character.
 - Answer with exactly {count} lines, in the order given, one per decision, each written as: <number>. <option id> | <confidence from 0 to 100> | <one short reason>
 Example of the form:
 {example}"""
@@ -193,7 +193,8 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
         task = BARK_TASK
     else:
         decisions = [i for i in items if isinstance(i, DecisionItem)]
-        example = "\n".join(f"{n}. {d.options[0].id} | 70 | ..." for n, d in enumerate(decisions[:2], 1))
+        example = "\n".join(f"{n}. {d.options[0].id} | {confidence} | ..."
+                            for (n, d), confidence in zip(enumerate(decisions[:2], 1), (85, 40), strict=False))
         system = _DECISION_SYSTEM.format(count=len(decisions), example=example)
         blocks = [_decision_block(n, d) for n, d in enumerate(decisions, 1)]
         task = DECISION_TASK
