@@ -19,6 +19,7 @@ from oam_actors.bridge import Bridge, BridgeConfig, ModelStatusExtension, model_
 from oam_actors.models import ScriptedModel, ScriptStep
 from oam_actors.models.errors import ModelConfigError
 from oam_actors.models.codecs import RateLimitInfo
+from oam_actors.models.coalesce import CoalescingModel
 from oam_actors.models.factories import scheduled_proxy
 from oam_actors.models.pool import DevicePool, ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig, RateLimitReport
@@ -107,10 +108,14 @@ def test_a_proxy_system_model_gets_the_configured_fields_and_its_host_allowed() 
     setup = create_model_setup(ModelConfig(model="openai:http://10.0.0.7:8080/v1#qwen", context_size=2048,
                                            native_tools=True, api_key_env="LOCAL_API_KEY"))
     assert setup.system_model is not None and (setup.pool, setup.cluster, setup.status_model) == (None, None, None)
-    model = setup.system_model()
-    assert isinstance(model, ScheduledModel) and model is setup.system_model()  # one model, one quota
+    coalesced = setup.system_model()
+    assert isinstance(coalesced, CoalescingModel) and coalesced is setup.system_model()  # one model, one quota
+    model = coalesced.backend
+    assert isinstance(model, ScheduledModel)
     config = model.model.config  # type: ignore[attr-defined]
     assert (config.context_size, config.native_tools, config.api_key_env) == (2048, True, "LOCAL_API_KEY")
+    plain = create_model_setup(ModelConfig(model="openai:http://10.0.0.7:8080/v1#qwen", coalesce=None))
+    assert plain.system_model is not None and isinstance(plain.system_model(), ScheduledModel)
     setup.model_types["openai"]({"type": "openai", "baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}, "model")
 
 
@@ -141,7 +146,8 @@ def bridge_with(system: LocalSystem, model: Callable[[], object], extensions: li
 async def test_an_embedded_bridge_reports_a_farm_pool_through_model_status() -> None:
     setup = create_model_setup(ModelConfig(model="farm:1", farm_time_scale=0.01))
     async with setup.backends, setup.resources, LocalSystem() as system, setup.hosted:
-        assert setup.system_model is not None and isinstance(setup.system_model(), DevicePool)
+        assert setup.system_model is not None and isinstance(setup.system_model(), CoalescingModel)
+        assert isinstance(setup.system_model().backend, DevicePool)  # type: ignore[attr-defined]
         async with BridgeClient(bridge_with(system, setup.system_model, model_extensions(setup))) as client:
             await client.request("session/create", {"session": "guard"})
             await client.request("session/respond", {"session": "guard", "prompt": "Good morning!"})
@@ -149,6 +155,7 @@ async def test_an_embedded_bridge_reports_a_farm_pool_through_model_status() -> 
     statistics = status["statistics"]
     assert [(d["name"], d["state"], d["ok"]) for d in statistics["devices"]] == [("phone1", "ready", 1)]
     assert statistics["stepsOk"] == 1 and status["availability"]["available"] is True
+    assert (statistics["coalescing"]["items"], statistics["coalescing"]["passthrough"]) == (0, 1)  # a turn: alone
 
 
 async def test_model_status_serves_any_model_with_statistics() -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..models.coalesce import CoalesceSettings
 from ..models.setup import MODEL_FORMS, ModelConfig, ModelConfigError, ModelSetup, create_model_setup
-from .argtypes import UsageError, positive_float, positive_int, priority_deadline
+from .argtypes import UsageError, non_negative_float, positive_float, positive_int, priority_deadline
 
 __all__ = ["add_model_arguments", "model_config_from_args", "models_from_args"]
 
@@ -74,6 +75,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
                         "own and loopback (repeatable; environment: OAM_PROXY_ALLOW_HOSTS, comma-separated)")
+    parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=True,
+                        help="a pool or proxy system model answers waiting barks and tool-free decisions "
+                        "together, several per generation (default: on)")
+    parser.add_argument("--coalesce-batch", type=positive_int, default=CoalesceSettings().max_items, metavar="N",
+                        help="--coalesce: items per generation at most (default 6; 1 turns coalescing off)")
+    parser.add_argument("--coalesce-linger", type=non_negative_float, default=0.0, metavar="S",
+                        help="--coalesce: seconds a new batch waits for company before it queues (default 0)")
 
 
 def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
@@ -91,7 +99,14 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         farm_time_scale=args.farm_time_scale,
         proxy_allow_hosts=tuple(args.proxy_allow_host),
         queue_seconds=_queue_times(args.deadline),
+        coalesce=_coalescing(args),
     )
+
+
+def _coalescing(args: argparse.Namespace) -> CoalesceSettings | None:
+    if not args.coalesce or args.coalesce_batch < 2:
+        return None
+    return CoalesceSettings(max_items=args.coalesce_batch, linger_seconds=args.coalesce_linger)
 
 
 def _queue_times(deadlines: list[tuple[str, float]] | None) -> tuple[float, float, float] | None:

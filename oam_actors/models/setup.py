@@ -24,6 +24,9 @@ cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`
 on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and every shard's
 sessions share its quota; a proxy's API key is then read from the model actor's environment.
 ``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
+A pool or proxy system model is coalesced (``coalesce``, on by default;
+:mod:`oam_actors.models.coalesce`): barks and tool-free decisions that wait for it share
+generations; on Ray that happens in the model actor.
 
 A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
 """
@@ -36,16 +39,20 @@ import re
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import msgspec
 
 from ..agent.model import LanguageModel
 from ._statistics import ModelWithStatistics
+from .coalesce import CoalesceSettings, CoalescingModel, open_coalesced
 from .errors import ModelConfigError
 from .factories import PoolHost, open_proxy, scheduled_proxy
 from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
 from .scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from .pool import DevicePool
 
 __all__ = [
     "MODEL_FORMS",
@@ -89,6 +96,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     queue_seconds: tuple[float, float, float] | None = None
     """The deadlines by priority (dialogue, decision, background): how long a model step may wait
     for the pool's or the proxy's quota (``None``: 20, 60 and 120 s)."""
+    coalesce: CoalesceSettings | None = msgspec.field(default_factory=CoalesceSettings)
+    """A pool or proxy system model answers barks and tool-free decisions that wait for it
+    together (:mod:`oam_actors.models.coalesce`); ``None`` turns it off."""
 
 
 class HostedModel(Protocol):
@@ -144,14 +154,32 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     if pool is None and proxy is None:
         return ModelSetup(ScriptedModel if config.model else None, types, backends)
     if host is not None:
-        cluster = _hosted(host, pool, proxy, config.queue_seconds)
+        cluster = _hosted(host, pool, proxy, config)
         status = cluster.model if pool is not None else None
         return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=status)
     if pool is not None:
-        return ModelSetup(pool.model, types, backends, pool=pool, status_model=pool.model)
+        model_of_pool = _coalesced(pool.model, config.coalesce)
+        return ModelSetup(model_of_pool, types, backends, pool=pool, status_model=model_of_pool)
     assert proxy is not None
-    model = scheduled_proxy(backends.model(proxy), config.queue_seconds)
+    model: LanguageModel = scheduled_proxy(backends.model(proxy), config.queue_seconds)
+    if config.coalesce is not None:
+        model = CoalescingModel(model, config.coalesce)
     return ModelSetup(lambda: model, types, backends)  # one shared instance, so one quota scheduler
+
+
+def _coalesced(pool: Callable[[], DevicePool], settings: CoalesceSettings | None) -> Callable[[], Any]:
+    """The running pool, coalesced by one model (made when the pool is first asked for)."""
+    if settings is None:
+        return pool
+    made: list[CoalescingModel] = []
+
+    def model() -> CoalescingModel:
+        backend = pool()
+        if not made or made[0].backend is not backend:
+            made[:] = [CoalescingModel(backend, settings)]
+        return made[0]
+
+    return model
 
 
 def _check_numbers(config: ModelConfig) -> None:
@@ -163,13 +191,20 @@ def _check_numbers(config: ModelConfig) -> None:
 
 
 def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None,
-            queue_seconds: tuple[float, float, float] | None) -> HostedModel:
-    """The pool or proxy system model, hosted under a name that says what it is."""
+            config: ModelConfig) -> HostedModel:
+    """The pool or proxy system model, hosted under a name that says what it is, and coalesced
+    there (where every shard's steps meet). The name is the backend's alone: one quota, one
+    actor, so a server joining a running one shares its coalescing too."""
+    opener: Callable[[], Any]
     if pool is not None:
-        return host(f"system:{pool.label}", pool.opener())
-    assert proxy is not None
-    return host(f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}",
-                functools.partial(open_proxy, proxy, queue_seconds=queue_seconds))
+        name, opener = f"system:{pool.label}", pool.opener()
+    else:
+        assert proxy is not None
+        name = f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}"
+        opener = functools.partial(open_proxy, proxy, queue_seconds=config.queue_seconds)
+    if config.coalesce is not None:
+        opener = functools.partial(open_coalesced, opener, config.coalesce)
+    return host(name, opener)
 
 
 def _pool_host(config: ModelConfig) -> PoolHost | None:

@@ -28,7 +28,7 @@ Contract
   ``coalescing`` field when it has one (a device pool's: ``model/status``).
 """
 
-from ._model import CoalescingModel, CoalescingStatistics, DefersRequest
+from ._model import CoalescingModel, CoalescingStatistics, DefersRequest, open_coalesced
 from ._policy import (
     BARK_TASK,
     DECISION_TASK,
@@ -56,6 +56,7 @@ __all__ = [
     "batch_key",
     "batch_request",
     "combinable",
+    "open_coalesced",
     "pack",
     "read_batch",
 ]

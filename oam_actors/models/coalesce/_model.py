@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import AsyncIterator, Hashable
-from contextlib import aclosing
+import inspect
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -29,7 +30,7 @@ from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, ErrorCode
 from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
 
-__all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest"]
+__all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
 
 # A batch that fails with one of these failed for every item alike (quota, a device fault): each
 # item gets the error, and its agent's own step retry decides (it comes back here and may batch
@@ -161,7 +162,9 @@ class CoalescingModel:
         """The backend's statistics record with :meth:`coalescing_statistics` in its
         ``coalescing`` field when it has one (a device pool's), else the backend's record."""
         inner = getattr(self.backend, "statistics", None)
-        record = await inner() if inner is not None else None
+        record = inner() if inner is not None else None
+        if inspect.isawaitable(record):  # a remote backend's statistics are asked over the network
+            record = await record
         if record is not None and "coalescing" in type(record).__struct_fields__:
             return msgspec.structs.replace(record, coalescing=self.coalescing_statistics())
         return record
@@ -355,3 +358,13 @@ class CoalescingModel:
 
     def __repr__(self) -> str:
         return f"CoalescingModel({self.backend!r}, max_items={self.settings.max_items})"
+
+
+@asynccontextmanager
+async def open_coalesced(
+    opener: Callable[[], AbstractAsyncContextManager[LanguageModel]], settings: CoalesceSettings
+) -> AsyncIterator[CoalescingModel]:
+    """The backend ``opener`` runs, coalesced, while the block runs: a picklable factory (as a
+    ``functools.partial``) for a model actor to build in its own process."""
+    async with opener() as backend:
+        yield CoalescingModel(backend, settings)

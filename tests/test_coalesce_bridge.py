@@ -1,0 +1,59 @@
+"""Coalescing through the real ``oam-actors stdio`` process on a farm of simulated phones: many
+NPCs barking at once on the shared system model cost fewer generations than barks (counted by
+the pool), every bark is answered with its own NPC's line, ``model/status`` reports the
+coalescing, and the per-request and per-server opt-outs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge_process import BridgeProcess
+
+NPCS = [f"villager{n}" for n in range(12)]
+FARM = ["--model", "farm:2", "--farm-time-scale", "0.05"]
+
+
+def bark_all(bridge: BridgeProcess, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    for npc in NPCS:
+        bridge.call("npc/create", {"npc": npc, "persona": {"name": npc.capitalize(), "role": "a villager"}})
+    ids = [bridge.request("npc/bark", {"npc": npc, "situation": "Dawn in the square.", **params}) for npc in NPCS]
+    results = [bridge.result(i) for i in ids]
+    return results, bridge.call("model/status")["statistics"]
+
+
+def test_barks_of_a_crowd_on_a_farm_share_generations() -> None:
+    with BridgeProcess(FARM) as bridge:
+        results, stats = bark_all(bridge)
+        assert bridge.close() == 0
+    assert [r["npc"] for r in results] == NPCS and all(r["line"] for r in results)
+    coalescing = stats["coalescing"]
+    assert coalescing["items"] == len(NPCS) and coalescing["batches"] >= 1
+    assert stats["stepsOk"] == coalescing["generations"] < len(NPCS)  # what the phones generated
+    assert coalescing["itemsPerGeneration"] > 1
+
+
+def test_coalescing_is_off_per_request_and_per_server() -> None:
+    with BridgeProcess(FARM) as bridge:
+        results, stats = bark_all(bridge, coalesce=False)
+        error = bridge.error(bridge.request("npc/bark", {"npc": NPCS[0], "coalesce": "no"}))
+        assert bridge.close() == 0
+    assert all(r["line"] for r in results)
+    assert (stats["stepsOk"], stats["coalescing"]["passthrough"], stats["coalescing"]["items"]) == (12, 12, 0)
+    assert error["code"] == -32602 and "coalesce" in error["message"]
+    with BridgeProcess([*FARM, "--no-coalesce"]) as bridge:
+        results, stats = bark_all(bridge)
+        assert bridge.close() == 0
+    assert all(r["line"] for r in results) and stats["stepsOk"] == 12 and "coalescing" not in stats
+
+
+def test_decide_many_on_a_farm_shares_generations_and_a_bad_coalesce_names_the_field() -> None:
+    requests = [{"situation": "A stranger arrives.", "options": ["greet", "hide", "shout"],
+                 "actor": {"name": f"Goblin{n}"}} for n in range(8)]
+    with BridgeProcess(FARM) as bridge:
+        result = bridge.call("decision/decideMany", {"requests": requests, "maxConcurrency": 8})
+        bad = bridge.error(bridge.request("decision/decideMany", {"requests": [{**requests[0], "coalesce": 1}]}))
+        stats = bridge.call("model/status")["statistics"]
+        assert bridge.close() == 0
+    assert [r["optionID"] in ("greet", "hide", "shout") for r in result["results"]] == [True] * 8
+    assert stats["stepsOk"] < 8 and stats["coalescing"]["answered"] >= 2
+    assert bad["code"] == -32602 and "requests[0].coalesce" in bad["message"]
