@@ -5,6 +5,9 @@ one machine so that the figures and the ratios they print are measured side by s
 that need something absent (a live model) are skipped and say so.
 
 Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...] [--output benchmarks/RESULTS.md]
+     [--live [--base-url http://127.0.0.1:PORT/v1]]
+The live-model benchmarks run only with ``--live`` (they start ``scripts/local_model.py`` unless
+``--base-url`` names a running server; heavy: ~2 GB of memory, both cores, many minutes).
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
      "8 clients that do not read next to a well-behaved one: server memory, ping / turn latency before and during"),
 ]
 
+# The same, on a real local model: opt-in (--live).
+LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
+    ("live_model", "bench_live_model.py", [], ["--lines", "4", "--structured", "1"],
+     "the live eval on Qwen2.5-Coder-1.5B (llama.cpp): right actions, valid envelopes and replies"),
+    ("coalesce_live", "bench_coalesce_live.py", [], ["--bark-rounds", "2", "--decision-rounds", "1"],
+     "coalesced barks and decisions on the same model: items valid and attributed to the right NPC"),
+]
+
 
 def machine() -> str:
     cpu = "unknown CPU"
@@ -81,10 +92,16 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    parser.add_argument("--live", action="store_true", help="also the benchmarks on a real local model")
+    parser.add_argument("--base-url", help="--live: a running OpenAI-compatible …/v1 (default: start one)")
     args = parser.parse_args()
     sections = []
-    for name, script, full, quick, what in BENCHMARKS:
+    live = [(n, s, f + _base(args), q + _base(args), w) for n, s, f, q, w in LIVE_BENCHMARKS]
+    for name, script, full, quick, what in BENCHMARKS + live:
         if args.only and name not in args.only:
+            continue
+        if not args.live and name in {n for n, *_ in LIVE_BENCHMARKS}:
+            sections.append(f"## {name}\n\n{what}\n\n(skipped: needs a live model; run with --live)\n")
             continue
         if not (HERE / script).exists():
             sections.append(f"## {name}\n\n{what}\n\n(not present in this checkout)\n")
@@ -104,6 +121,10 @@ def main() -> None:
     )
     Path(args.output).write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
     print(f"wrote {args.output}", file=sys.stderr)
+
+
+def _base(args: argparse.Namespace) -> list[str]:
+    return ["--base-url", args.base_url] if args.base_url else []
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ def test_on_ray_a_proxy_becomes_a_model_actor_whose_factory_pickles() -> None:
     assert setup.cluster is not None and setup.cluster.name == "system:openai:http://10.0.0.7:8080/v1#qwen"
     assert model_extensions(setup) == []
     factory = ray.cloudpickle.loads(ray.cloudpickle.dumps(setup.cluster.factory))
-    assert [(c.url, c.model) for c in factory.args] == [("http://10.0.0.7:8080/v1", "qwen")]
+    opener, coalescing = factory.args  # coalesced in the model actor, where every shard's steps meet
+    assert [(c.url, c.model) for c in opener.args] == [("http://10.0.0.7:8080/v1", "qwen")]
+    assert coalescing.max_items == 6
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
         session_model({"type": "openai", "baseUrl": "http://10.0.0.8:8080/v1", "model": "m"}, "model")
