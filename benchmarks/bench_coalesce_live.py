@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _live import ServerDidNotStart, live_model  # noqa: E402
 from oam_actors.agent.model import GenerationRequest, LanguageModel, StepKind, Usage  # noqa: E402
 from oam_actors.game import NPC, DecisionEngine, DecisionOption, DecisionRequest, Persona  # noqa: E402
-from oam_actors.models.coalesce import CoalesceSettings, CoalescingModel  # noqa: E402
+from oam_actors.models.coalesce import CoalesceSettings, CoalescingModel, CoalescingStatistics  # noqa: E402
 from oam_actors.models.pool import ScheduledModel  # noqa: E402
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig  # noqa: E402
 from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler  # noqa: E402
@@ -127,25 +127,32 @@ async def run(base_url: str, model_name: str, bark_rounds: int, decision_rounds:
                         decided.append((name, decision.option_id, ids))
                     group.start_soon(decide)
         total = model.coalescing_statistics()
-    decision_items = total.items - bark_stats.items
-    decision_answered = total.answered - bark_stats.answered
+    decisions = _difference(total, bark_stats)
     return {
-        "barks": {"items": bark_stats.items, "answeredFromBatch": bark_stats.answered,
-                  "validShare": round(bark_stats.answered / max(1, bark_stats.items), 3),
-                  "retriedAlone": bark_stats.retried_alone, "missing": bark_stats.missing,
-                  "invalid": bark_stats.invalid, "misattributed": bark_stats.misattributed},
-        "decisions": {"items": decision_items, "answeredFromBatch": decision_answered,
-                      "validShare": round(decision_answered / max(1, decision_items), 3),
-                      "retriedAlone": total.retried_alone - bark_stats.retried_alone,
-                      "choseOwnOption": sum(choice in ids for _, choice, ids in decided)},
-        "allItems": {"items": total.items, "answeredFromBatch": total.answered,
-                     "validShare": round(total.answered / max(1, total.items), 3),
-                     "generations": total.generations, "itemsPerGeneration": total.items_per_generation},
+        "barks": _figures(bark_stats),
+        "decisions": {**_figures(decisions), "choseOwnOption": sum(choice in ids for _, choice, ids in decided)},
+        "allItems": {**_figures(total), "generations": total.generations,
+                     "itemsPerGeneration": total.items_per_generation},
         "secondsPerBatch": [round(seconds, 1) for _, _, seconds in recording.batches],
         "batchSizes": [items for items, _, _ in recording.batches],
         "_barks": barks,
         "_answers": [answer for _, answer, _ in recording.batches],
     }
+
+
+def _difference(later: CoalescingStatistics, earlier: CoalescingStatistics) -> CoalescingStatistics:
+    fields = {f: getattr(later, f) - getattr(earlier, f) for f in later.__struct_fields__}
+    return CoalescingStatistics(**fields)
+
+
+def _figures(stats: CoalescingStatistics) -> dict[str, Any]:
+    """``validShare``: of the items a finished batch answered for, those valid and attributed to
+    the right character (a batch that failed as a whole, e.g. timed out, checked none)."""
+    checked = stats.answered + stats.missing + stats.invalid + stats.misattributed
+    return {"items": stats.items, "checked": checked, "valid": stats.answered,
+            "validShare": round(stats.answered / max(1, checked), 3), "missing": stats.missing,
+            "invalid": stats.invalid, "misattributed": stats.misattributed,
+            "retriedAlone": stats.retried_alone, "inFailedBatches": stats.failed}
 
 
 def main() -> int:

@@ -235,6 +235,7 @@ async def test_a_batch_failing_for_quota_gives_every_item_the_error() -> None:
     results = await batch_step_errors(rig, 3)
     assert [(type(r), getattr(r, "code", None)) for r in results] == [(AgentError, ErrorCode.RATE_LIMITED)] * 3
     assert len(rig.batches) == 1 and rig.alone == []  # each item's own step retry decides what next
+    assert rig.model.coalescing_statistics().failed == 3
 
 
 async def test_a_batch_refused_for_its_content_runs_each_item_alone() -> None:

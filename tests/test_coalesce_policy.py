@@ -190,10 +190,10 @@ def test_a_decision_line_becomes_the_decision_steps_json() -> None:
 
 
 def test_a_decision_line_without_separators_is_read_too() -> None:
-    answer = "1. I would flee (80), too dangerous.\n2. hide"
+    answer = "1. I would flee (80), too dangerous.\n2. hide | 40 | ..."
     assert decided(read_batch(answer, DECISIONS)) == [
         {"reasoning": "I would, too dangerous.", "choice": "flee", "confidence": 80},
-        {"reasoning": "", "choice": "hide", "confidence": 50},
+        {"reasoning": "", "choice": "hide", "confidence": 40},
     ]
 
 

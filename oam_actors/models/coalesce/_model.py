@@ -68,8 +68,10 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     ``items``: steps that could be combined; ``generations``: the backend generations they used
     (batches, steps that ran alone, retries); ``itemsPerGeneration`` is their ratio. ``batches``
     answered two or more items (``batchedItems`` in all); ``retriedAlone`` items a batch did not
-    answer (``missing``, ``invalid``, ``misattributed``, or the batch failed) ran again on their
-    own. ``passthrough``: steps that could not be combined (no item, opted out, a repair).
+    answer (``missing``, ``invalid``, ``misattributed``, or the batch was refused for its content)
+    ran again on their own; ``failed`` items got their batch's error (quota, a device fault, a
+    timeout) and their own step retry decided. ``passthrough``: steps that could not be combined
+    (no item, opted out, a repair).
     """
 
     items: int = 0
@@ -82,6 +84,7 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     missing: int = 0
     invalid: int = 0
     misattributed: int = 0
+    failed: int = 0
     passthrough: int = 0
 
 
@@ -214,6 +217,7 @@ class CoalescingModel:
                 yield text
                 yield usage
             case _Failed(error=error):
+                self._counts["failed"] += 1
                 raise AgentError(error.code, error.message, retry_after=error.retry_after) from error
             case _Alone():
                 self._counts["retried_alone"] += 1
@@ -354,7 +358,9 @@ class CoalescingModel:
         if isinstance(exc, AgentError) and not shared:
             leader.outcome = _ALONE
             return True
-        return False  # a shared failure, or a bug: the leader raises it as it is
+        if shared:
+            self._counts["failed"] += 1  # the leader raises it as it is
+        return False  # a shared failure, or a bug
 
     def __repr__(self) -> str:
         return f"CoalescingModel({self.backend!r}, max_items={self.settings.max_items})"

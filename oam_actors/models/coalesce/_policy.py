@@ -369,6 +369,8 @@ def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResu
         reason = _INTEGER.sub(" ", rest, count=1) if confidence is not None else rest
     reason = re.sub(r"\(\s*\)|\[\s*\]", " ", reason.replace("|", " "))  # where the confidence was
     reason = re.sub(r"\s+([,.;:!?])", r"\1", " ".join(reason.split())).strip(_QUOTES + " -–—:,;()")
+    if not any(c.isalnum() for c in reason):
+        reason = ""  # "…" copied from the example is no reason
     if (named := next((o for o in others if _names(reason, o)), None)) is not None:
         return Unanswered(Why.MISATTRIBUTED, f"names {named}")
     answer = {"reasoning": reason, "choice": choice, "confidence": 50 if confidence is None else confidence}
