@@ -110,7 +110,7 @@ async def run(base_url: str, model_name: str, bark_rounds: int, decision_rounds:
             async with anyio.create_task_group() as group:
                 for npc in npcs:
                     async def bark(npc: NPC = npc) -> None:
-                        barks.append((npc.persona.name, situation, await npc.bark(situation)))
+                        barks.append((npc.persona.name, situation, (await npc.bark(situation)).line))
                     group.start_soon(bark)
         bark_stats = model.coalescing_statistics()
         decided: list[tuple[str, str, tuple[str, ...]]] = []

@@ -19,7 +19,7 @@ from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler
 
-from test_coalesce_model import run_jobs
+from test_coalesce_model import run_jobs, said
 from test_pool_errors import ask, farm, generate, phone
 from test_pool_scheduling import PACED
 
@@ -46,7 +46,7 @@ async def test_barks_of_many_npcs_on_one_phone_share_its_generations() -> None:
         model = CoalescingModel(f.pool)
         await generate(f.pool)  # the phone's next admission is a virtual second away
         npcs = crowd(model)
-        lines = await all_done([lambda npc=npc: npc.bark("Dawn in the square.") for npc in npcs], f.clock)
+        lines = await all_done([lambda npc=npc: said(npc.bark("Dawn in the square.")) for npc in npcs], f.clock)
         stats = model.coalescing_statistics()
         generations = f.admitted()[0] - 1
     assert all(isinstance(line, str) and line for line in lines)
@@ -60,7 +60,7 @@ async def test_barks_spread_over_a_farm_take_fewer_generations_than_barks() -> N
         for n in range(3):  # one warm-up per phone: every phone's next admission is a second away
             await generate(f.pool, ask(owner=f"warm-up{n}"))
         names = tuple(f"Villager{n}" for n in range(18))
-        lines = await all_done([lambda npc=npc: npc.bark("Rain.") for npc in crowd(model, names)], f.clock)
+        lines = await all_done([lambda npc=npc: said(npc.bark("Rain.")) for npc in crowd(model, names)], f.clock)
         generations = sum(f.admitted()) - 3
         stats = model.coalescing_statistics()
     assert all(lines) and len(lines) == 18
@@ -87,7 +87,7 @@ async def test_a_phone_with_a_short_output_limit_gets_no_batch_it_could_not_fini
         model = CoalescingModel(f.pool)
         await generate(f.pool)
         await f.pool.probe()
-        lines = await all_done([lambda npc=npc: npc.bark("Dawn.") for npc in crowd(model, NAMES[:4])], f.clock)
+        lines = await all_done([lambda npc=npc: said(npc.bark("Dawn.")) for npc in crowd(model, NAMES[:4])], f.clock)
         stats = model.coalescing_statistics()
     assert all(lines)
     assert model.capabilities.max_output_tokens == 60 and stats.batches == 0  # nothing fit two answers
@@ -118,7 +118,7 @@ async def test_barks_over_a_proxy_share_one_request_and_a_misattributed_line_is_
         async with ProxyBackends(environ={"OPENAI_API_KEY": "k"}) as backends:
             model = proxied(backends, server, clock)
             npcs = crowd(model, NAMES[:4])
-            lines = await all_done([lambda npc=npc: npc.bark("Dawn.") for npc in npcs], clock)
+            lines = await all_done([lambda npc=npc: said(npc.bark("Dawn.")) for npc in npcs], clock)
         sent = prompts(server)
     assert lines == ["Fine morning.", "Fresh bread!", "My knees ache.", "Lovely day."]
     assert len(sent) == 3 and "Character 3: Elsa" in sent[1] and "Character" not in sent[2]

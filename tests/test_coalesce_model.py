@@ -17,8 +17,8 @@ import anyio
 import pytest
 
 from oam_actors.agent.model import GenerationRequest, ModelCapabilities, StepKind, Usage
-from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.game import NPC, DecisionEngine, DecisionOption, DecisionRequest, Persona
+from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
+from oam_actors.game import NPC, BarkLine, DecisionEngine, DecisionOption, DecisionRequest, Persona
 from oam_actors.models import ScriptedModel, ScriptStep, ScriptStyle
 from oam_actors.models.coalesce import BARK_TASK, DECISION_TASK, CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import ScheduledModel
@@ -115,8 +115,12 @@ def crowd(model: Any, names: tuple[str, ...] = NAMES) -> list[NPC]:
     return [NPC(Persona(name=name, role="a villager"), model, owner=f"npc:{name}") for name in names]
 
 
+async def said(bark: Awaitable[BarkLine]) -> str:
+    return (await bark).line
+
+
 def barking(npcs: list[NPC], **kwargs: Any) -> list[Callable[[], Awaitable[str]]]:
-    return [lambda npc=npc: npc.bark("Dawn in the square.", **kwargs) for npc in npcs]
+    return [lambda npc=npc: said(npc.bark("Dawn in the square.", **kwargs)) for npc in npcs]
 
 
 async def test_barks_waiting_together_share_one_generation_and_each_gets_its_own_line() -> None:
@@ -133,7 +137,7 @@ async def test_with_free_quota_a_bark_runs_at_once_as_its_own_request() -> None:
     rig = Rig()
     [npc] = crowd(rig.model, ("Gorm",))
     with anyio.fail_after(GUARD):
-        assert await npc.bark("Dawn.") == "Gorm alone."  # the clock never moved: no added delay
+        assert (await npc.bark("Dawn.")).line == "Gorm alone."  # the clock never moved: no added delay
     [request] = rig.backend.requests
     assert request.kind is StepKind.RESPOND and request.item is not None and request.item.speaker == "Gorm"
     assert rig.model.coalescing_statistics().batches == 0
@@ -296,7 +300,7 @@ async def test_a_bark_that_opts_out_runs_alone_even_under_pressure() -> None:
     rig = Rig()
     await rig.warm_up()
     npcs = crowd(rig.model, NAMES[:3])
-    lines = await rig.run([*barking(npcs[:2]), lambda: npcs[2].bark("Dawn.", coalesce=False)])
+    lines = await rig.run([*barking(npcs[:2]), lambda: said(npcs[2].bark("Dawn.", coalesce=False))])
     assert lines == ["Gorm says hello.", "Mira says hello.", "Tobin alone."]
     assert [speakers(b) for b in rig.batches] == [["Gorm", "Mira"]]
     assert [r.item for r in rig.alone] == [None]
@@ -317,7 +321,7 @@ async def test_a_cancelled_waiting_bark_leaves_its_batch_and_every_other_gets_it
 
                 async def bark(npc: NPC = npc, scope: anyio.CancelScope = scope) -> None:
                     with scope:
-                        lines[npc.persona.name] = await npc.bark("Dawn.")
+                        lines[npc.persona.name] = (await npc.bark("Dawn.")).line
 
                 group.start_soon(bark)
                 await anyio.wait_all_tasks_blocked()
@@ -348,7 +352,7 @@ async def test_a_leader_cancelled_mid_batch_hands_its_followers_to_the_next_batc
 
             async def lead() -> None:
                 with leader:
-                    lines["Gorm"] = await npcs[0].bark("Dawn.")
+                    lines["Gorm"] = (await npcs[0].bark("Dawn.")).line
 
             group.start_soon(lead)
             await anyio.wait_all_tasks_blocked()
@@ -367,4 +371,31 @@ async def test_a_leader_cancelled_mid_batch_hands_its_followers_to_the_next_batc
 
 
 async def _store(lines: dict[str, str], npc: NPC) -> None:
-    lines[npc.persona.name] = await npc.bark("Dawn.")
+    lines[npc.persona.name] = (await npc.bark("Dawn.")).line
+
+
+async def test_a_waiting_bark_whose_deadline_passes_leaves_the_line_and_degrades_as_alone() -> None:
+    rig = Rig()
+    await rig.warm_up()
+    gorm, mira, tobin = crowd(rig.model, NAMES[:3])
+    results: dict[str, Any] = {}
+
+    async def bark(npc: NPC, **kwargs: Any) -> None:
+        try:
+            results[npc.persona.name] = (await npc.bark("Dawn.", **kwargs)).line
+        except AgentError as error:
+            results[npc.persona.name] = error
+
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as group:
+            for npc, kwargs in ((gorm, {}), (mira, {"queue_seconds": 0.5}), (tobin, {})):
+                group.start_soon(lambda npc=npc, kwargs=kwargs: bark(npc, **kwargs))
+                await anyio.wait_all_tasks_blocked()
+            rig.clock.advance(0.5)  # Mira's deadline: she has no earlier bark to repeat
+            await anyio.wait_all_tasks_blocked()
+            assert isinstance(results.get("Mira"), DeadlinePassed)
+            while len(results) < 3:
+                rig.clock.advance(1.0)
+                await anyio.wait_all_tasks_blocked()
+    assert (results["Gorm"], results["Tobin"]) == ("Gorm says hello.", "Tobin says hello.")
+    assert [speakers(b) for b in rig.batches] == [["Gorm", "Tobin"]]

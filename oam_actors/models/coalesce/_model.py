@@ -27,7 +27,7 @@ import msgspec
 
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
 from ...clock import Clock, MonotonicClock
-from ...errors import AgentError, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
@@ -123,6 +123,7 @@ _Outcome = _Answered | _Failed | _Alone | _Promoted
 @dataclass(eq=False)
 class _Step:
     request: GenerationRequest
+    deadline: float | None = None  # the request's own deadline (``queue_seconds``), on the clock
     outcome: _Outcome | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     taken: bool = False  # in a batch being generated
@@ -194,7 +195,7 @@ class CoalescingModel:
         line = self._lines.setdefault(key, _Line())
         line.members += 1
         try:
-            step = _Step(request)
+            step = _Step(request, self._deadline(request))
             role = self._join(line, step)
             while True:
                 if role is _Role.FOLLOW:
@@ -206,6 +207,7 @@ class CoalescingModel:
                 if not isinstance(outcome, _Promoted):
                     break
                 step.outcome, step.wake, role = None, anyio.Event(), _Role.LEAD
+                step.request = self._remaining(step)
         finally:
             line.members -= 1
             if not line.members:
@@ -240,11 +242,46 @@ class CoalescingModel:
         return _Role.LEAD
 
     async def _wait(self, line: _Line, step: _Step) -> None:
+        """Until a leader settles the step; a step with a deadline of its own leaves the line when
+        it passes before any batch took it (what the backend would have answered)."""
         try:
-            await step.wake.wait()
+            while step.outcome is None:
+                if step.deadline is None or step.taken:
+                    await step.wake.wait()
+                elif await self._expired(step) and step.outcome is None and not step.taken:
+                    self._leave(line, step)
+                    raise DeadlinePassed(f"The model's quota had no room within {step.request.queue_seconds:g} s.")
         except BaseException:
-            self._leave(line, step)
+            if not step.gone:
+                self._leave(line, step)
             raise
+
+    async def _expired(self, step: _Step) -> bool:
+        """Wait for the step's wake or its deadline; True when the deadline came first."""
+        assert step.deadline is not None
+        expired = False
+        async with anyio.create_task_group() as group:
+
+            async def ring() -> None:
+                nonlocal expired
+                await self._clock.sleep_until(step.deadline or 0.0)
+                expired = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(ring)
+            await step.wake.wait()
+            group.cancel_scope.cancel()
+        return expired
+
+    def _deadline(self, request: GenerationRequest) -> float | None:
+        return None if request.queue_seconds is None else self._clock.now() + request.queue_seconds
+
+    def _remaining(self, step: _Step) -> GenerationRequest:
+        """The request a promoted step leads with: its own deadline counts from when it came."""
+        if step.deadline is None:
+            return step.request
+        left = max(step.deadline - self._clock.now(), 0.0)
+        return msgspec.structs.replace(step.request, queue_seconds=left)
 
     def _leave(self, line: _Line, step: _Step) -> None:
         """A follower's caller left (cancelled)."""
