@@ -2,12 +2,14 @@
 simulated phones offered three times its quota.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_crowd_quota.py [--phones 8] [--npcs 1000]
-[--seconds 60] [--load 3] [--time-scale 0.1]``. Not a test.
+[--seconds 60] [--load 3] [--time-scale 0.1] [--no-coalesce]``. Not a test.
 
 Every NPC is created with ``npc/create`` on the world ``village`` and acts through the game
 methods of an in-process bridge (the same one ``oam-actors stdio`` runs), whose system model is a
 :class:`~oam_actors.models.pool.DevicePool` over simulated Pixels on loopback HTTP (36 generations
-per rolling 60 phone seconds, ``--time-scale`` real seconds per phone second). Each NPC paces its
+per rolling 60 phone seconds, ``--time-scale`` real seconds per phone second), coalesced as the
+servers coalesce it (:class:`~oam_actors.models.coalesce.CoalescingModel` with the default
+:class:`~oam_actors.models.coalesce.CoalesceSettings`; ``--no-coalesce`` for an A/B). Each NPC paces its
 own actions (never two outstanding) so that together they offer ``--load`` times the farm's quota
 capacity in generations, drawn from 10% ``npc/talk``, 25% ``decision/decide`` (with a
 ``fallbackOptionID``) and 65% ``npc/bark``. Barks carry a ``deadlineSeconds`` of
@@ -43,6 +45,7 @@ import anyio
 
 from oam_actors.bridge import Bridge
 from oam_actors.game_methods import GameExtension
+from oam_actors.models.coalesce import CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import NANO_QUOTA, DevicePool, SimulatedFarm, farm_phone_config, nano_limits, scaled_config
 from oam_actors.runtime import LocalSystem
 from oam_actors.sim.client import BridgeClient, RpcError
@@ -128,7 +131,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with SimulatedFarm(args.phones, phone) as farm, DevicePool(farm.urls, config=config) as pool, \
             LocalSystem() as system:
         extension = GameExtension(max_npcs=args.npcs)
-        make = lambda write: Bridge(system, write, system_model=lambda: pool, extensions=[extension])  # noqa: E731
+        # The server's default (models/setup.py): one coalescing model over the shared pool.
+        model = pool if args.no_coalesce else CoalescingModel(pool, CoalesceSettings())
+        make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
         async with BridgeClient(make) as client:
             await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
             for n in range(args.npcs):
@@ -154,7 +159,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     allowed = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
     return {"tally": tally, "generations": after.steps_ok - before.steps_ok, "allowed": allowed,
             "generations_in_load": generations, "offered_rate": args.npcs / period,
-            "capacity_rate": capacity_rate, "stats": after}
+            "capacity_rate": capacity_rate, "stats": after,
+            "coalescing": model.coalescing_statistics() if isinstance(model, CoalescingModel) else None}
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
@@ -189,6 +195,11 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
     print(f"  Jain's index over NPCs: actions answered by the model {jain_served:.4f}   (goal >= 0.95); "
           f"answered at all {jain_answered:.4f}")
     print(f"  quota utilisation {utilisation:.1%} of what the phones' windows allowed   (goal >= 90%)")
+    if result["coalescing"] is not None:
+        c = result["coalescing"]
+        print(f"  coalescing: {c.items} items in {c.generations} generations ({c.items_per_generation:.2f} per "
+              f"generation), {c.batches} batches, {c.retried_alone} retried alone, {c.failed} failed, "
+              f"{c.passthrough} passthrough")
     print("  devices: " + ", ".join(f"{d.name} {d.ok} ok / {d.busy} busy" for d in result["stats"].devices))
     return (per_generation >= 3 and within >= 0.99 and talk_failures == 0 and missing == 0
             and jain_served >= 0.95 and utilisation >= 0.9)
@@ -204,6 +215,7 @@ def main() -> int:
     parser.add_argument("--bark-deadline", type=float, default=10.0, help="phone seconds")
     parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-coalesce", action="store_true", help="the pool alone, each action its own generation")
     args = parser.parse_args()
     ok = report(args, anyio.run(run, args))
     print("\nall goals met" if ok else "\nGOALS MISSED")
