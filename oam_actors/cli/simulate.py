@@ -87,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "seconds on the default farm); a bark not admitted in time repeats a recent one")
     parser.add_argument("--deadline", action="append", type=priority_deadline, metavar="PRIORITY=SECONDS",
                         help="the server's default deadline of a priority, as for stdio (repeatable)")
+    parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=defaults.coalesce,
+                        help="farm, devices, proxy: barks and tool-free decisions share generations, as on "
+                             "the servers (default on)")
     parser.add_argument("--seed", metavar="N", type=int, default=defaults.seed, help=f"random seed (default {defaults.seed})")
     parser.add_argument("--report-dir", default=defaults.report_dir, metavar="DIR",
                         help=f"where report.json and report.html go (default {defaults.report_dir})")
@@ -138,7 +141,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         cancel_rate=args.cancel_rate, tool_timeout_rate=args.tool_timeout_rate,
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
         runtime=args.runtime, npc_mix=args.npc_mix, bark_deadline_seconds=args.bark_deadline,
-        deadlines=list(args.deadline or ()),
+        deadlines=list(args.deadline or ()), coalesce=args.coalesce,
     )
 
 

@@ -9,11 +9,15 @@ reports its own counters (quota events, per-device utilisation) for the final re
 - ``proxy``: an OpenAI-compatible server (``--proxy URL[#MODEL]``) behind one quota scheduler.
 - ``scripted``: scripted sessions with latency, no model at all.
 
+The farm, devices and proxy system models are coalesced as the servers' are (on unless
+``SimConfig.coalesce`` is off; :mod:`oam_actors.models.coalesce`).
+
 Use a backend as ``async with make_backend(config) as backend``.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -23,6 +27,7 @@ import msgspec
 
 from ..bridge import ModelFactory
 from ..models import ModelWithStatistics
+from ..models.coalesce import CoalesceSettings, CoalescingModel, open_coalesced
 from ..models.errors import ModelConfigError
 from ..models.factories import PoolHost, scheduled_proxy
 from .config import SimConfig
@@ -141,11 +146,14 @@ class _PoolBackend:
             if self.config.runtime == "ray":
                 from ..cluster import ClusterModel
 
-                hosted = await stack.enter_async_context(
-                    ClusterModel(f"sim:{self.name}:{self.config.seed}", self.host.opener()))
+                opener: Any = self.host.opener()
+                if self.config.coalesce:  # in the model actor, so every shard's steps share batches
+                    opener = functools.partial(open_coalesced, opener, CoalesceSettings())
+                hosted = await stack.enter_async_context(ClusterModel(f"sim:{self.name}:{self.config.seed}", opener))
                 self._model = hosted.model()
             else:
-                self._model = self._pool = (await stack.enter_async_context(self.host)).model()
+                self._pool = (await stack.enter_async_context(self.host)).model()
+                self._model = CoalescingModel(self._pool) if self.config.coalesce else self._pool
             self._stack = stack.pop_all()
         return self
 
@@ -245,8 +253,10 @@ class ProxyBackend:
         assert spec is not None  # "openai" is a provider
         self._backends = ProxyBackends()
         self._backends.allow_host(spec.host)
-        self._model = scheduled_proxy(self._backends.model(spec), queue_times(config.deadlines))
-        self._scheduler = self._model.scheduler
+        scheduled = scheduled_proxy(self._backends.model(spec), queue_times(config.deadlines))
+        self._scheduler = scheduled.scheduler
+        self._coalescing = CoalescingModel(scheduled) if config.coalesce else None
+        self._model = self._coalescing or scheduled
 
     async def __aenter__(self) -> Self:
         await self._backends.__aenter__()
@@ -276,7 +286,10 @@ class ProxyBackend:
         return {"queued": sum(stats.queued), "throttles": stats.throttles}
 
     async def statistics(self) -> dict[str, Any]:
-        return {"backend": self.name, "scheduler": msgspec.to_builtins(self._scheduler.statistics())}
+        stats = {"backend": self.name, "scheduler": msgspec.to_builtins(self._scheduler.statistics())}
+        if self._coalescing is not None:
+            stats["coalescing"] = msgspec.to_builtins(self._coalescing.coalescing_statistics())
+        return stats
 
 
 _BACKENDS: dict[str, type[Any]] = {

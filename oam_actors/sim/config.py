@@ -38,6 +38,9 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     deadlines: list[tuple[str, float]] = msgspec.field(default_factory=list)
     """The server's default deadline by priority (``--deadline PRIORITY=SECONDS``), over the
     defaults dialogue 20 s, decision 60 s, background 120 s."""
+    coalesce: bool = True
+    """A pool or proxy system model coalesces barks and tool-free decisions (``--no-coalesce``
+    turns it off), with the servers' default settings."""
 
     def __post_init__(self) -> None:
         if len(self.npc_mix) != 3 or min(self.npc_mix) < 0 or sum(self.npc_mix) <= 0:

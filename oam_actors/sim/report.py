@@ -93,13 +93,14 @@ def _actions(samples: list[TurnSample]) -> dict[str, dict[str, Any]]:
 
 
 def _per_generation(ok: list[TurnSample], backend: dict[str, Any]) -> dict[str, Any] | None:
-    """Requests answered by the model per generation the backend ran (a device pool's steps)."""
+    """Requests answered by the model per generation the backend ran (a device pool's steps), and
+    what coalescing did towards it (None when the system model was not coalesced)."""
     generations = backend.get("stepsOk")
     if not generations:
         return None
     npc = [s for s in ok if s.kind != SESSION]
     return {"generations": generations, "answered": len(ok), "npcActions": len(npc),
-            "answeredPerGeneration": round(len(ok) / generations, 3)}
+            "answeredPerGeneration": round(len(ok) / generations, 3), "coalescing": backend.get("coalescing")}
 
 
 def _expiry(samples: list[TurnSample]) -> dict[str, dict[str, int]]:
@@ -355,8 +356,21 @@ def _generations(report: dict[str, Any]) -> str | None:
         ("requests answered by the model", per["answered"]),
         ("of them NPC actions (talks, decisions, barks)", per["npcActions"]),
         ("answered per generation", per["answeredPerGeneration"]),
+        *_coalescing_pairs(per.get("coalescing")),
     ]) + "<p>A talk with a tool takes two or three generations; a decision or a bark one, unless "
          "several share one generation.</p>")
+
+
+def _coalescing_pairs(coalescing: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    if coalescing is None:
+        return [("coalescing", "off")]
+    return [
+        ("coalescable steps (barks, tool-free decisions)", coalescing["items"]),
+        ("generations they used", coalescing["generations"]),
+        ("coalescable steps per generation", coalescing["itemsPerGeneration"]),
+        ("batches of two or more (steps in them)", f"{coalescing['batches']} ({coalescing['batchedItems']})"),
+        ("retried alone / given their batch's error", f"{coalescing['retriedAlone']} / {coalescing['failed']}"),
+    ]
 
 
 def _expiry_section(report: dict[str, Any]) -> str | None:
