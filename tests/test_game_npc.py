@@ -494,13 +494,16 @@ async def test_manual_compaction():
 
 async def test_bark_is_a_one_off_line():
     world = WorldState({"weather": "rain"})
-    model = scripted({"text": 'Gorm: "Fine steel, fresh from the forge!"\nAnd more text.'})
+    model = scripted({"text": 'Gorm: "Fine steel, fresh from the forge!"\nAnd more text.'}, reply("Mind the anvil."))
     npc = NPC(Persona(name="Gorm", secrets=(SECRET,)), model, world=world,
               options=options(worldContextPaths=["weather"], barkMaximumTokens=30, secretsUnlockAtRelationship=None))
     line = (await npc.bark("A customer walks past the stall.")).line
     assert line == "Fine steel, fresh from the forge!"
     request = model.requests[0]
-    assert request.max_output_tokens == 30 and request.priority == "background"
+    # The first bark has nothing to repeat at its deadline, so it queues as a decision; later ones do not.
+    assert request.max_output_tokens == 30 and request.priority == "decision"
+    await npc.bark("A dog barks.")
+    assert model.requests[1].priority == "background"
     assert request.prompt == (
         "Game state:\nweather: rain\nSituation: A customer walks past the stall.\nPlayer: (The player says nothing.)"
     )

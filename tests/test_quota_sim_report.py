@@ -9,6 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
+import msgspec
 import pytest
 
 from oam_actors.models.pool import nano_limits
@@ -66,12 +67,24 @@ def test_answered_per_generation_and_each_devices_share_of_its_quota() -> None:
     window = nano_limits(0.1).window_seconds  # 6.12 s: one window of the farm at time scale 0.1
     report = build_report(run_with(farm([36, 18], 2 * window)))
     assert report["actionsPerGeneration"] == {"generations": 54, "answered": 4, "npcActions": 3,
-                                              "answeredPerGeneration": round(4 / 54, 3)}
+                                              "answeredPerGeneration": round(4 / 54, 3), "coalescing": None}
     assert [(d["name"], d["generations"], d["allowed"], d["share"]) for d in report["quotaUse"]] == [
         ("phone1", 36, 72.0, 0.5), ("phone2", 18, 72.0, 0.25)]
     page = render_html(report)
     assert "50.0%" in section(page, "Quota utilisation per device")
     assert "0.074" in section(page, "Requests answered per generation")
+    assert "<td>coalescing</td><td>off</td>" in section(page, "Requests answered per generation")
+
+
+def test_the_generations_section_shows_what_coalescing_did() -> None:
+    from oam_actors.models.coalesce import CoalescingStatistics
+
+    coalescing = msgspec.to_builtins(CoalescingStatistics(items=9, generations=3, items_per_generation=3.0,
+                                                          batches=2, batched_items=7, answered=7, retried_alone=1))
+    report = build_report(run_with({**farm([36, 18], 12.24), "coalescing": coalescing}))
+    assert report["actionsPerGeneration"]["coalescing"] == coalescing
+    generations = section(render_html(report), "Requests answered per generation")
+    assert "2 (7)" in generations and "1 / 0" in generations
 
 
 def test_a_backend_without_devices_leaves_the_quota_sections_out() -> None:

@@ -515,7 +515,8 @@ class NPC:
         ``generation_failed``. One exception: when ``queue_seconds`` (or the backend's own queue
         time) runs out before the model can take the bark, one of this NPC's last
         :data:`RECENT_BARKS` barks is said again (the least recently repeated), marked
-        ``degraded``; with none yet the error stands. ``coalesce``: a coalescing backend may answer
+        ``degraded``; with none yet the error stands (so such a first bark queues at decision
+        priority, ahead of barks that can repeat). ``coalesce``: a coalescing backend may answer
         it together with other barks."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -529,7 +530,9 @@ class NPC:
             max_response_tokens=options.bark_maximum_tokens,
             user_label=PLAYER_LABEL,
             assistant_label=speaker,
-            priority="background",
+            # A first bark has no line to repeat at its deadline, so it fails there: it queues as
+            # a decision (which degrades to its fallback) rather than behind repeatable barks.
+            priority="background" if self._recent_barks else "decision",
             queue_seconds=queue_seconds,
         )
         moment = situation_text(situation)

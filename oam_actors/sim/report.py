@@ -367,7 +367,7 @@ def _coalescing_pairs(coalescing: dict[str, Any] | None) -> list[tuple[str, Any]
     return [
         ("coalescable steps (barks, tool-free decisions)", coalescing["items"]),
         ("generations they used", coalescing["generations"]),
-        ("coalescable steps per generation", coalescing["itemsPerGeneration"]),
+        ("steps answered from a batch", coalescing["answered"]),
         ("batches of two or more (steps in them)", f"{coalescing['batches']} ({coalescing['batchedItems']})"),
         ("retried alone / given their batch's error", f"{coalescing['retriedAlone']} / {coalescing['failed']}"),
     ]
