@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -146,7 +147,7 @@ class _PoolBackend:
             if self.config.runtime == "ray":
                 from ..cluster import ClusterModel
 
-                opener: Any = self.host.opener()
+                opener: Callable[[], Any] = self.host.opener()
                 if self.config.coalesce:  # in the model actor, so every shard's steps share batches
                     opener = functools.partial(open_coalesced, opener, CoalesceSettings())
                 hosted = await stack.enter_async_context(ClusterModel(f"sim:{self.name}:{self.config.seed}", opener))
