@@ -9,6 +9,7 @@ import sys
 import msgspec
 import pytest
 
+from oam_actors.sim import SimConfig
 from oam_actors.sim.stats import jain_index, percentile, summarize
 
 
@@ -59,3 +60,16 @@ def test_simulate_scripted_run_writes_a_consistent_report(tmp_path) -> None:
     html = (tmp_path / "report.html").read_text()
     assert "<svg" in html and "Turns by outcome" in html
     assert "report.json" in completed.stdout
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+async def test_a_farm_backends_system_model_is_coalesced_unless_turned_off(coalesce: bool) -> None:
+    from oam_actors.models.coalesce import CoalescingModel
+    from oam_actors.sim.backends import make_backend
+
+    async with make_backend(SimConfig(phones=1, coalesce=coalesce)) as backend:
+        factory = backend.system_model()
+        assert factory is not None
+        assert isinstance(factory(), CoalescingModel) is coalesce
+        stats = await backend.statistics()
+    assert (stats.get("coalescing") is not None) is coalesce
