@@ -112,8 +112,10 @@ Op = Spawn | Ask | Tell | Control | CancelOne | CancelAll | Stop
 
 
 class Failure(msgspec.Struct, frozen=True, array_like=True):
-    """An exception on its way back: a protocol error by its fields, anything else pickled, or
-    (when it does not pickle) by its type name and text."""
+    """An exception on its way back: pickled whole when it pickles (a protocol error keeps its
+    class, code, message and every ``data`` field, ``retry_after`` too: the retry policy and the
+    bridge read them on the other side), else a protocol error by its fields, else by its type
+    name and text."""
 
     message: str
     code: str | None = None
@@ -121,25 +123,41 @@ class Failure(msgspec.Struct, frozen=True, array_like=True):
     extra: dict[str, Any] = {}
     pickled: bytes | None = None
     type_name: str = ""
+    retry_after: float | None = None
 
     @classmethod
     def of(cls, exc: BaseException) -> Failure:
+        pickled = _pickled(exc)
         if isinstance(exc, OamError):
-            return cls(exc.message, exc.code.wire, isinstance(exc, AgentError), dict(exc.extra))
-        try:
-            pickled = pickle.dumps(exc)
-            pickle.loads(pickled)  # exceptions with required arguments pickle but do not load
-        except Exception:  # noqa: BLE001 - any failure means: send it as text
+            return cls(exc.message, exc.code.wire, isinstance(exc, AgentError), dict(exc.extra), pickled,
+                       retry_after=getattr(exc, "retry_after", None))
+        if pickled is None:
             return cls(str(exc), type_name=type(exc).__name__)
         return cls(str(exc), pickled=pickled)
 
     def to_exception(self) -> Exception:
-        if self.code is not None:
-            error_type = AgentError if self.agent else ProtocolError
-            return error_type(ErrorCode.from_wire(self.code), self.message, **self.extra)
         if self.pickled is not None:
             return pickle.loads(self.pickled)
+        if self.code is not None:
+            code = ErrorCode.from_wire(self.code)
+            extra = {k: v for k, v in self.extra.items() if k not in _RETRY_KEYS}
+            if self.agent:
+                return AgentError(code, self.message, retry_after=self.retry_after, **extra)
+            return ProtocolError(code, self.message, **extra)
         return RuntimeError(f"{self.type_name}: {self.message}")
+
+
+_RETRY_KEYS = frozenset({"retryAfter", "retryAfterSeconds"})  # AgentError derives them from retry_after
+
+
+def _pickled(exc: BaseException) -> bytes | None:
+    """``exc`` pickled, or ``None`` when it does not pickle or does not load back."""
+    try:
+        pickled = pickle.dumps(exc)
+        pickle.loads(pickled)  # exceptions with required arguments pickle but do not load
+    except Exception:  # noqa: BLE001 - any failure means: send it by its fields or as text
+        return None
+    return pickled
 
 
 class Done(msgspec.Struct, frozen=True, array_like=True):
