@@ -40,6 +40,7 @@ __all__ = [
     "Reference",
     "Resolve",
     "Saved",
+    "Substitute",
     "SharedRef",
     "Spawn",
     "Stop",
@@ -241,15 +242,31 @@ class _ValuePickler(pickle.Pickler):
         return self._reference(obj)
 
 
-class _ActorPickler(cloudpickle.Pickler):
-    """cloudpickle (actors may hold functions), with some objects kept by reference."""
+Substitute = Callable[[Any], Any]
+"""For an object to travel as another (a hosted backend as the stand-in that reaches its host),
+that other object; ``None`` to pickle it as it is."""
 
-    def __init__(self, file: io.BytesIO, reference: Reference) -> None:
+
+class _ActorPickler(cloudpickle.Pickler):
+    """cloudpickle (actors may hold functions), with some objects kept by reference and some
+    replaced by their stand-ins."""
+
+    def __init__(self, file: io.BytesIO, reference: Reference, substitute: Substitute | None) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._reference = reference
+        self._substitute = substitute
 
     def persistent_id(self, obj: Any) -> Any:
         return self._reference(obj)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if self._substitute is not None and (stand_in := self._substitute(obj)) is not None:
+            return _itself, (stand_in,)
+        return super().reducer_override(obj)
+
+
+def _itself(obj: Any) -> Any:
+    return obj
 
 
 class _Unpickler(pickle.Unpickler):
@@ -261,14 +278,15 @@ class _Unpickler(pickle.Unpickler):
         return self._resolve(pid)
 
 
-def dumps_actor(actor: Actor, reference: Reference) -> bytes:
-    """Pickle ``actor``; ``reference(obj)`` names the objects to keep by reference.
+def dumps_actor(actor: Actor, reference: Reference, substitute: Substitute | None = None) -> bytes:
+    """Pickle ``actor``; ``reference(obj)`` names the objects to keep by reference,
+    ``substitute(obj)`` those to send as a stand-in.
 
     Raises ``TypeError`` naming the actor when some part of its state does not pickle.
     """
     buffer = io.BytesIO()
     try:
-        _ActorPickler(buffer, reference).dump(actor)
+        _ActorPickler(buffer, reference, substitute).dump(actor)
     except Exception as exc:
         raise TypeError(
             f"{type(actor).__name__} cannot move to a shard: {exc}. On RaySystem an actor's state must "

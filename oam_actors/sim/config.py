@@ -38,6 +38,10 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     deadlines: list[tuple[str, float]] = msgspec.field(default_factory=list)
     """The server's default deadline by priority (``--deadline PRIORITY=SECONDS``), over the
     defaults dialogue 20 s, decision 60 s, background 120 s."""
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    """``--rpm``, ``--tpm``, ``--max-concurrency``: what the proxy backend allows, as stated."""
 
     def __post_init__(self) -> None:
         if len(self.npc_mix) != 3 or min(self.npc_mix) < 0 or sum(self.npc_mix) <= 0:

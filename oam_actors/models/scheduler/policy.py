@@ -193,6 +193,23 @@ class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
     reported_tokens: ReportedRate
     header: tuple[int | None, int | None, float] | None = None  # budget: requests, tokens, reset in
 
+    def aged(self, seconds: float) -> QuotaState:
+        """The same state ``seconds`` later (it was kept somewhere meanwhile)."""
+        def later(offset: float | None) -> float | None:
+            return None if offset is None else offset - seconds
+
+        header = self.header
+        return msgspec.structs.replace(
+            self,
+            window=[(left - seconds, tokens) for left, tokens in self.window if left > seconds],
+            cool_down=max(0.0, self.cool_down - seconds),
+            last_throttle=later(self.last_throttle),
+            last_admit=later(self.last_admit),
+            requests_pace=msgspec.structs.replace(self.requests_pace, next_in=self.requests_pace.next_in - seconds),
+            tokens_pace=msgspec.structs.replace(self.tokens_pace, next_in=self.tokens_pace.next_in - seconds),
+            header=None if header is None or header[2] <= seconds else (header[0], header[1], header[2] - seconds),
+        )
+
 
 class TicketTooLarge(ValueError):
     """The ticket needs more tokens than one window allows, so it could never start."""
