@@ -201,7 +201,7 @@ class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
         header = self.header
         return msgspec.structs.replace(
             self,
-            window=[(left - seconds, tokens) for left, tokens in self.window if left > seconds],
+            window=[(left - seconds, tokens, dialogue) for left, tokens, dialogue in self.window if left > seconds],
             cool_down=max(0.0, self.cool_down - seconds),
             last_throttle=later(self.last_throttle),
             last_admit=later(self.last_admit),
