@@ -103,7 +103,7 @@ def test_a_killed_model_actor_fails_its_step_retryably_and_comes_back_with_its_q
     with ServeProcess(["--runtime", "ray", "--address", cluster, "--tcp", "127.0.0.1:0"]) as door:
         peer = door.tcp()
         assert [a.get("error") for a in run_turns(peer, spec, ["before"], 2)] == [None, None]
-        remote = RemoteModel(name.removeprefix("oam-model:"), None, variant=config_from_wire(spec))  # type: ignore[arg-type]
+        remote = RemoteModel(name.removeprefix("oam-model:"), None, variant=(config_from_wire(spec), None))  # type: ignore[arg-type]
         learned = anyio.run(remote.statistics)
         assert learned is not None and learned.reported_limit == LIMIT
         assert learned.reported_window is not None and 0 < learned.reported_window <= WINDOW
@@ -120,7 +120,7 @@ def test_a_killed_model_actor_fails_its_step_retryably_and_comes_back_with_its_q
     assert answer.get("error") is None and answer["result"]["text"] == "Aye."
     assert len(provider.requests) == sent + 2  # the step, then its retry on the restarted actor
     restored = anyio.run(RemoteModel(name.removeprefix("oam-model:"), None,  # type: ignore[arg-type]
-                                     variant=config_from_wire(spec)).statistics)
+                                     variant=(config_from_wire(spec), None)).statistics)
     assert restored is not None and restored.reported_limit == LIMIT  # learned before the kill
     assert restored.reported_window is not None and restored.reported_window >= learned.reported_window
     assert restored.requests_in_window >= 3  # the window it had spent came back too

@@ -62,7 +62,8 @@ def test_on_ray_a_proxy_is_the_model_actor_of_its_backend_that_sessions_naming_i
     system = setup.system_model()  # type: ignore[misc]
     assert isinstance(system, RemoteModel) and system.name == "proxy:openai:http://10.0.0.7:8080/v1#qwen@OPENAI_API_KEY"
     crossed = ray.cloudpickle.loads(ray.cloudpickle.dumps(system))  # as a shard gets it: hosted on first use
-    assert (crossed.name, crossed.variant.model, crossed._factory.keywords["limits"].requests_per_window) == (
+    config, queue_seconds = crossed.variant  # the holder's own settings and queue times
+    assert (crossed.name, config.model, crossed._factory.keywords["limits"].requests_per_window) == (
         system.name, "qwen", 90)
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
@@ -71,7 +72,7 @@ def test_on_ray_a_proxy_is_the_model_actor_of_its_backend_that_sessions_naming_i
                            "nativeTools": True}, "model")
     stand_in = hosted_reduce(named)
     assert stand_in is not None and stand_in.name == system.name  # the same actor, its own settings
-    assert stand_in.variant.native_tools and not system.variant.native_tools
+    assert stand_in.variant[0].native_tools and not system.variant[0].native_tools
 
 
 def test_a_session_holding_a_named_backend_pickles_for_a_shard_as_its_model_actor() -> None:
