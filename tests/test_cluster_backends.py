@@ -85,8 +85,12 @@ def test_two_front_doors_share_one_model_actor_per_backend_within_the_providers_
                     group.start_soon(door, index)
 
         anyio.run(both)
+        # A backend that cannot be hosted fails as on LocalSystem, naming the field.
+        bad = peers[0].error(peers[0].request("session/create", {"session": "bad", "model": {
+            "type": "openai", "baseUrl": "http://10.9.9.9/v1", "model": "m"}}))
         for peer in peers:
             peer.close()
+    assert bad["code"] == -32602 and "model.baseUrl" in bad["message"] and "pickle" not in bad["message"]
     answers = results[0] + results[1]
     assert [a.get("error") for a in answers] == [None] * 24  # every turn answered, none refused
     assert all(a["result"]["text"] == "Aye." for a in answers)
