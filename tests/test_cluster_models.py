@@ -62,9 +62,10 @@ def test_on_ray_a_proxy_is_the_model_actor_of_its_backend_that_sessions_naming_i
     system = setup.system_model()  # type: ignore[misc]
     assert isinstance(system, RemoteModel) and system.name == "proxy:openai:http://10.0.0.7:8080/v1#qwen@OPENAI_API_KEY"
     crossed = ray.cloudpickle.loads(ray.cloudpickle.dumps(system))  # as a shard gets it: hosted on first use
-    config, queue_seconds = crossed.variant  # the holder's own settings and queue times
+    config, _, coalescing = crossed.variant  # the holder's own settings, queue times, coalescing
     assert (crossed.name, config.model, crossed._factory.keywords["limits"].requests_per_window) == (
         system.name, "qwen", 90)
+    assert coalescing.max_items == 6  # coalesced in the model actor, where every shard's steps meet
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
         session_model({"type": "openai", "baseUrl": "http://10.0.0.8:8080/v1", "model": "m"}, "model")
