@@ -45,6 +45,9 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
      "the OpenAI front door vs the bridge over TCP for the same scripted turn; concurrent streaming clients"),
+    ("quota_frontdoors", "bench_quota_frontdoors.py", [], ["--seconds", "20"],
+     "two serve front doors at 3x a windowed provider's limit: provider 429s and share of the limit, Ray (one "
+     "model actor) next to two independent LocalSystem servers"),
     ("hostile", "bench_hostile.py", [], ["--samples", "100", "--turns", "20000"],
      "8 clients that do not read next to a well-behaved one: server memory, ping / turn latency before and during"),
 ]

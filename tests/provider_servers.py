@@ -18,6 +18,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -288,3 +289,51 @@ def gemini_call(name: str, arguments: dict[str, Any]) -> bytes:
 
 TEXT = {"openai": openai_text, "anthropic": anthropic_text, "gemini": gemini_text}
 CALL = {"openai": openai_call, "anthropic": anthropic_call, "gemini": gemini_call}
+
+
+# --- a provider that enforces a rate -----------------------------------------------------------
+
+
+class WindowedProvider(ProviderServer):
+    """An OpenAI-compatible provider allowing ``limit`` requests per fixed ``window`` seconds
+    (counted from its start), as providers that count per window do.
+
+    Every answer carries ``x-ratelimit-{limit,remaining,reset}-requests``; a request over the
+    limit gets a 429 with ``retry-after`` (the rest of the window) and does not count. The
+    counts by window are ``accepted`` and ``refused``. ``hang_next`` makes the next request
+    hang until :attr:`released` is set (a step in flight, for kill tests).
+    """
+
+    def __init__(self, limit: int, window: float, text: str = "Aye.") -> None:
+        super().__init__()
+        self.limit, self.window = limit, window
+        self.accepted: dict[int, int] = {}
+        self.refused: dict[int, int] = {}
+        self.hang_next = False
+        self._body = openai_text(text)
+        self._started = time.monotonic()
+
+    def next_reply(self, recorded: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(recorded)
+            elapsed = time.monotonic() - self._started
+            index = int(elapsed // self.window)
+            ok = self.accepted.get(index, 0) < self.limit
+            book = self.accepted if ok else self.refused
+            book[index] = book.get(index, 0) + 1
+            reset = (index + 1) * self.window - elapsed
+            hang, self.hang_next = self.hang_next and ok, False
+        headers = {
+            "x-ratelimit-limit-requests": str(self.limit),
+            "x-ratelimit-remaining-requests": str(self.limit - self.accepted.get(index, 0)),
+            "x-ratelimit-reset-requests": f"{reset:.3f}s",
+        }
+        if not ok:
+            error = json.dumps({"error": {"message": "Rate limit reached for requests", "type": "requests",
+                                          "code": "rate_limit_exceeded"}}).encode()
+            return Reply(429, {"content-type": "application/json", "retry-after": f"{reset:.3f}", **headers}, [error])
+        return Reply(200, {"content-type": "text/event-stream", **headers}, [self._body], HANG if hang else COMPLETE)
+
+    def most_in_a_window(self) -> int:
+        with self._lock:
+            return max(self.accepted.values(), default=0)

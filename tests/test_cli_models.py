@@ -20,9 +20,8 @@ from oam_actors.models import ScriptedModel, ScriptStep
 from oam_actors.models.errors import ModelConfigError
 from oam_actors.models.codecs import RateLimitInfo
 from oam_actors.models.coalesce import CoalescingModel
-from oam_actors.models.factories import scheduled_proxy
 from oam_actors.models.pool import DevicePool, ScheduledModel
-from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig, RateLimitReport
+from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig, RateLimitReport, SharedProxyModel
 from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler
 from oam_actors.models.setup import MODEL_FORMS, ModelConfig, create_model_setup
 from oam_actors.runtime import LocalSystem
@@ -108,15 +107,37 @@ def test_a_proxy_system_model_gets_the_configured_fields_and_its_host_allowed() 
     setup = create_model_setup(ModelConfig(model="openai:http://10.0.0.7:8080/v1#qwen", context_size=2048,
                                            native_tools=True, api_key_env="LOCAL_API_KEY"))
     assert setup.system_model is not None and (setup.pool, setup.cluster, setup.status_model) == (None, None, None)
-    coalesced = setup.system_model()
-    assert isinstance(coalesced, CoalescingModel) and coalesced is setup.system_model()  # one model, one quota
-    model = coalesced.backend
-    assert isinstance(model, ScheduledModel)
-    config = model.model.config  # type: ignore[attr-defined]
+    model = setup.system_model()
+    assert isinstance(model, SharedProxyModel) and model is setup.system_model()  # one model, one quota
+    config = model.config
     assert (config.context_size, config.native_tools, config.api_key_env) == (2048, True, "LOCAL_API_KEY")
+    assert model.coalesce is not None and model.coalesce.max_items == 6  # the system model coalesces
     plain = create_model_setup(ModelConfig(model="openai:http://10.0.0.7:8080/v1#qwen", coalesce=None))
-    assert plain.system_model is not None and isinstance(plain.system_model(), ScheduledModel)
+    assert plain.system_model is not None and plain.system_model().coalesce is None  # type: ignore[attr-defined]
     setup.model_types["openai"]({"type": "openai", "baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}, "model")
+
+
+def test_sessions_naming_the_system_models_backend_share_its_scheduler_and_the_stated_limits() -> None:
+    setup = create_model_setup(ModelConfig(model="openai:http://127.0.0.1:8080/v1#qwen", rpm=120, tpm=60_000,
+                                           max_concurrency=4))
+    system = setup.system_model()
+    named = setup.model_types["openai"]
+    same = named({"type": "openai", "baseUrl": "http://127.0.0.1:8080/v1", "model": "qwen", "nativeTools": True},
+                 "model")
+    other = named({"type": "openai", "baseUrl": "http://127.0.0.1:8080/v1", "model": "other"}, "model")
+    assert isinstance(same, SharedProxyModel) and isinstance(other, SharedProxyModel)
+    assert same.scheduler is system.scheduler  # type: ignore[attr-defined]  # one quota, other settings
+    assert other.scheduler is not same.scheduler  # another model: another quota
+    limits = same.limits
+    assert (limits.requests_per_window, limits.tokens_per_window, limits.max_concurrency, limits.window_seconds,
+            limits.pace_evenly) == (120, 60_000, 4, 60.0, True)
+
+
+@pytest.mark.parametrize("field", ["rpm", "tpm", "max_concurrency"])
+def test_a_stated_limit_below_one_is_refused_naming_it(field: str) -> None:
+    with pytest.raises(ModelConfigError) as raised:
+        create_model_setup(ModelConfig(model="openai#m", **{field: 0}))
+    assert raised.value.field == field
 
 
 def test_a_simulation_backend_that_cannot_run_raises_model_config_error() -> None:
@@ -175,10 +196,10 @@ def test_model_status_comes_with_a_pool_only() -> None:
     assert model_extensions(create_model_setup(ModelConfig(model="openai#m"))) == []
 
 
-async def test_a_scheduled_proxy_cools_its_scheduler_down_on_a_429_report() -> None:
+async def test_a_shared_proxy_cools_its_scheduler_down_on_a_429_report() -> None:
     async with ProxyBackends() as backends:
-        model = scheduled_proxy(backends.model(ProxyConfig(provider=Provider.OPENAI, model="m")))
-        hook = model.model.on_rate_limit  # type: ignore[attr-defined]
+        model = backends.shared(ProxyConfig(provider=Provider.OPENAI, model="m"))
+        hook = model.scheduled.model.on_rate_limit  # type: ignore[attr-defined]
         assert hook is not None and (await model.statistics()).throttles == 0
         hook(RateLimitReport(status=429, info=RateLimitInfo(), retry_after=5.0))
         assert (await model.statistics()).throttles == 1

@@ -85,6 +85,30 @@ def test_protocol_errors_cross_with_code_message_and_data() -> None:
     )
 
 
+class _LateLimit(AgentError):
+    """An AgentError subclass, as the scheduler raises for a spent deadline."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(ErrorCode.RATE_LIMITED, message, retry_after=retry_after, limit=30)
+
+
+def test_a_rate_limit_crosses_with_its_retry_after_class_and_data() -> None:
+    crossed = pickle.loads(pickle.dumps(Failure.of(AgentError(ErrorCode.RATE_LIMITED, retry_after=7.0))))
+    assert crossed.to_exception().retry_after == 7.0  # the retry policy reads it: no retry, -32005
+    late = Failure.of(_LateLimit("No room.", retry_after=2.5)).to_exception()
+    assert type(late) is _LateLimit and late.retry_after == 2.5
+    assert late.data()["limit"] == 30 and late.data()["retryAfterSeconds"] == 3
+
+
+def test_a_protocol_error_that_does_not_pickle_crosses_by_its_fields_with_retry_after() -> None:
+    error = AgentError(ErrorCode.RATE_LIMITED, "Slow down.", retry_after=4.0, limit=30, detail=lambda: None)
+    failure = Failure.of(error)
+    assert failure.pickled is None
+    copy = failure.to_exception()
+    assert (type(copy), copy.retry_after, copy.data()["limit"], copy.data()["retryAfterSeconds"]) == (
+        AgentError, 4.0, 30, 4)
+
+
 def test_runtime_and_builtin_errors_cross_pickled() -> None:
     stopped = Failure.of(ActorStopped(Address("npc", "gorm"))).to_exception()
     assert type(stopped) is ActorStopped and stopped.address == Address("npc", "gorm")

@@ -3,7 +3,8 @@ they make.
 
 ``--model`` (``OAM_MODEL``) is the ``"system"`` model (``scripted``, ``farm:N``, or a proxy backend
 ``PROVIDER[:BASE_URL][#MODEL]``); ``--device URL`` (repeatable; ``OAM_DEVICES``, comma-separated)
-makes it a pool of phones instead. What each means, and how it runs (in this process, or as a
+makes it a pool of phones instead. ``--rpm``, ``--tpm`` and ``--max-concurrency`` state what each
+proxy backend allows (the system model's and every one a session names; ``simulate`` takes them too). What each means, and how it runs (in this process, or as a
 Ray model actor with ``--runtime ray``): :mod:`oam_actors.models.setup`.
 
 A bad value exits with status 2 and one line naming the option and what it allows: argparse's
@@ -19,7 +20,7 @@ from ..models.coalesce import CoalesceSettings
 from ..models.setup import MODEL_FORMS, ModelConfig, ModelConfigError, ModelSetup, create_model_setup
 from .argtypes import UsageError, non_negative_float, positive_float, positive_int, priority_deadline
 
-__all__ = ["add_model_arguments", "model_config_from_args", "models_from_args"]
+__all__ = ["add_model_arguments", "add_quota_arguments", "model_config_from_args", "models_from_args"]
 
 # The option behind each ModelConfig field, for error messages.
 _OPTIONS = {
@@ -31,6 +32,9 @@ _OPTIONS = {
     "devices": "--device",
     "farm_time_scale": "--farm-time-scale",
     "proxy_allow_hosts": "--proxy-allow-host",
+    "rpm": "--rpm",
+    "tpm": "--tpm",
+    "max_concurrency": "--max-concurrency",
 }
 
 
@@ -82,6 +86,19 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--coalesce: items per generation at most (default 6; 1 turns coalescing off)")
     parser.add_argument("--coalesce-linger", type=non_negative_float, default=0.0, metavar="S",
                         help="--coalesce: seconds a new batch waits for company before it queues (default 0)")
+    add_quota_arguments(parser)
+
+
+def add_quota_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rpm``, ``--tpm``, ``--max-concurrency``: what each proxy backend allows, as bought."""
+    env = os.environ.get
+    parser.add_argument("--rpm", type=positive_int, default=env("OAM_RPM"), metavar="N",
+                        help="requests per minute each proxy backend allows (its API key at its endpoint for its "
+                        "model), paced evenly; the provider's rate-limit headers tighten it (environment: OAM_RPM)")
+    parser.add_argument("--tpm", type=positive_int, default=env("OAM_TPM"), metavar="N",
+                        help="tokens per minute each proxy backend allows, paced evenly (environment: OAM_TPM)")
+    parser.add_argument("--max-concurrency", type=positive_int, default=env("OAM_MAX_CONCURRENCY"), metavar="N",
+                        help="model steps each proxy backend runs at once (environment: OAM_MAX_CONCURRENCY)")
 
 
 def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
@@ -100,6 +117,9 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         proxy_allow_hosts=tuple(args.proxy_allow_host),
         queue_seconds=_queue_times(args.deadline),
         coalesce=_coalescing(args),
+        rpm=args.rpm,
+        tpm=args.tpm,
+        max_concurrency=args.max_concurrency,
     )
 
 

@@ -42,6 +42,7 @@ from .argtypes import (
     shares,
     unit_interval,
 )
+from .models import add_quota_arguments
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
@@ -97,6 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--progress-interval", type=positive_float, default=PROGRESS_INTERVAL, metavar="S",
                         help=f"seconds between plain progress lines when stderr is not a terminal "
                         f"(default {PROGRESS_INTERVAL:g})")
+    add_quota_arguments(parser)
     add_runtime_arguments(parser)
 
 
@@ -114,6 +116,10 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--proxy: {exc}") from exc
     elif args.proxy:
         raise UsageError("--proxy needs --backend proxy")
+    stated = [option for option, value in (("--rpm", args.rpm), ("--tpm", args.tpm),
+                                            ("--max-concurrency", args.max_concurrency)) if value is not None]
+    if stated and args.backend != "proxy":
+        raise UsageError(f"{', '.join(stated)} need --backend proxy (a proxy backend's stated limits)")
     if args.backend == "devices":
         if not args.device:
             raise UsageError("--backend devices needs at least one --device URL")
@@ -142,6 +148,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
         runtime=args.runtime, npc_mix=args.npc_mix, bark_deadline_seconds=args.bark_deadline,
         deadlines=list(args.deadline or ()), coalesce=args.coalesce,
+        rpm=args.rpm, tpm=args.tpm, max_concurrency=args.max_concurrency,
     )
 
 

@@ -11,7 +11,10 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
   if its state does not pickle. An endpoint it holds (what its layer declared with
   ``register_endpoint``: a connection's outlet) stays here: the shard gets a stand-in that
   relays, in order (:mod:`.endpoints`). State it shares with another actor (declared with
-  ``register_shared``: a world's document, :mod:`.shared`) places it on that actor's shard.
+  ``register_shared``: a world's document, :mod:`.shared`) places it on that actor's shard. A
+  backend it holds that its layer declared hosted (``register_hosted``: a proxy backend a session
+  named) travels as the :class:`~.models.RemoteModel` of its named model actor, one per
+  backend for the whole cluster, started on first use (:mod:`.models`).
   Messages and replies are pickled too (``ask_nowait`` raises ``TypeError`` for one that is not).
 - ``cancel_all`` and ``Reply.cancel`` decide *which* messages are cancelled in the shard, in
   order with everything sent before; the count (the bool) they return is this side's view: a
@@ -61,6 +64,7 @@ from ..runtime import (
 )
 from .endpoints import Endpoints
 from .link import ShardLink
+from .models import hosted_reduce
 from .shard import ShardHost
 from .shared import SharedCopies
 from .store import SqliteStore, StateStore
@@ -434,7 +438,7 @@ class RaySystem(SystemBase):
 
     def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
         shares: list[tuple[_Entry, SharedRef]] = []
-        blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares))
+        blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares), hosted_reduce)
         link = self._links[shard_of(address, self.shards)]
         if shares:  # it holds another actor's state by reference: it lives where that actor does
             link = shares[0][0].link

@@ -40,6 +40,7 @@ __all__ = [
     "Reference",
     "Resolve",
     "Saved",
+    "Substitute",
     "SharedRef",
     "Spawn",
     "Stop",
@@ -112,8 +113,10 @@ Op = Spawn | Ask | Tell | Control | CancelOne | CancelAll | Stop
 
 
 class Failure(msgspec.Struct, frozen=True, array_like=True):
-    """An exception on its way back: a protocol error by its fields, anything else pickled, or
-    (when it does not pickle) by its type name and text."""
+    """An exception on its way back: pickled whole when it pickles (a protocol error keeps its
+    class, code, message and every ``data`` field, ``retry_after`` too: the retry policy and the
+    bridge read them on the other side), else a protocol error by its fields, else by its type
+    name and text."""
 
     message: str
     code: str | None = None
@@ -121,25 +124,41 @@ class Failure(msgspec.Struct, frozen=True, array_like=True):
     extra: dict[str, Any] = {}
     pickled: bytes | None = None
     type_name: str = ""
+    retry_after: float | None = None
 
     @classmethod
     def of(cls, exc: BaseException) -> Failure:
+        pickled = _pickled(exc)
         if isinstance(exc, OamError):
-            return cls(exc.message, exc.code.wire, isinstance(exc, AgentError), dict(exc.extra))
-        try:
-            pickled = pickle.dumps(exc)
-            pickle.loads(pickled)  # exceptions with required arguments pickle but do not load
-        except Exception:  # noqa: BLE001 - any failure means: send it as text
+            return cls(exc.message, exc.code.wire, isinstance(exc, AgentError), dict(exc.extra), pickled,
+                       retry_after=getattr(exc, "retry_after", None))
+        if pickled is None:
             return cls(str(exc), type_name=type(exc).__name__)
         return cls(str(exc), pickled=pickled)
 
     def to_exception(self) -> Exception:
-        if self.code is not None:
-            error_type = AgentError if self.agent else ProtocolError
-            return error_type(ErrorCode.from_wire(self.code), self.message, **self.extra)
         if self.pickled is not None:
             return pickle.loads(self.pickled)
+        if self.code is not None:
+            code = ErrorCode.from_wire(self.code)
+            extra = {k: v for k, v in self.extra.items() if k not in _RETRY_KEYS}
+            if self.agent:
+                return AgentError(code, self.message, retry_after=self.retry_after, **extra)
+            return ProtocolError(code, self.message, **extra)
         return RuntimeError(f"{self.type_name}: {self.message}")
+
+
+_RETRY_KEYS = frozenset({"retryAfter", "retryAfterSeconds"})  # AgentError derives them from retry_after
+
+
+def _pickled(exc: BaseException) -> bytes | None:
+    """``exc`` pickled, or ``None`` when it does not pickle or does not load back."""
+    try:
+        pickled = pickle.dumps(exc)
+        pickle.loads(pickled)  # exceptions with required arguments pickle but do not load
+    except Exception:  # noqa: BLE001 - any failure means: send it by its fields or as text
+        return None
+    return pickled
 
 
 class Done(msgspec.Struct, frozen=True, array_like=True):
@@ -223,15 +242,31 @@ class _ValuePickler(pickle.Pickler):
         return self._reference(obj)
 
 
-class _ActorPickler(cloudpickle.Pickler):
-    """cloudpickle (actors may hold functions), with some objects kept by reference."""
+Substitute = Callable[[Any], Any]
+"""For an object to travel as another (a hosted backend as the stand-in that reaches its host),
+that other object; ``None`` to pickle it as it is."""
 
-    def __init__(self, file: io.BytesIO, reference: Reference) -> None:
+
+class _ActorPickler(cloudpickle.Pickler):
+    """cloudpickle (actors may hold functions), with some objects kept by reference and some
+    replaced by their stand-ins."""
+
+    def __init__(self, file: io.BytesIO, reference: Reference, substitute: Substitute | None) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._reference = reference
+        self._substitute = substitute
 
     def persistent_id(self, obj: Any) -> Any:
         return self._reference(obj)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if self._substitute is not None and (stand_in := self._substitute(obj)) is not None:
+            return _itself, (stand_in,)
+        return super().reducer_override(obj)
+
+
+def _itself(obj: Any) -> Any:
+    return obj
 
 
 class _Unpickler(pickle.Unpickler):
@@ -243,14 +278,15 @@ class _Unpickler(pickle.Unpickler):
         return self._resolve(pid)
 
 
-def dumps_actor(actor: Actor, reference: Reference) -> bytes:
-    """Pickle ``actor``; ``reference(obj)`` names the objects to keep by reference.
+def dumps_actor(actor: Actor, reference: Reference, substitute: Substitute | None = None) -> bytes:
+    """Pickle ``actor``; ``reference(obj)`` names the objects to keep by reference,
+    ``substitute(obj)`` those to send as a stand-in.
 
     Raises ``TypeError`` naming the actor when some part of its state does not pickle.
     """
     buffer = io.BytesIO()
     try:
-        _ActorPickler(buffer, reference).dump(actor)
+        _ActorPickler(buffer, reference, substitute).dump(actor)
     except Exception as exc:
         raise TypeError(
             f"{type(actor).__name__} cannot move to a shard: {exc}. On RaySystem an actor's state must "

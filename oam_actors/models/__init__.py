@@ -5,7 +5,15 @@ Subpackages are imported by name on first use so that ``import oam_actors`` stay
 :mod:`.device`, and :mod:`.setup` (the system model a server runs, from a :class:`ModelConfig`).
 """
 
-from ._statistics import ModelWithStatistics, SupportsStatistics
+from ._statistics import ModelWithStatistics, SupportsQuotaState, SupportsStatistics
 from .scripted import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
 
-__all__ = ["ModelWithStatistics", "ScriptCall", "ScriptStep", "ScriptStyle", "ScriptedModel", "SupportsStatistics"]
+__all__ = [
+    "ModelWithStatistics",
+    "ScriptCall",
+    "ScriptStep",
+    "ScriptStyle",
+    "ScriptedModel",
+    "SupportsQuotaState",
+    "SupportsStatistics",
+]

@@ -10,17 +10,24 @@ runs; ``None`` when the model keeps none (a remote model whose hosted backend ke
 
 A model whose numbers are local may offer ``statistics_nowait()`` too, for callers that cannot
 await (a live display refreshed from a timer): :class:`~oam_actors.models.pool.DevicePool` does.
+
+A backend whose quota state must survive its process (a model actor restarted by Ray) offers
+:class:`SupportsQuotaState`: its schedulers' :class:`~oam_actors.models.scheduler.QuotaState` by
+quota key, and a way to go on from them (:class:`~oam_actors.models.proxy.ProxyBackends` does).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
 from ..agent.model import LanguageModel
 
-__all__ = ["ModelWithStatistics", "SupportsStatistics"]
+if TYPE_CHECKING:
+    from .scheduler import QuotaState
+
+__all__ = ["ModelWithStatistics", "SupportsQuotaState", "SupportsStatistics"]
 
 
 @runtime_checkable
@@ -34,3 +41,16 @@ class SupportsStatistics(Protocol):
 class ModelWithStatistics(LanguageModel, SupportsStatistics, Protocol):
     """A :class:`~oam_actors.agent.LanguageModel` that also reports :meth:`statistics`
     (what ``model/status`` reports on)."""
+
+
+@runtime_checkable
+class SupportsQuotaState(Protocol):
+    """A backend whose quota state can be taken out and put back (see the module docstring)."""
+
+    def quota_state(self) -> dict[str, QuotaState]:
+        """Each scheduler's state, by quota key, as of now."""
+        ...
+
+    def restore_quota_state(self, states: dict[str, QuotaState]) -> None:
+        """Go on from ``states`` (taken as of now); before any step runs."""
+        ...

@@ -4,10 +4,9 @@
   stops them: ``async with PoolHost.simulated(4, time_scale=0.1) as host: host.model()``. Its
   :meth:`~PoolHost.opener` is the same pool as a picklable factory, for a model actor to build
   in its own process (:class:`~oam_actors.cluster.ClusterModel`).
-- :func:`open_pool` and :func:`open_proxy` are such picklable factories: async context managers
-  that yield the running model.
-- :func:`scheduled_proxy` puts a proxy model behind its own quota scheduler, fed by its 429s
-  and rate-limit headers: one per API key, shared by every session that uses the key.
+- :func:`open_pool` is such a picklable factory: an async context manager that yields the
+  running pool. (A proxy backend needs none: :meth:`~oam_actors.models.proxy.ProxyBackends.shared`
+  is its one quota, and on Ray it is hosted by its own type's declaration.)
 
 Each factory is one quota: make it once per process (or once per cluster, on Ray) and hand the
 same instance to every session. Bad settings raise :class:`~oam_actors.models.pool.PoolConfigError`
@@ -22,13 +21,11 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from .proxy import ProxyBackends, ProxyConfig, ProxyModel
-
 if TYPE_CHECKING:  # the pool's modules load on first use: a proxy or scripted server needs none
     from .device import PhoneConfig
-    from .pool import DevicePool, PoolConfig, ScheduledModel, SimulatedFarm
+    from .pool import DevicePool, PoolConfig, SimulatedFarm
 
-__all__ = ["PoolHost", "open_pool", "open_proxy", "scheduled_proxy"]
+__all__ = ["PoolHost", "open_pool"]
 
 
 class PoolHost:
@@ -118,26 +115,6 @@ async def open_pool(
     """The pool :class:`PoolHost` ``(urls=…, phones=…, config=…)`` runs, while the block runs."""
     async with PoolHost(urls=urls, phones=phones, config=config) as host:
         yield host.model()
-
-
-@asynccontextmanager
-async def open_proxy(config: ProxyConfig, queue_seconds: tuple[float, float, float] | None = None
-                     ) -> AsyncIterator[ScheduledModel]:
-    """The proxy model ``config`` names, on a client of its own, behind its own scheduler."""
-    async with ProxyBackends() as backends:
-        yield scheduled_proxy(backends.model(config), queue_seconds)
-
-
-def scheduled_proxy(model: ProxyModel, queue_seconds: tuple[float, float, float] | None = None) -> ScheduledModel:
-    """``model`` behind its own quota scheduler, fed by its 429s and rate-limit headers;
-    ``queue_seconds`` are the deadlines by priority (``None``: the defaults)."""
-    from .pool import ScheduledModel
-    from .proxy import scheduler_hook
-    from .scheduler import QuotaLimits, QuotaScheduler
-
-    scheduler = QuotaScheduler(QuotaLimits())
-    model.on_rate_limit = scheduler_hook(scheduler)
-    return ScheduledModel(model, scheduler, **_queue_fields(queue_seconds))
 
 
 def _queue_fields(queue_seconds: tuple[float, float, float] | None) -> dict[str, tuple[float, float, float]]:

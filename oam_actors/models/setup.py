@@ -7,7 +7,11 @@ in this process, ``farm_time_scale`` real seconds per phone second), a proxy bac
 ``gemini#gemini-2.5-flash``, ``antigravity#…``), or ``None`` for none; ``base_url`` /
 ``model_name`` fill in what the spec leaves out. ``devices`` (phone URLs) makes the system model a
 device pool instead. Sessions may also name proxy models themselves (``{"type": "openai", …}``):
-the provider types are registered on one shared, pooled HTTP client.
+the provider types are registered on one shared, pooled HTTP client, and every model naming one
+backend (provider, base URL, model, key variable; the proxy system model too) queues in that
+backend's one quota scheduler. ``rpm``, ``tpm`` and ``max_concurrency`` are the limits the
+operator bought per proxy backend: each scheduler starts from them, paced evenly over the minute,
+and takes the stricter of them and what the provider's headers report.
 
 ::
 
@@ -20,9 +24,11 @@ the provider types are registered on one shared, pooled HTTP client.
 ``setup.backends`` is the proxy client (close it last); ``setup.resources`` runs a device pool
 (enter it before the actor system); ``setup.hosted`` hosts the system model elsewhere when a
 ``host`` is given (enter it inside the running actor system). On Ray a pool or proxy system model
-cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`` hosts it once
-on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and every shard's
-sessions share its quota; a proxy's API key is then read from the model actor's environment.
+cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`` hosts a pool
+once on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and a proxy as the
+named model actor of its backend that sessions naming the same backend use too
+(``host.stand_in``); every shard's and every front door's sessions share its quota, and a
+proxy's API key is read from the model actor's environment.
 ``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
 A pool or proxy system model is coalesced (``coalesce``, on by default;
 :mod:`oam_actors.models.coalesce`): barks and tool-free decisions that wait for it share
@@ -47,8 +53,9 @@ from ..agent.model import LanguageModel
 from ._statistics import ModelWithStatistics
 from .coalesce import CoalesceSettings, CoalescingModel, open_coalesced
 from .errors import ModelConfigError
-from .factories import PoolHost, open_proxy, scheduled_proxy
+from .factories import PoolHost
 from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
+from .scheduler import QuotaLimits
 from .scripted import ScriptedModel
 
 if TYPE_CHECKING:
@@ -62,6 +69,7 @@ __all__ = [
     "ModelHosting",
     "ModelSetup",
     "create_model_setup",
+    "stated_limits",
 ]
 
 MODEL_FORMS = (
@@ -99,6 +107,21 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     coalesce: CoalesceSettings | None = msgspec.field(default_factory=CoalesceSettings)
     """A pool or proxy system model answers barks and tool-free decisions that wait for it
     together (:mod:`oam_actors.models.coalesce`); ``None`` turns it off."""
+    rpm: int | None = None  # requests per minute per proxy backend, as the operator bought them
+    tpm: int | None = None  # tokens per minute per proxy backend
+    max_concurrency: int | None = None  # steps at once per proxy backend
+
+    def proxy_limits(self) -> QuotaLimits:
+        """Where each proxy backend's scheduler starts (:func:`stated_limits`)."""
+        return stated_limits(rpm=self.rpm, tpm=self.tpm, max_concurrency=self.max_concurrency)
+
+
+def stated_limits(*, rpm: int | None = None, tpm: int | None = None, max_concurrency: int | None = None) -> QuotaLimits:
+    """A proxy backend's limits as an operator states them: requests and tokens per minute and
+    steps at once (``None``: not stated), paced evenly over the minute, so a provider that counts
+    them per shorter window (10 s, 1 s) never refuses."""
+    return QuotaLimits(window_seconds=60.0, requests_per_window=rpm, tokens_per_window=tpm,
+                       max_concurrency=max_concurrency, pace_evenly=True)
 
 
 class HostedModel(Protocol):
@@ -114,9 +137,18 @@ class HostedModel(Protocol):
     async def __aexit__(self, *exc: object) -> None: ...
 
 
-ModelHosting = Callable[[str, Callable[[], Any]], HostedModel]
-"""Makes a :class:`HostedModel` named ``name`` from a picklable factory of the model (a function
-or ``functools.partial`` returning the model, or an async context manager yielding it)."""
+class ModelHosting(Protocol):
+    """Where models run when not in this process (:class:`~oam_actors.cluster.ClusterModel`)."""
+
+    def __call__(self, name: str, factory: Callable[[], Any], /) -> HostedModel:
+        """A :class:`HostedModel` named ``name`` from a picklable factory of the model (a
+        function or ``functools.partial`` returning the model, or an async context manager
+        yielding it)."""
+        ...
+
+    def stand_in(self, model: LanguageModel, /) -> LanguageModel:
+        """``model`` as every process reaches it (a hosted backend's model actor)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -147,24 +179,29 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     _check_numbers(config)
     pool = _pool_host(config)
     proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
-    backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts)
+    backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts, limits=config.proxy_limits(),
+                             queue_seconds=config.queue_seconds)
     types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = dict(backends.model_types())
     if proxy is not None:
         backends.allow_host(proxy.host)  # sessions may name the system model's host too
     if pool is None and proxy is None:
         return ModelSetup(ScriptedModel if config.model else None, types, backends)
-    if host is not None:
-        cluster = _hosted(host, pool, proxy, config)
-        status = cluster.model if pool is not None else None
-        return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=status)
     if pool is not None:
+        if host is not None:
+            opener: Callable[[], Any] = pool.opener()
+            if config.coalesce is not None:  # coalesced in the model actor, where every shard's steps meet
+                opener = functools.partial(open_coalesced, opener, config.coalesce)
+            cluster = host(f"system:{pool.label}", opener)
+            return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=cluster.model)
         model_of_pool = _coalesced(pool.model, config.coalesce)
         return ModelSetup(model_of_pool, types, backends, pool=pool, status_model=model_of_pool)
     assert proxy is not None
-    model: LanguageModel = scheduled_proxy(backends.model(proxy), config.queue_seconds)
-    if config.coalesce is not None:
-        model = CoalescingModel(model, config.coalesce)
-    return ModelSetup(lambda: model, types, backends)  # one shared instance, so one quota scheduler
+    # The backend's one shared model (and quota scheduler), which sessions naming it get too,
+    # coalesced where its steps meet (on Ray: in the backend's model actor).
+    model: LanguageModel = backends.shared(proxy, coalesce=config.coalesce)
+    if host is not None:
+        model = host.stand_in(model)
+    return ModelSetup(lambda: model, types, backends)
 
 
 def _coalesced(pool: Callable[[], DevicePool], settings: CoalesceSettings | None) -> Callable[[], Any]:
@@ -188,23 +225,10 @@ def _check_numbers(config: ModelConfig) -> None:
         raise ModelConfigError("farm_time_scale", f"expected a number greater than 0, got {scale!r}")
     if config.context_size is not None and config.context_size < 1:
         raise ModelConfigError("context_size", f"expected an integer of at least 1, got {config.context_size!r}")
-
-
-def _hosted(host: ModelHosting, pool: PoolHost | None, proxy: ProxyConfig | None,
-            config: ModelConfig) -> HostedModel:
-    """The pool or proxy system model, hosted under a name that says what it is, and coalesced
-    there (where every shard's steps meet). The name is the backend's alone: one quota, one
-    actor, so a server joining a running one shares its coalescing too."""
-    opener: Callable[[], Any]
-    if pool is not None:
-        name, opener = f"system:{pool.label}", pool.opener()
-    else:
-        assert proxy is not None
-        name = f"system:{proxy.provider.value}:{proxy.url}#{proxy.model}"
-        opener = functools.partial(open_proxy, proxy, queue_seconds=config.queue_seconds)
-    if config.coalesce is not None:
-        opener = functools.partial(open_coalesced, opener, config.coalesce)
-    return host(name, opener)
+    for field in ("rpm", "tpm", "max_concurrency"):
+        value = getattr(config, field)
+        if value is not None and value < 1:
+            raise ModelConfigError(field, f"expected an integer of at least 1, got {value!r}")
 
 
 def _pool_host(config: ModelConfig) -> PoolHost | None:

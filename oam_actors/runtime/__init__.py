@@ -9,7 +9,8 @@ Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process 
 
 See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks. A runtime
 that moves actors to other processes learns what must not be pickled by value from the layers
-that define it (``register_endpoint``, ``register_shared``; see ``_crossing``), and actors write
+that define it (``register_endpoint``, ``register_shared``; see ``_crossing``), which objects it
+runs once for every process instead (``register_hosted``; see ``_hosting``), and actors write
 checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 """
 
@@ -27,6 +28,7 @@ from oam_actors.runtime._crossing import (
     register_shared,
     use_endpoint_references,
 )
+from oam_actors.runtime._hosting import Hosting, hosting_of, register_hosted
 from oam_actors.runtime._errors import (
     ActorExists,
     ActorStopped,
@@ -53,6 +55,7 @@ __all__ = [
     "EndpointReferences",
     "ExcInfo",
     "HostFailed",
+    "Hosting",
     "LocalSystem",
     "MailboxFull",
     "MessageCancelled",
@@ -65,7 +68,9 @@ __all__ = [
     "dumps_state",
     "endpoint_kind",
     "loads_state",
+    "hosting_of",
     "register_endpoint",
+    "register_hosted",
     "register_shared",
     "use_endpoint_references",
 ]

@@ -30,7 +30,7 @@ from ..bridge import ModelFactory
 from ..models import ModelWithStatistics
 from ..models.coalesce import CoalesceSettings, CoalescingModel, open_coalesced
 from ..models.errors import ModelConfigError
-from ..models.factories import PoolHost, scheduled_proxy
+from ..models.factories import PoolHost
 from .config import SimConfig
 
 if TYPE_CHECKING:
@@ -237,13 +237,16 @@ def demo_phone_config(index: int, config: SimConfig) -> Any:
 
 
 class ProxyBackend:
-    """An OpenAI-compatible server (``--proxy URL[#MODEL]``) behind one quota scheduler."""
+    """An OpenAI-compatible server (``--proxy URL[#MODEL]``) behind its one quota scheduler,
+    starting from the stated limits (``--rpm`` …); on Ray, the backend's model actor, shared with
+    every front door using it (so :meth:`snapshot` counts this process's scheduler only locally)."""
 
     name = "proxy"
 
     def __init__(self, config: SimConfig) -> None:
         from ..models.pool import queue_times
         from ..models.proxy import ProxyBackends, parse_model_spec
+        from ..models.setup import stated_limits
 
         if not config.proxy:
             raise ModelConfigError("proxy", "the proxy backend needs an OpenAI-compatible base URL[#MODEL]")
@@ -252,12 +255,13 @@ class ProxyBackend:
         except ValueError as exc:
             raise ModelConfigError("proxy", str(exc)) from exc
         assert spec is not None  # "openai" is a provider
-        self._backends = ProxyBackends()
+        limits = stated_limits(rpm=config.rpm, tpm=config.tpm, max_concurrency=config.max_concurrency)
+        self._backends = ProxyBackends(limits=limits, queue_seconds=queue_times(config.deadlines))
         self._backends.allow_host(spec.host)
-        scheduled = scheduled_proxy(self._backends.model(spec), queue_times(config.deadlines))
-        self._scheduler = scheduled.scheduler
-        self._coalescing = CoalescingModel(scheduled) if config.coalesce else None
-        self._model = self._coalescing or scheduled
+        shared = self._backends.shared(spec)
+        self._scheduler = shared.scheduler
+        self._coalescing = CoalescingModel(shared) if config.coalesce else None
+        self._model = self._coalescing or shared
 
     async def __aenter__(self) -> Self:
         await self._backends.__aenter__()

@@ -41,6 +41,10 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     coalesce: bool = True
     """A pool or proxy system model coalesces barks and tool-free decisions (``--no-coalesce``
     turns it off), with the servers' default settings."""
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    """``--rpm``, ``--tpm``, ``--max-concurrency``: what the proxy backend allows, as stated."""
 
     def __post_init__(self) -> None:
         if len(self.npc_mix) != 3 or min(self.npc_mix) < 0 or sum(self.npc_mix) <= 0:

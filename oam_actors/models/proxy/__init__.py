@@ -17,12 +17,14 @@ Contract:
 - Rate-limit headers: ``ProxyModel.last_rate_limit`` and the ``on_rate_limit`` hook
   (:func:`scheduler_hook` feeds a :class:`~oam_actors.models.scheduler.QuotaScheduler`).
 - :class:`ProxyBackends` owns the one shared client of a server and gives the bridge its
-  ``model_types`` (``openai``, ``anthropic``, ``gemini``), checking ``baseUrl`` hosts.
+  ``model_types`` (``openai``, ``anthropic``, ``gemini``), checking ``baseUrl`` hosts; every model
+  it shares (:class:`SharedProxyModel`) queues in the one scheduler of its backend's quota, on Ray
+  one named model actor per quota for the whole cluster.
 
 Shapes of the protocol object and the command line: ``protocol/PROTOCOL.md`` ("Backends").
 """
 
-from ._backends import ProxyBackends
+from ._backends import ProxyBackends, SharedProxyModel
 from ._config import KEY_ENV_PATTERN, Provider, ProxyConfig, config_from_wire, is_loopback, parse_model_spec
 from ._model import ProxyModel, new_client
 from ._quota import RateLimitHook, RateLimitReport, scheduler_hook
@@ -36,6 +38,7 @@ __all__ = [
     "ProxyModel",
     "RateLimitHook",
     "RateLimitReport",
+    "SharedProxyModel",
     "StepReader",
     "config_from_wire",
     "is_loopback",

@@ -121,6 +121,15 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
         """``openai:gpt-4o-mini`` — for availability and messages (never a secret)."""
         return f"{self.provider.value}:{self.model}"
 
+    @property
+    def quota_key(self) -> str:
+        """What identifies this backend's quota: provider, base URL, model and the variables the
+        key is read from (never the key), plus Antigravity's project.
+        ``openai:http://127.0.0.1:8080/v1#qwen@OPENAI_API_KEY``. Configs that differ only in
+        per-session settings (tools mode, timeouts, budgets) share one quota."""
+        project = f"/{self.project}" if self.project else ""
+        return f"{self.provider.value}:{self.url}#{self.model}@{'|'.join(self.key_envs)}{project}"
+
 
 # --- the protocol's model object -------------------------------------------------------------
 

@@ -42,20 +42,27 @@ RateLimitHook = Callable[[RateLimitReport], None]
 
 
 def scheduler_hook(scheduler: QuotaScheduler) -> RateLimitHook:
-    """A hook that feeds ``scheduler``: 429 → ``throttled(retry_after=…)``, headers →
-    ``rate_limit_headers(…)`` with the latest reset of the windows (the cautious reading)."""
+    """A hook that feeds ``scheduler``: headers → ``rate_limit_headers(…)`` with each window's
+    limit and reset (the policy learns the provider's rate and window from them) and the latest
+    reset as the budget's (the cautious reading); then a 429 → ``throttled(retry_after=…)``, the
+    delay it asked for or else the reset its headers reported."""
 
     def feed(report: RateLimitReport) -> None:
         info = report.info
-        if report.throttled:
-            scheduler.throttled(retry_after=report.retry_after)
-            return
-        resets = [w.reset_after for w in (info.requests, info.tokens) if w.reset_after is not None]
+        requests, tokens = info.requests, info.tokens
+        resets = [w.reset_after for w in (requests, tokens) if w.reset_after is not None]
         if resets:
             scheduler.rate_limit_headers(
-                remaining_requests=info.requests.remaining,
-                remaining_tokens=info.tokens.remaining,
+                remaining_requests=requests.remaining,
+                remaining_tokens=tokens.remaining,
                 reset_seconds=max(resets),
+                limit_requests=requests.limit,
+                limit_tokens=tokens.limit,
+                reset_requests=requests.reset_after,
+                reset_tokens=tokens.reset_after,
             )
+        if report.throttled:
+            retry_after = report.retry_after if report.retry_after is not None else info.cool_down()
+            scheduler.throttled(retry_after=retry_after)
 
     return feed

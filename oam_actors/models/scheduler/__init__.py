@@ -20,6 +20,7 @@ from .policy import (
     Priority,
     QuotaLimits,
     QuotaPolicy,
+    QuotaState,
     Ticket,
     TicketTooLarge,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "QuotaLimits",
     "QuotaPolicy",
     "QuotaScheduler",
+    "QuotaState",
     "Ticket",
     "TicketTooLarge",
 ]

@@ -30,8 +30,22 @@ Contract
   seconds, or an exponential backoff when the backend gave none, and multiplies the learned
   request limit by ``decrease_factor``, once per cool-down (concurrent failures are one event). An
   ``observed_limit`` replaces the learned limit instead. Each window that passes with admissions
-  and no throttle adds ``increase_step``, up to the configured limit. Rate-limit headers set a
-  budget of requests and tokens that holds until their reset and is taken at face value.
+  and no throttle adds ``increase_step``, up to the configured limit. A learned limit below the
+  configured one is *paced* (admissions ``window / limit`` apart, :mod:`._pacing`), never a cap
+  the window must shed down to: after a throttle the backend gets dialogue again at the learned
+  rate as soon as the cool-down ends, not once a whole window has passed (work below dialogue
+  still leaves the dialogue's reserve of the learned window free).
+- **Pacing.** With ``pace_evenly`` the configured limits are spread evenly over the window too
+  (an operator's stated RPM/TPM: a provider that counts them per shorter window never refuses),
+  each ``pacing_margin`` slower than stated. The strictest pace of the stated, learned and
+  reported rates wins.
+- **Rate-limit headers** set a budget of requests and tokens that holds until their reset and is
+  taken at face value. The limits they report are learned with their window (the longest reset
+  seen, not an assumed minute) and paced; while a reported limit is known, a throttle costs its
+  cool-down only: the provider has said what it allows, and one refusal does not lower it.
+- **Checkpoints.** :meth:`QuotaPolicy.quota_state` is everything learned and spent, in seconds
+  relative to ``now``; :meth:`QuotaPolicy.restore_quota_state` puts it into a fresh policy (a model
+  actor restarted in another process, on another clock), so a restart cannot burst the quota.
 - Token estimates are charged at admission; ``release(tokens_used=…)`` corrects the charge while
   it is still in the window. Usage above the estimate can overshoot the token budget by the
   difference, since an admission cannot be undone.
@@ -49,6 +63,7 @@ import msgspec
 
 from .headroom import DialogueReserve, Headroom
 from .ordering import NPC_WORK_BAND, ClassQueue, Ledger, QueueEntry
+from ._pacing import PACING_MARGIN, Grid, PaceState, ReportedRate, pace_interval
 
 __all__ = [
     "Decision",
@@ -57,6 +72,7 @@ __all__ = [
     "Priority",
     "QuotaLimits",
     "QuotaPolicy",
+    "QuotaState",
     "Ticket",
     "TicketTooLarge",
 ]
@@ -94,6 +110,8 @@ class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_backoff_seconds: float = 60.0
     decrease_factor: float = 0.8  # multiplicative decrease of the learned request limit
     increase_step: int = 1  # additive increase per throttle-free window
+    pace_evenly: bool = False  # spread the configured limits evenly over the window
+    pacing_margin: float = PACING_MARGIN  # paced this much slower than the rate
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_seconds) and self.window_seconds > 0):
@@ -110,6 +128,8 @@ class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("decrease_factor must lie strictly between 0 and 1")
         if self.increase_step < 0:
             raise ValueError("increase_step must not be negative")
+        if not 0 <= self.pacing_margin < 1:
+            raise ValueError("pacing_margin must lie in [0, 1)")
 
 
 class Ticket(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,6 +172,43 @@ class PolicyStatistics(msgspec.Struct, frozen=True):
     tokens_in_window: int
     cooling_down_until: float | None
     dialogue_reserve: int = 0  # window slots still kept for dialogue (the reserve less its use)
+    pace_seconds: float | None = None  # seconds between admissions while paced
+    reported_limit: int | None = None  # requests per reported window, from the headers
+    reported_window: float | None = None  # the provider's window, learned from its resets
+
+
+class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
+    """What a :class:`QuotaPolicy` has learned and spent, times in seconds from the moment it
+    was taken (negative: in the past), for a fresh policy on another clock to go on from."""
+
+    window: list[tuple[float, int, bool]]  # per admission in the window: seconds it stays, tokens, dialogue
+    requests_limit: int | None
+    cool_down: float  # seconds left
+    streak: int
+    last_throttle: float | None
+    last_admit: float | None
+    requests_pace: PaceState
+    tokens_pace: PaceState
+    reported_requests: ReportedRate
+    reported_tokens: ReportedRate
+    header: tuple[int | None, int | None, float] | None = None  # budget: requests, tokens, reset in
+
+    def aged(self, seconds: float) -> QuotaState:
+        """The same state ``seconds`` later (it was kept somewhere meanwhile)."""
+        def later(offset: float | None) -> float | None:
+            return None if offset is None else offset - seconds
+
+        header = self.header
+        return msgspec.structs.replace(
+            self,
+            window=[(left - seconds, tokens, dialogue) for left, tokens, dialogue in self.window if left > seconds],
+            cool_down=max(0.0, self.cool_down - seconds),
+            last_throttle=later(self.last_throttle),
+            last_admit=later(self.last_admit),
+            requests_pace=msgspec.structs.replace(self.requests_pace, next_in=self.requests_pace.next_in - seconds),
+            tokens_pace=msgspec.structs.replace(self.tokens_pace, next_in=self.tokens_pace.next_in - seconds),
+            header=None if header is None or header[2] <= seconds else (header[0], header[1], header[2] - seconds),
+        )
 
 
 class TicketTooLarge(ValueError):
@@ -212,6 +269,11 @@ class QuotaPolicy:
         self._limit = limits.requests_per_window
         self._grown_at = -math.inf
         self._header: _HeaderBudget | None = None
+        self._request_pace = Grid()
+        self._token_pace = Grid()
+        self._reported_requests = ReportedRate()
+        self._reported_tokens = ReportedRate()
+        self._update_pace()
         self._token_unit = _token_unit(limits)
         self._admitted = 0
         self._expired = 0
@@ -285,7 +347,7 @@ class QuotaPolicy:
             self._limit = self._capped(observed_limit)
         if now >= self._cool_until:  # a new episode; reports during a cool-down are the same one
             self._streak = self._streak + 1 if now - self._last_throttle < self._limits.window_seconds else 1
-            if observed_limit is None:
+            if observed_limit is None and not self._reported_requests.known:
                 self._decrease_limit()
             pause = retry_after if retry_after is not None else self._backoff()
             self._cool_until = now + max(0.0, pause)
@@ -293,6 +355,7 @@ class QuotaPolicy:
             self._cool_until = max(self._cool_until, now + retry_after)
         self._last_throttle = now
         self._grown_at = now
+        self._update_pace()
 
     def on_rate_limit_headers(
         self,
@@ -301,10 +364,18 @@ class QuotaPolicy:
         remaining_requests: int | None = None,
         remaining_tokens: int | None = None,
         reset_seconds: float,
+        limit_requests: int | None = None,
+        limit_tokens: int | None = None,
+        reset_requests: float | None = None,
+        reset_tokens: float | None = None,
     ) -> None:
-        """The backend reported what is left of its quota until ``reset_seconds`` from now."""
+        """The backend reported what is left of its quota until ``reset_seconds`` from now, and
+        (where its headers say) its limits and each one's reset, from which its rate is learned."""
         now = self._advance(now)
         self._header = _HeaderBudget(remaining_requests, remaining_tokens, now + reset_seconds)
+        learned = self._reported_requests.observe(limit_requests, reset_requests)
+        if self._reported_tokens.observe(limit_tokens, reset_tokens) or learned:
+            self._update_pace()
 
     def statistics(self) -> PolicyStatistics:
         """Counters and gauges as of the latest call."""
@@ -320,7 +391,52 @@ class QuotaPolicy:
             tokens_in_window=self._window_tokens,
             cooling_down_until=self._cool_until if self._cool_until > self._now else None,
             dialogue_reserve=self._reserve_left(self._now),
+            pace_seconds=self._request_pace.interval or None,
+            reported_limit=self._reported_requests.limit,
+            reported_window=self._reported_requests.window or None,
         )
+
+    def quota_state(self, now: float) -> QuotaState:
+        """Everything learned and spent as of ``now`` (see :class:`QuotaState`)."""
+        now = self._advance(now)
+        header = self._header
+        return QuotaState(
+            window=[(charge.expires_at - now, charge.tokens, charge.dialogue) for charge in self._window],
+            requests_limit=self._limit,
+            cool_down=max(0.0, self._cool_until - now),
+            streak=self._streak,
+            last_throttle=_since(self._last_throttle, now),
+            last_admit=_since(self._last_admit, now),
+            requests_pace=self._request_pace.state(now),
+            tokens_pace=self._token_pace.state(now),
+            reported_requests=msgspec.structs.replace(self._reported_requests),
+            reported_tokens=msgspec.structs.replace(self._reported_tokens),
+            header=None if header is None else (header.requests, header.tokens, header.reset_at - now),
+        )
+
+    def restore_quota_state(self, state: QuotaState, now: float) -> None:
+        """Go on from ``state``, taken by another policy for the same backend, as of ``now``.
+        Call it on a fresh policy, before anything is submitted."""
+        now = self._advance(now)
+        for left, tokens, dialogue in state.window:
+            if left > 0:
+                self._window.append(_Charge(now + left, tokens, dialogue))
+                self._window_tokens += tokens
+                self._window_dialogue += dialogue
+        self._limit = state.requests_limit
+        self._cool_until = now + state.cool_down if state.cool_down > 0 else -math.inf
+        self._streak = state.streak
+        self._last_throttle = _at(state.last_throttle, now)
+        self._last_admit = _at(state.last_admit, now)
+        self._grown_at = max(self._grown_at, self._last_throttle)
+        self._reported_requests = msgspec.structs.replace(state.reported_requests)
+        self._reported_tokens = msgspec.structs.replace(state.reported_tokens)
+        if state.header is not None:
+            self._header = _HeaderBudget(state.header[0], state.header[1], now + state.header[2])
+        self._update_pace()
+        self._request_pace.restore(state.requests_pace, now)
+        self._token_pace.restore(state.tokens_pace, now)
+        self._advance(now)
 
     # -- admission -------------------------------------------------------------------------
 
@@ -372,6 +488,8 @@ class QuotaPolicy:
         return max(
             self._cool_until,
             self._last_admit + self._limits.min_interval_seconds,
+            self._request_pace.free_at(),
+            self._token_pace.free_at(),
             self._requests_free_at(kept),
             self._tokens_free_at(ticket.tokens),
             self._header_free_at(ticket.tokens),
@@ -382,9 +500,13 @@ class QuotaPolicy:
         return self._reserve.kept(now, self._limit, self._window_dialogue)
 
     def _requests_free_at(self, kept: int = 0) -> float:
-        if self._limit is None:
+        # The configured limit caps the rolling window; a lower learned one is paced, and caps
+        # it only for work that must leave the dialogue's reserve free.
+        configured = self._limits.requests_per_window
+        cap = configured if configured is not None else self._limit if kept else None
+        if cap is None:
             return -math.inf
-        limit, window = self._limit - kept, self._window
+        limit, window = cap - kept, self._window
         if len(window) < limit:
             return -math.inf
         # The window must shed its oldest len - limit + 1 admissions. (The reserve may shrink
@@ -422,6 +544,8 @@ class QuotaPolicy:
         self._window_dialogue += dialogue
         self._running[ticket.id] = charge
         self._last_admit = now
+        self._request_pace.take(now)
+        self._token_pace.take(now, ticket.tokens)
         self._admitted += 1
         if self._header is not None:
             _spend(self._header, ticket.tokens)
@@ -451,6 +575,7 @@ class QuotaPolicy:
         spacing = self._limits.min_interval_seconds
         if self._limit is not None:
             spacing = max(spacing, self._limits.window_seconds / self._limit)
+        spacing = max(spacing, self._request_pace.interval)
         wait = max(self._ready_at(ticket, now) - now, ahead * spacing)
         return max(_MIN_RETRY_AFTER, wait)
 
@@ -488,6 +613,26 @@ class QuotaPolicy:
         if base > 0:
             self._limit = max(1, math.floor(base * self._limits.decrease_factor))
 
+    def _update_pace(self) -> None:
+        """Pace at the strictest of the stated, learned and reported rates (none: no pacing)."""
+        limits = self._limits
+        margin, window = limits.pacing_margin, limits.window_seconds
+        paces: list[tuple[float, float]] = [(0.0, window)]  # (interval, the window it spreads)
+        configured, learned = limits.requests_per_window, self._limit
+        if limits.pace_evenly and configured is not None:
+            paces.append((pace_interval(configured, window, margin), window))
+        if learned is not None and (configured is None or learned < configured):
+            paces.append((pace_interval(learned, window, 0.0), window))  # a guess: no margin on it
+        if self._reported_requests.known:
+            paces.append((self._reported_requests.interval(margin), self._reported_requests.window))
+        self._request_pace.set_pace(*max(paces), margin, last=self._last_admit)
+        token_paces: list[tuple[float, float]] = [(0.0, window)]
+        if limits.pace_evenly and limits.tokens_per_window is not None:
+            token_paces.append((pace_interval(limits.tokens_per_window, window, margin), window))
+        if self._reported_tokens.known:
+            token_paces.append((self._reported_tokens.interval(margin), self._reported_tokens.window))
+        self._token_pace.set_pace(*max(token_paces), margin)
+
     def _grow_limit(self, now: float) -> None:
         limit, configured = self._limit, self._limits.requests_per_window
         if limit is None or (configured is not None and limit >= configured):
@@ -495,6 +640,7 @@ class QuotaPolicy:
         if now - self._grown_at >= self._limits.window_seconds:
             self._limit = self._capped(limit + self._limits.increase_step)
             self._grown_at = now
+            self._update_pace()
 
     def _backoff(self) -> float:
         doublings = min(self._streak - 1, _MAX_DOUBLINGS)
@@ -508,6 +654,14 @@ def _token_unit(limits: QuotaLimits) -> float | None:
     if limits.requests_per_window is None:
         return 1.0
     return limits.tokens_per_window / limits.requests_per_window
+
+
+def _since(moment: float, now: float) -> float | None:
+    return moment - now if math.isfinite(moment) else None
+
+
+def _at(offset: float | None, now: float) -> float:
+    return -math.inf if offset is None else now + offset
 
 
 def _spend(header: _HeaderBudget, tokens: int) -> None:

@@ -36,7 +36,7 @@ from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 
 from .headroom import Headroom
 from .ordering import Ledger
-from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, Ticket, TicketTooLarge
+from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, QuotaState, Ticket, TicketTooLarge
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
 
@@ -120,14 +120,32 @@ class QuotaScheduler:
         remaining_requests: int | None = None,
         remaining_tokens: int | None = None,
         reset_seconds: float,
+        limit_requests: int | None = None,
+        limit_tokens: int | None = None,
+        reset_requests: float | None = None,
+        reset_tokens: float | None = None,
     ) -> None:
-        """The backend reported what is left of its quota until ``reset_seconds`` from now."""
+        """The backend reported what is left of its quota until ``reset_seconds`` from now, and
+        its limits with their resets where it said them (the policy learns its rate)."""
         self._policy.on_rate_limit_headers(
             self._clock.now(),
             remaining_requests=remaining_requests,
             remaining_tokens=remaining_tokens,
             reset_seconds=reset_seconds,
+            limit_requests=limit_requests,
+            limit_tokens=limit_tokens,
+            reset_requests=reset_requests,
+            reset_tokens=reset_tokens,
         )
+        self._pump()
+
+    def quota_state(self) -> QuotaState:
+        """What the policy learned and spent, for a scheduler elsewhere to go on from."""
+        return self._policy.quota_state(self._clock.now())
+
+    def restore_quota_state(self, state: QuotaState) -> None:
+        """Go on from ``state`` (see :meth:`QuotaPolicy.restore_quota_state`); before any admit."""
+        self._policy.restore_quota_state(state, self._clock.now())
         self._pump()
 
     def statistics(self) -> PolicyStatistics:

@@ -1,0 +1,191 @@
+"""Two front doors, one provider quota: how much of a stated limit they use, and how often the
+provider refuses.
+
+A loopback OpenAI-compatible provider (``tests/provider_servers.py``'s ``WindowedProvider``)
+allows ``--limit`` requests per fixed ``--window`` seconds and answers 429 beyond. Two real
+``oam-actors serve`` processes, each told the provider's rate (``--rpm``), get turns from
+sessions that name the provider, at ``--load`` times that rate in total, for ``--seconds``:
+
+1. **Ray**: both doors on one local Ray cluster (``cluster/start.sh local 1 PORT``), so both
+   reach the backend's one named model actor.
+2. **LocalSystem** (the LiteLLM-without-Redis baseline): two independent servers, each enforcing
+   the limit on its own.
+
+Per run: the provider's 429s (goal 0 on Ray), the requests it accepted as a share of its limit
+over the windows wholly inside the run (goal at least 95 % on Ray), and what the clients got
+(answered, refused with -32005 after their queue time, other errors).
+
+Run: ``python3 benchmarks/bench_quota_frontdoors.py [--seconds 60] [--limit 15] [--window 5]
+[--load 3]``. Not a test: it prints a table and a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from provider_servers import WindowedProvider  # noqa: E402
+
+SESSIONS_PER_DOOR = 48
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Door:
+    """One ``oam-actors serve`` process and a JSON-lines client on its TCP port."""
+
+    def __init__(self, args: list[str]) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "oam_actors", "serve", "--tcp", "127.0.0.1:0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode().strip()
+        host, _, port = line.removeprefix("tcp://").rpartition(":")
+        self.address = (host, int(port))
+        self.outcomes: dict[str, int] = {}
+        self._next = 0
+        self._waiting: dict[int, anyio.Event] = {}
+        self._answers: dict[int, dict[str, Any]] = {}
+
+    async def run(self, provider_url: str, rate: float, seconds: float) -> None:
+        """Offer ``rate`` turns a second, each to an idle session, for ``seconds``."""
+        stream = await anyio.connect_tcp(*self.address)
+        async with stream, anyio.create_task_group() as group:
+            group.start_soon(self._read, stream)
+            model = {"type": "openai", "baseUrl": f"{provider_url}/v1", "model": "bench"}
+            sessions = [f"s{n}" for n in range(SESSIONS_PER_DOOR)]
+            for session in sessions:
+                await self._call(stream, "session/create", {"session": session, "model": model})
+            idle = list(sessions)
+            started = time.monotonic()
+            turns = 0
+            async with anyio.create_task_group() as turns_group:
+                while time.monotonic() - started < seconds:
+                    await anyio.sleep(max(0.0, started + turns / rate - time.monotonic()))
+                    turns += 1
+                    if not idle:
+                        self._count("not offered (every session busy)")
+                        continue
+                    turns_group.start_soon(self._turn, stream, idle, idle.pop())
+            group.cancel_scope.cancel()
+
+    def _count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    async def _turn(self, stream: anyio.abc.ByteStream, idle: list[str], session: str) -> None:
+        answer = await self._call(stream, "session/respond", {"session": session, "prompt": "Hello?"})
+        error = answer.get("error")
+        self._count("answered" if error is None else f"{error['code']} {error['data']['code']}")
+        idle.append(session)
+
+    async def _call(self, stream: anyio.abc.ByteStream, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        request_id = self._next
+        event = self._waiting[request_id] = anyio.Event()
+        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        await stream.send(line.encode() + b"\n")
+        await event.wait()
+        return self._answers.pop(request_id)
+
+    async def _read(self, stream: anyio.abc.ByteStream) -> None:
+        buffer = b""
+        async for chunk in stream:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                event = self._waiting.pop(message.get("id"), None) if "method" not in message else None
+                if event is not None:
+                    self._answers[message["id"]] = message
+                    event.set()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def one_run(label: str, door_args: list[str], options: argparse.Namespace) -> dict[str, Any]:
+    with WindowedProvider(options.limit, options.window) as provider:
+        doors = [Door(door_args), Door(door_args)]
+        try:
+            rate = options.load * options.limit / options.window / len(doors)
+
+            async def both() -> None:
+                async with anyio.create_task_group() as group:
+                    for door in doors:
+                        group.start_soon(door.run, provider.url, rate, options.seconds)
+
+            began = time.monotonic()
+            anyio.run(both)
+            ended = began + options.seconds
+        finally:
+            for door in doors:
+                door.stop()
+        origin = provider._started  # noqa: SLF001 - the provider's window origin
+        first = int((began - origin) // options.window) + 1  # windows wholly inside the load
+        last = int((ended - origin) // options.window) - 1
+        windows = range(first, last + 1)
+        accepted = sum(provider.accepted.get(w, 0) for w in windows)
+        outcomes: dict[str, int] = {}
+        for door in doors:
+            for key, count in door.outcomes.items():
+                outcomes[key] = outcomes.get(key, 0) + count
+        return {
+            "run": label,
+            "provider429s": sum(provider.refused.values()),
+            "shareOfLimit": accepted / (options.limit * len(windows)) if windows else 0.0,
+            "windows": len(windows),
+            "mostInAWindow": provider.most_in_a_window(),
+            "clients": outcomes,
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load per run")
+    parser.add_argument("--limit", type=int, default=15, help="requests the provider allows per window")
+    parser.add_argument("--window", type=float, default=5.0, help="the provider's window, seconds")
+    parser.add_argument("--load", type=float, default=3.0, help="turns offered, in multiples of the limit")
+    options = parser.parse_args()
+    rpm = str(round(options.limit * 60 / options.window))
+    port = free_port()
+    start = ROOT / "cluster" / "start.sh"
+    subprocess.run([str(start), "local", "1", str(port)], check=True, capture_output=True, timeout=180)
+    try:
+        ray_run = one_run("Ray: 2 doors, 1 model actor",
+                          ["--runtime", "ray", "--address", f"127.0.0.1:{port}", "--rpm", rpm], options)
+    finally:
+        subprocess.run([str(start), "stop", str(port)], capture_output=True, timeout=120)
+    local_run = one_run("LocalSystem: 2 independent doors", ["--rpm", rpm], options)
+    print(f"provider: {options.limit} requests per {options.window:g} s window ({rpm} RPM), offered "
+          f"{options.load:g}x for {options.seconds:g} s through 2 front doors")
+    print(f"{'run':34} {'429s':>6} {'share of limit':>15} {'most/window':>12}  clients")
+    for run in (ray_run, local_run):
+        clients = ", ".join(f"{k}: {v}" for k, v in sorted(run["clients"].items()))
+        print(f"{run['run']:34} {run['provider429s']:>6} {run['shareOfLimit']:>14.1%} {run['mostInAWindow']:>12}  "
+              f"{clients}")
+    print(json.dumps({"bench": "quota_frontdoors", "runs": [ray_run, local_run]}))
+
+
+if __name__ == "__main__":
+    main()
