@@ -67,12 +67,21 @@ class Agent:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
+        self._entry_lines: prompts.EntryLines | None = None
 
     # --- settings ----------------------------------------------------------------------------
 
     @property
     def system_text(self) -> str:
         return prompts.system_text(self.instructions, self.context_note)
+
+    def entry_lines(self, labels: prompts.Labels) -> prompts.EntryLines:
+        """The lines of history entries as steps show them with ``labels``, kept across steps and
+        turns (each entry is rendered once while it is shown)."""
+        lines = self._entry_lines
+        if lines is None or lines.labels != labels or lines.render_response is not self.render_response:
+            lines = self._entry_lines = prompts.EntryLines(labels, self.render_response)
+        return lines
 
     def reset(self) -> None:
         """Forget the conversation and the context note; keep instructions, tools and policy."""
