@@ -262,7 +262,8 @@ def _catalog(tools: Sequence[ToolDefinition]) -> list[str]:
 def _example_arguments(tool: ToolDefinition) -> str:
     """A concrete, valid arguments object to show in the example envelope: small models copy
     the example's shape, so a placeholder such as ``{…}`` would be copied literally."""
-    return compact_json(tool.schema.example())
+    schema = tool.schema
+    return schema.derived("example_json", lambda _: compact_json(schema.example()))
 
 
 def decide_task(

@@ -112,6 +112,7 @@ class Turn:
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
     _shown: prompts.ShownHistory | None = field(default=None, init=False, repr=False)
+    _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
         """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
@@ -188,7 +189,12 @@ class Turn:
         names = [t.name for t in tools]
         by_name = {t.name: t for t in tools}
         mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
-        task = prompts.decide_task(tools, allow_respond=allow_respond, last_message=self.prompt)
+        # The same for every round of this turn (the tools and the prompt do not change).
+        task = self._decide_tasks.get(allow_respond)
+        if task is None:
+            task = self._decide_tasks[allow_respond] = prompts.decide_task(
+                tools, allow_respond=allow_respond, last_message=self.prompt
+            )
 
         def interpret(text: str) -> Any:
             envelope = parse_envelope(text, names, allow_respond=allow_respond)
