@@ -111,12 +111,16 @@ class Agent:
         emit: EventSink | None = None,
         on_commit: Callable[[], None] | None = None,
         tool_uses: Sequence[ToolUseEntry] = (),
+        partial_values: bool = True,
     ) -> TurnResult:
         """Run one turn and commit it to the history.
 
         ``tool_uses`` are this turn's tool rounds already made (a stateless client such as the
         OpenAI front door resumes the turn with their results); they are committed with it.
         ``emit`` receives the turn's events in order (awaited: a slow sink slows the turn).
+        ``partial_values=False`` leaves out the ``partialValue`` events of a structured step while
+        it streams (its final value is still emitted): a sink that shows nothing until the end
+        saves a parse of the growing text at every piece.
         ``on_commit`` runs synchronously at the commit point, after which the turn can no longer
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
         history unchanged.
@@ -124,7 +128,7 @@ class Agent:
         # A turn cancelled before it starts must not consume a model step.
         await anyio.lowlevel.checkpoint()
         options = overrides.apply(self.options) if overrides is not None else self.options
-        turn = Turn(self, prompt, schema, options, emit)
+        turn = Turn(self, prompt, schema, options, emit, partial_values)
         turn.resume(tool_uses)
         try:
             result, entries = await turn.run()

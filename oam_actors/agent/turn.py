@@ -104,6 +104,7 @@ class Turn:
     schema: Schema | None
     options: AgentOptions
     emit: Callable[[TurnEvent], Any] | None
+    partial_values: bool = True
     steps: list[StepInfo] = field(default_factory=list)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_uses: list[ToolUseEntry] = field(default_factory=list)
@@ -354,7 +355,7 @@ class Turn:
             )
             text = await self._model_text(
                 StepKind.STRUCTURED, ToolCallingMode.DISALLOWED, (), step_task,
-                is_repair=attempt > 0, tools=[], stream_partial=True,
+                is_repair=attempt > 0, tools=[], stream_partial=self.partial_values,
             )
             found = find_json(text, allow_array=schema.root_is_array)
             if found is None:

@@ -323,12 +323,15 @@ class NPC:
         emit: NPCEventSink | None = None,
         on_commit: Callable[[], None] | None = None,
         queue_seconds: float | None = None,
+        partial_values: bool = True,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
         overrides the NPC's policy for the first step; ``queue_seconds`` caps each model step's
         wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
-        as ``fallbackOnGuardrail`` allows). Raises :class:`AgentError` for errors no fallback
-        covers; see the module docstring for events and commit."""
+        as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
+        while the reply streams (``Agent.respond``), only its end is emitted. Raises
+        :class:`AgentError` for errors no fallback covers; see the module docstring for events
+        and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice)
         if queue_seconds is not None:
@@ -340,7 +343,7 @@ class NPC:
         retried = False
         while True:
             try:
-                result = await self._run(attempt, tracker, records, emit)
+                result = await self._run(attempt, tracker, records, emit, partial_values)
             except DeadlinePassed:
                 # No step could start in time: a text retry would not either.
                 self._store.discard()
@@ -407,7 +410,12 @@ class NPC:
         )
 
     async def _run(
-        self, attempt: _Attempt, tracker: LineTracker, records: list[ToolCallRecord], emit: NPCEventSink | None
+        self,
+        attempt: _Attempt,
+        tracker: LineTracker,
+        records: list[ToolCallRecord],
+        emit: NPCEventSink | None,
+        partial_values: bool,
     ) -> TurnResult:
         agent = self._agent
         agent.instructions = attempt.instructions
@@ -424,7 +432,7 @@ class NPC:
                     records.append(event.record)
                 await _send(emit, [event])
 
-        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward)
+        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values)
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.

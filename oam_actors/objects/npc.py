@@ -218,6 +218,7 @@ class NPCActor(Actor):
                 emit=relay,
                 on_commit=self.commit,
                 queue_seconds=seconds_left(message.deadline),
+                partial_values=message.stream,
             )
         finally:
             relay.close()

@@ -162,6 +162,7 @@ class SessionActor(Actor):
                 overrides=overrides,
                 emit=relay,
                 on_commit=self.commit,
+                partial_values=message.stream,
             )
         finally:
             relay.close()
