@@ -206,6 +206,9 @@ class NPC:
         self._fallbacks = 0
         self._compaction_due = False
         self._recent_barks: deque[str] = deque(maxlen=RECENT_BARKS)
+        # The reply schema of the persona and options it was made for (both immutable): compiled
+        # once, not at every turn.
+        self._reply_schema: tuple[Persona, NPCOptions, Schema] | None = None
 
     @classmethod
     def restore(
@@ -388,7 +391,7 @@ class NPC:
         memory = self._store.memory
         return _Attempt(
             prompt=prompting.turn_prompt(line),
-            schema=None if text_reply else prompting.reply_schema(persona, options),
+            schema=None if text_reply else self._schema_for(persona, options),
             agent_options=_agent_options(options, persona, choice),
             instructions=prompting.instructions(persona, options, names, memory, text_reply=text_reply),
             note=prompting.context_note(memory, options, world_summary, situation),
@@ -397,6 +400,12 @@ class NPC:
             world_summary=world_summary,
             situation=situation,
         )
+
+    def _schema_for(self, persona: Persona, options: NPCOptions) -> Schema:
+        known = self._reply_schema
+        if known is None or known[0] is not persona or known[1] is not options:
+            known = self._reply_schema = (persona, options, prompting.reply_schema(persona, options))
+        return known[2]
 
     def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
         memory = self._store.memory
