@@ -3,11 +3,19 @@
 1. Pipelined pings: N pings written as fast as possible; pings per second until the last answer.
 2. Scripted session turns with one client tool round, at several concurrency levels: each session's
    script is [toolCalls(open_gate), template]; the client answers every tool/call at once. Reports
-   turns per second and p50 / p99 latency per turn (respond sent → response read).
+   turns per second, p50 / p99 latency per turn (respond sent → response read) and the server's
+   CPU time per turn (user + system, less sensitive to other load than the rate).
+
+Every figure is printed next to the same measurement against the floor, ``floor_server.py`` (a
+bare msgspec line server sending the same messages), with the ratio, and next to the load average.
+Goal: tool-round turns at 100 sessions >= 5,000/s.
 
 Run: python3 benchmarks/bench_stdio.py [--pings 50000] [--sessions 1,100,1000] [--turns 2000]
-The client runs in this process (a reader thread and a writer thread); the bridge process is pinned
-to one core with taskset when available so the figure is "one core of this machine".
+     [--no-floor] [--profile stdio.prof]
+The client runs in this process (a reader thread and a writer thread); the server process is pinned
+to one core with taskset when available so the figure is "one core of this machine". With
+``--profile`` the bridge runs under cProfile (one run of the turns at the first sessions figure)
+and the top entries are printed.
 """
 
 from __future__ import annotations
@@ -22,20 +30,29 @@ import threading
 import time
 
 import msgspec
+from _profiling import cpu_seconds, load_average, print_top, python_command
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-def start_bridge() -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "oam_actors", "stdio", "--max-sessions", "100000", "--max-in-flight", "100000"]
+FLOOR = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_server.py")]
+GOAL_TURNS = 5000
+
+
+def bridge_command(profile: str | None = None) -> list[str]:
+    return [*python_command(profile), "-m", "oam_actors", "stdio", "--max-sessions", "100000", "--max-in-flight", "100000"]
+
+
+def start_bridge(command: list[str] | None = None) -> subprocess.Popen[bytes]:
+    command = command or bridge_command()
     if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         command = ["taskset", "-c", "0", *command]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
 
 
-def bench_pings(count: int) -> float:
-    proc = start_bridge()
+def bench_pings(count: int, command: list[str] | None = None) -> float:
+    proc = start_bridge(command)
     assert proc.stdin and proc.stdout
     payload = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i for i in range(count))
     done = threading.Event()
@@ -68,9 +85,9 @@ TOOL = {
 }
 
 
-def bench_turns(sessions: int, turns: int) -> dict[str, float]:
+def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> dict[str, float]:
     """``turns`` turns spread over ``sessions`` sessions, all sessions busy at once."""
-    proc = start_bridge()
+    proc = start_bridge(command)
     assert proc.stdin and proc.stdout
     per_session = max(1, turns // sessions)
     total = per_session * sessions
@@ -131,6 +148,7 @@ def bench_turns(sessions: int, turns: int) -> dict[str, float]:
         for i in range(sessions):
             request_id += 1
             requests.append((request_id, b'{"jsonrpc":"2.0","id":%d,"method":"session/respond","params":{"session":"s%d","prompt":"Open the gate."}}\n' % (request_id, i)))
+    cpu_before = cpu_seconds(proc.pid)
     start = time.perf_counter()
     for rid, line in requests:
         with lock:
@@ -138,6 +156,7 @@ def bench_turns(sessions: int, turns: int) -> dict[str, float]:
         write(line)
     finished.wait(300)
     elapsed = time.perf_counter() - start
+    cpu = cpu_seconds(proc.pid) - cpu_before
     proc.stdin.close()  # type: ignore[union-attr]
     proc.wait(60)
     ordered = sorted(latencies)
@@ -147,6 +166,7 @@ def bench_turns(sessions: int, turns: int) -> dict[str, float]:
         "turns_per_s": len(latencies) / elapsed,
         "p50_ms": 1000 * ordered[len(ordered) // 2],
         "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "server_cpu_us_per_turn": 1e6 * cpu / max(1, len(latencies)),
     }
 
 
@@ -155,11 +175,37 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=50_000)
     parser.add_argument("--sessions", default="1,100,1000")
     parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor server's figures")
+    parser.add_argument("--profile", metavar="PATH", help="profile the bridge (one turns run) into PATH")
     args = parser.parse_args()
-    print(f"pipelined pings: {bench_pings(args.pings):,.0f}/s")
-    for sessions in (int(s) for s in args.sessions.split(",")):
-        figures = bench_turns(sessions, max(args.turns, sessions))
-        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}))
+    sessions_list = [int(s) for s in args.sessions.split(",")]
+    if args.profile:
+        figures = bench_turns(sessions_list[0], max(args.turns, sessions_list[0]), bridge_command(args.profile))
+        print(f"profiled run ({load_average()}): {_rounded(figures)}")
+        print_top(args.profile)
+        return
+    pings = bench_pings(args.pings)
+    floor = None if args.no_floor else bench_pings(args.pings, FLOOR)
+    print(f"pipelined pings: {pings:,.0f}/s{_versus(pings, floor)} ({load_average()})")
+    for sessions in sessions_list:
+        turns = max(args.turns, sessions)
+        figures = bench_turns(sessions, turns)
+        floor_figures = None if args.no_floor else bench_turns(sessions, turns, FLOOR)
+        rate = figures["turns_per_s"]
+        goal = f"; goal >= {GOAL_TURNS:,}/s" if sessions == 100 else ""
+        print(f"tool-round turns, {sessions} sessions: {rate:,.0f}/s"
+              f"{_versus(rate, floor_figures and floor_figures['turns_per_s'])}{goal} ({load_average()})")
+        print(f"  bridge: {_rounded(figures)}")
+        if floor_figures is not None:
+            print(f"  floor:  {_rounded(floor_figures)}")
+
+
+def _versus(value: float, floor: float | None) -> str:
+    return "" if floor is None else f", floor {floor:,.0f}/s, ratio {value / floor:.2f}"
+
+
+def _rounded(figures: dict[str, float]) -> str:
+    return json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,13 @@ Each benchmark is its own script (runnable alone); this entry point runs them in
 one machine so that the figures and the ratios they print are measured side by side. Benchmarks
 that need something absent (a live model) are skipped and say so.
 
-Run: python3 benchmarks/run_all.py [--quick] [--only NAME ...] [--output benchmarks/RESULTS.md]
+Each benchmark runs several times (3 unless its entry says fewer: the cluster benchmark repeats
+its own rounds, the live ones are long) so that one quiet or one busy moment cannot make a
+headline: every number of its output is the median over the runs, next to the machine's 1-minute
+load average at the start of each run. A line whose words differ between runs (not only its
+numbers) is shown from every run. The full run (without --live) takes about 35 minutes on 2 cores.
+
+Run: python3 benchmarks/run_all.py [--quick] [--repeat N] [--only NAME ...] [--output benchmarks/RESULTS.md]
      [--live [--base-url http://127.0.0.1:PORT/v1]]
 The live-model benchmarks run only with ``--live`` (they start ``scripts/local_model.py`` unless
 ``--base-url`` names a running server; heavy: ~2 GB of memory, both cores, many minutes).
@@ -16,6 +22,8 @@ import argparse
 import datetime as dt
 import os
 import platform
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -24,8 +32,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-# name, script, arguments (full run), arguments (--quick), what it measures
-BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
+# name, script, arguments (full run), arguments (--quick), what it measures[, runs in the full run]
+Entry = tuple[str, str, list[str], list[str], str] | tuple[str, str, list[str], list[str], str, int]
+BENCHMARKS: list[Entry] = [
     ("agent", "bench_agent.py", [], ["--turns", "1000"],
      "one scripted turn with one tool round; parse / validate / render per step"),
     ("jsonrpc", "bench_jsonrpc.py", [], [], "ping decode + encode in the JSON-RPC codec"),
@@ -34,9 +43,10 @@ BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
      "the real `oam-actors stdio` subprocess: pipelined pings, tool-round turns at 1/100/1000 sessions"),
     ("tcp", "bench_tcp.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
      "the same over TCP, next to stdio"),
-    ("crowd", "bench_crowd.py", [], [], "10,000 NPCs on one world, one grounded turn each"),
+    ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "2000", "--stdio"],
+     "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
     ("cluster", "bench_cluster.py", [], ["--turns", "1000", "--latency-turns", "100", "--asks", "1000", "--naive", "4"],
-     "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline"),
+     "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline", 1),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
     ("crowd_quota", "bench_crowd_quota.py", [], ["--phones", "2", "--npcs", "250", "--seconds", "20"],
@@ -89,18 +99,50 @@ def run_one(script: str, arguments: list[str], timeout: float) -> tuple[str, flo
     return output, time.perf_counter() - started, code
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def merged(outputs: list[str]) -> str:
+    """One output whose every number is the median of that number over ``outputs``; lines whose
+    words differ between the runs are given from each run, marked ``[run i]``."""
+    if len(outputs) == 1:
+        return outputs[0]
+    split = [output.splitlines() for output in outputs]
+    if len({len(lines) for lines in split}) != 1:
+        return "\n".join(f"[run {i + 1}]\n{output}" for i, output in enumerate(outputs))
+    lines = []
+    for versions in zip(*split, strict=True):
+        if len({" ".join(_NUMBER.sub("#", line).split()) for line in versions}) != 1:
+            lines.extend(f"[run {i + 1}] {line}" for i, line in enumerate(versions))
+            continue
+        numbers = [_NUMBER.findall(line) for line in versions]
+        medians = iter([_median(column) for column in zip(*numbers, strict=True)])
+        lines.append(_NUMBER.sub(lambda _: next(medians), versions[0]))
+    return "\n".join(lines)
+
+
+def _median(tokens: tuple[str, ...]) -> str:
+    """The median of number tokens, written as the first one is (thousands commas, decimals)."""
+    value = statistics.median(float(token.replace(",", "")) for token in tokens)
+    first = tokens[0]
+    decimals = len(first.rsplit(".", 1)[1]) if "." in first else 0
+    return f"{value:,.{decimals}f}" if "," in first else f"{value:.{decimals}f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (minutes instead of longer)")
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark run")
+    parser.add_argument("--repeat", type=int, help="runs of every benchmark (default: 3, or its own count; 1 with --quick)")
     parser.add_argument("--live", action="store_true", help="also the benchmarks on a real local model")
     parser.add_argument("--base-url", help="--live: a running OpenAI-compatible …/v1 (default: start one)")
     args = parser.parse_args()
     sections = []
-    live = [(n, s, f + _base(args), q + _base(args), w) for n, s, f, q, w in LIVE_BENCHMARKS]
-    for name, script, full, quick, what in BENCHMARKS + live:
+    started = time.perf_counter()
+    live: list[Entry] = [(n, s, f + _base(args), q + _base(args), w, 1) for n, s, f, q, w in LIVE_BENCHMARKS]
+    for name, script, full, quick, what, *own in BENCHMARKS + live:
         if args.only and name not in args.only:
             continue
         if not args.live and name in {n for n, *_ in LIVE_BENCHMARKS}:
@@ -109,18 +151,32 @@ def main() -> None:
         if not (HERE / script).exists():
             sections.append(f"## {name}\n\n{what}\n\n(not present in this checkout)\n")
             continue
-        print(f"running {name} …", file=sys.stderr, flush=True)
-        output, seconds, code = run_one(script, quick if args.quick else full, args.timeout)
-        status = "" if code == 0 else f" — exit status {code}"
+        runs = args.repeat or (1 if args.quick else (own[0] if own else 3))
+        arguments = quick if args.quick else full
+        outputs, loads, seconds, codes = [], [], 0.0, []
+        for run in range(runs):
+            print(f"running {name} ({run + 1}/{runs}) …", file=sys.stderr, flush=True)
+            loads.append(f"{os.getloadavg()[0]:.2f}")
+            output, took, code = run_one(script, arguments, args.timeout)
+            outputs.append(output)
+            seconds += took
+            codes.append(code)
+        failed = [code for code in codes if code != 0]
+        status = "" if not failed else f" — exit status {failed[0]} in {len(failed)} of {runs} runs"
+        shown = merged([o for o, c in zip(outputs, codes, strict=True) if c == 0] or outputs)
         sections.append(
-            f"## {name}\n\n{what}. Command: `python3 benchmarks/{script} {' '.join(quick if args.quick else full)}`"
-            f" ({seconds:.0f} s{status})\n\n```text\n{output}\n```\n"
+            f"## {name}\n\n{what}. Command: `python3 benchmarks/{script} {' '.join(arguments)}`"
+            f" ({runs} run{'s' if runs > 1 else ''}, {seconds:.0f} s{status}; load average at the start of each run: "
+            f"{', '.join(loads)} on {os.cpu_count()} cores){'; medians of the runs' if runs > 1 else ''}"
+            f"\n\n```text\n{shown}\n```\n"
         )
+    print(f"all benchmarks: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     header = (
         "# Benchmark results\n\n"
         f"Measured {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}, "
         f"all in one run of `python3 benchmarks/run_all.py{' --quick' if args.quick else ''}`. "
-        "Shared machines are noisy: compare figures within this file, not across runs.\n"
+        "Each figure is the median of the benchmark's runs, with the load average at the start of each run; "
+        "shared machines are noisy: compare figures within this file, not across runs.\n"
     )
     Path(args.output).write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
     print(f"wrote {args.output}", file=sys.stderr)

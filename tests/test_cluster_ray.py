@@ -26,6 +26,8 @@ import ray
 import ray.cloudpickle
 
 from oam_actors.bridge import Bridge
+from test_admission import assert_started_in_arrival_order, burst
+from test_admission import open_wire as open_admission_wire
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, SqliteStore, host_model, shard_of, stop_model
 from oam_actors.errors import AgentError, ErrorCode
 from oam_actors.game_methods import GameExtension
@@ -324,6 +326,12 @@ def check_invariants(log: list[dict[str, Any]]) -> None:
             answered.add(message["id"])
         elif isinstance(message.get("params"), dict) and "requestId" in message["params"]:
             assert message["params"]["requestId"] not in answered, f"{message} came after its response"
+
+
+async def test_a_burst_of_turns_starts_in_arrival_order_on_a_shard(ray_instance: None) -> None:
+    async with RaySystem(shards=1, max_running=3) as gated, open_admission_wire(gated) as wire:
+        ids = await burst(wire, 12)
+        assert_started_in_arrival_order(wire.log, ids, 3)
 
 
 async def test_sessions_on_two_shards_keep_every_ordering_guarantee(system: RaySystem) -> None:

@@ -358,12 +358,15 @@ def _runtime_args(*argv: str) -> Any:
 
 def test_the_runtime_options_choose_the_system() -> None:
     from oam_actors.cli.argtypes import UsageError
-    from oam_actors.cli.runtime import system_from_args
+    from oam_actors.cli.runtime import DEFAULT_MAX_RUNNING_TURNS, system_from_args
     from oam_actors.cluster import RaySystem
 
-    assert system_from_args(_runtime_args()) is LocalSystem
+    local = system_from_args(_runtime_args("--max-running-turns", "7"))()
+    gate = local.gate_statistics() if isinstance(local, LocalSystem) else None
+    assert gate is not None and gate.limit == 7
     system = system_from_args(_runtime_args("--runtime", "ray", "--address", "auto", "--shards", "3"))()
     assert isinstance(system, RaySystem) and (system.address, system.shards) == ("auto", 3)
+    assert system.max_running == DEFAULT_MAX_RUNNING_TURNS
     with pytest.raises(UsageError, match="need --runtime ray"):
         system_from_args(_runtime_args("--address", "auto"))
 

@@ -337,6 +337,26 @@ async def test_trimming_keeps_the_minimum_recent_turns() -> None:
     assert result.steps[0].trimmed_entries == 2
 
 
+async def test_each_history_entry_is_rendered_once_across_steps_and_turns() -> None:
+    rendered: list[str] = []
+
+    def render(entry: ResponseEntry) -> str:
+        rendered.append(entry.text)
+        return entry.text.upper()
+
+    steps = [step for n in range(5) for step in (ScriptStep.call("check_menu"), ScriptStep.respond(), ScriptStep.say(f"Line {n}."))]
+    model = ScriptedModel(steps, style=ScriptStyle.ENVELOPE)
+    tools = [dataclasses.replace(TOOLS[0], handler=check_menu)]
+    agent = Agent(model, tools=tools, render_response=render)
+    for n in range(4):
+        await agent.respond(f"Question {n}?")
+    assert rendered == ["Line 0.", "Line 1.", "Line 2."]  # each earlier reply once, though 3 steps x 3 turns showed them
+    assert "Assistant: LINE 2.\nUser: Question 3?" in model.requests[-1].prompt
+    agent.history = [PromptEntry("Fresh start"), ResponseEntry("Line 9.")]  # a replaced history renders anew
+    await agent.respond("Question 4?")
+    assert "User: Fresh start\nAssistant: LINE 9." in model.requests[-1].prompt
+
+
 def test_a_conversation_that_fits_is_never_trimmed() -> None:
     history: list[Entry] = [PromptEntry("hi"), ResponseEntry("hello")]  # "User: hi\nAssistant: hello" → 7 + 1
     assert prompts.trim_history(history, fixed_tokens=2, budget=10) == 0

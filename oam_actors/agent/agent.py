@@ -67,12 +67,21 @@ class Agent:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
+        self._entry_lines: prompts.EntryLines | None = None
 
     # --- settings ----------------------------------------------------------------------------
 
     @property
     def system_text(self) -> str:
         return prompts.system_text(self.instructions, self.context_note)
+
+    def entry_lines(self, labels: prompts.Labels) -> prompts.EntryLines:
+        """The lines of history entries as steps show them with ``labels``, kept across steps and
+        turns (each entry is rendered once while it is shown)."""
+        lines = self._entry_lines
+        if lines is None or lines.labels != labels or lines.render_response is not self.render_response:
+            lines = self._entry_lines = prompts.EntryLines(labels, self.render_response)
+        return lines
 
     def reset(self) -> None:
         """Forget the conversation and the context note; keep instructions, tools and policy."""
@@ -102,12 +111,16 @@ class Agent:
         emit: EventSink | None = None,
         on_commit: Callable[[], None] | None = None,
         tool_uses: Sequence[ToolUseEntry] = (),
+        partial_values: bool = True,
     ) -> TurnResult:
         """Run one turn and commit it to the history.
 
         ``tool_uses`` are this turn's tool rounds already made (a stateless client such as the
         OpenAI front door resumes the turn with their results); they are committed with it.
         ``emit`` receives the turn's events in order (awaited: a slow sink slows the turn).
+        ``partial_values=False`` leaves out the ``partialValue`` events of a structured step while
+        it streams (its final value is still emitted): a sink that shows nothing until the end
+        saves a parse of the growing text at every piece.
         ``on_commit`` runs synchronously at the commit point, after which the turn can no longer
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
         history unchanged.
@@ -115,7 +128,7 @@ class Agent:
         # A turn cancelled before it starts must not consume a model step.
         await anyio.lowlevel.checkpoint()
         options = overrides.apply(self.options) if overrides is not None else self.options
-        turn = Turn(self, prompt, schema, options, emit)
+        turn = Turn(self, prompt, schema, options, emit, partial_values)
         turn.resume(tool_uses)
         try:
             result, entries = await turn.run()

@@ -471,8 +471,8 @@ _STRICT_DECODE = msgspec.json.Decoder().decode
 def _strict(text: str, allow_array: bool) -> Any:
     """Fast path: the whole text is one strict JSON object (or array); else ``_MISSING``."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in ("{[" if allow_array else "{"):
-        return _MISSING
+    if not stripped or stripped[0] not in ("{[" if allow_array else "{") or stripped[-1] not in "}]":
+        return _MISSING  # not worth a failed decode (an exception) at every piece of a stream
     try:
         return _STRICT_DECODE(stripped)
     except (msgspec.DecodeError, RecursionError):
@@ -542,6 +542,8 @@ def has_complete_value(text: str, *, allow_array: bool = False) -> bool:
     """
     if _strict(text, allow_array) is not _MISSING:
         return True
+    if "}" not in text and not (allow_array and "]" in text):
+        return False  # nothing has closed yet: the usual case while a decision streams
     openers = _Candidate(text)
     for start in _openers(text, allow_array):
         if openers.end_of(start) is None:

@@ -34,6 +34,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "estimate_tokens",
+    "estimate_tokens_of_length",
 ]
 
 
@@ -207,4 +208,9 @@ class Resumable(Protocol):
 
 def estimate_tokens(text: str) -> int:
     """About four characters per token, rounded up."""
-    return (len(text) + 3) // 4
+    return estimate_tokens_of_length(len(text))
+
+
+def estimate_tokens_of_length(characters: int) -> int:
+    """:func:`estimate_tokens` of a text of ``characters`` characters."""
+    return (characters + 3) // 4

@@ -20,13 +20,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import estimate_tokens
+from .model import estimate_tokens_of_length
 from .schema import Schema
 from .tools import ToolDefinition, compact_json
-from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry, split_turns
+from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry
 
 __all__ = [
+    "EntryLines",
     "Labels",
+    "ShownHistory",
     "TOOL_OUTPUT_LIMIT",
     "build_prompt",
     "decide_task",
@@ -79,24 +81,57 @@ def _tool_line(entry: ToolUseEntry) -> str:
     return f"[{head} → {output}]"
 
 
+def _entry_line(entry: Entry, labels: Labels, render_response: ResponseRenderer | None) -> str | None:
+    """One entry's labelled line; ``None`` for a blank prompt, which shows nothing."""
+    if isinstance(entry, PromptEntry):
+        return f"{labels.user}: {entry.text}" if entry.text.strip() else None
+    if isinstance(entry, ToolUseEntry):
+        return _tool_line(entry)
+    if render_response is not None:
+        return f"{labels.assistant}: {render_response(entry)}"
+    if entry.structured is not None:
+        return f"{labels.assistant}: {render_structured(entry.structured)}"
+    return f"{labels.assistant}: {entry.text}"
+
+
+class EntryLines:
+    """History entries as labelled lines, each entry rendered once.
+
+    Entries are immutable and every step of every turn shows the history again, so an agent keeps
+    one of these across turns. It holds the entries it has rendered (an ``id`` is therefore never
+    reused while remembered) and forgets those no longer shown once they outnumber the shown ones.
+    """
+
+    __slots__ = ("_memo", "labels", "render_response")
+
+    def __init__(self, labels: Labels, render_response: ResponseRenderer | None = None) -> None:
+        self.labels = labels
+        self.render_response = render_response
+        self._memo: dict[int, tuple[Entry, str | None]] = {}
+
+    def line(self, entry: Entry) -> str | None:
+        """``entry``'s line; ``None`` for a blank prompt."""
+        known = self._memo.get(id(entry))
+        if known is not None:
+            return known[1]
+        line = _entry_line(entry, self.labels, self.render_response)
+        self._memo[id(entry)] = (entry, line)
+        return line
+
+    def lines(self, entries: Sequence[Entry]) -> list[str]:
+        """The lines of ``entries``, in order (blank prompts left out)."""
+        if len(self._memo) > 2 * len(entries) + 64:
+            shown = {id(entry) for entry in entries}
+            self._memo = {key: known for key, known in self._memo.items() if key in shown}
+        line = self.line
+        return [text for entry in entries if (text := line(entry)) is not None]
+
+
 def render_entries(
     entries: Sequence[Entry], labels: Labels, render_response: ResponseRenderer | None = None
 ) -> list[str]:
     """History entries as labelled lines."""
-    lines: list[str] = []
-    for entry in entries:
-        if isinstance(entry, PromptEntry):
-            if entry.text.strip():
-                lines.append(f"{labels.user}: {entry.text}")
-        elif isinstance(entry, ToolUseEntry):
-            lines.append(_tool_line(entry))
-        elif render_response is not None:
-            lines.append(f"{labels.assistant}: {render_response(entry)}")
-        elif entry.structured is not None:
-            lines.append(f"{labels.assistant}: {render_structured(entry.structured)}")
-        else:
-            lines.append(f"{labels.assistant}: {entry.text}")
-    return lines
+    return [line for entry in entries if (line := _entry_line(entry, labels, render_response)) is not None]
 
 
 def build_prompt(
@@ -108,15 +143,20 @@ def build_prompt(
     labels: Labels,
     plain_task: str | None = None,
     render_response: ResponseRenderer | None = None,
+    history_lines: Sequence[str] | None = None,
 ) -> str:
     """The step prompt.
 
     ``plain_task`` (reply steps only) allows the plain-first-request form: with no history, no tool
     use and a non-blank prompt, the prompt is the user's text followed by ``plain_task`` if any.
+    ``history_lines``, when the caller has them, are ``history`` already rendered
+    (:meth:`ShownHistory.lines`).
     """
     if plain_task is not None and not history and not turn_tool_uses and prompt.strip():
         return f"{prompt}\n\n{plain_task}" if plain_task else prompt
-    lines = ["Conversation:", *render_entries(history, labels, render_response)]
+    if history_lines is None:
+        history_lines = render_entries(history, labels, render_response)
+    lines = ["Conversation:", *history_lines]
     if prompt.strip():
         lines.append(f"{labels.user}: {prompt}")
     lines.extend(_tool_line(use) for use in turn_tool_uses)
@@ -138,20 +178,69 @@ def trim_history(
     turns are dropped, oldest first, always keeping ``minimum_recent_turns``. Small conversations
     (under 60 % of the budget) are never measured turn by turn.
     """
-    if not history:
-        return 0
-    turns = split_turns(history)
-    sizes = [estimate_tokens("\n".join(render_entries(t, labels, render_response))) + 1 for t in turns]
-    total = fixed_tokens + sum(sizes)
-    if total <= budget * 0.6:
-        return 0
-    hidden = 0
-    dropped = 0
-    while total > budget and len(turns) - dropped > minimum_recent_turns:
-        total -= sizes[dropped]
-        hidden += len(turns[dropped])
-        dropped += 1
-    return hidden
+    shown = ShownHistory(history, EntryLines(labels, render_response))
+    return shown.hidden(fixed_tokens=fixed_tokens, budget=budget, minimum_recent_turns=minimum_recent_turns)
+
+
+class ShownHistory:
+    """One history as the steps of one turn show it: :meth:`hidden` is :func:`trim_history`,
+    :meth:`lines` the rendered entries after the hidden ones.
+
+    A history does not change while a turn runs, so the sizes of its turns and its lines are
+    computed once for all of the turn's steps (and each entry once per ``entry_lines``)."""
+
+    __slots__ = ("_lines", "_sizes", "entry_lines", "history")
+
+    def __init__(self, history: Sequence[Entry], entry_lines: EntryLines) -> None:
+        self.history = history
+        self.entry_lines = entry_lines
+        self._sizes: tuple[list[int], list[int]] | None = None
+        self._lines: dict[int, list[str]] = {}
+
+    def hidden(self, *, fixed_tokens: int, budget: int, minimum_recent_turns: int = 1) -> int:
+        """How many of the oldest entries to hide (see :func:`trim_history`)."""
+        if not self.history:
+            return 0
+        if self._sizes is None:
+            self._sizes = self._turn_sizes()
+        sizes, counts = self._sizes
+        total = fixed_tokens + sum(sizes)
+        if total <= budget * 0.6:
+            return 0
+        hidden = 0
+        dropped = 0
+        while total > budget and len(sizes) - dropped > minimum_recent_turns:
+            total -= sizes[dropped]
+            hidden += counts[dropped]
+            dropped += 1
+        return hidden
+
+    def lines(self, hidden: int = 0) -> list[str]:
+        """The lines of the entries after the first ``hidden``."""
+        lines = self._lines.get(hidden)
+        if lines is None:
+            lines = self._lines[hidden] = self.entry_lines.lines(self.history[hidden:])
+        return lines
+
+    def _turn_sizes(self) -> tuple[list[int], list[int]]:
+        """Per turn (a turn starts at each prompt entry): the tokens of its lines joined by
+        newlines, plus one for the newline before it; and its number of entries."""
+        sizes: list[int] = []
+        counts: list[int] = []
+        chars = lines = 0
+        line_of = self.entry_lines.line
+        for entry in self.history:
+            if isinstance(entry, PromptEntry) or not counts:
+                if counts:
+                    sizes.append(estimate_tokens_of_length(chars + max(lines - 1, 0)) + 1)
+                counts.append(0)
+                chars = lines = 0
+            counts[-1] += 1
+            if (line := line_of(entry)) is not None:
+                chars += len(line)
+                lines += 1
+        sizes.append(estimate_tokens_of_length(chars + max(lines - 1, 0)) + 1)
+        return sizes, counts
 
 
 # --- task texts ------------------------------------------------------------------------------
@@ -173,7 +262,8 @@ def _catalog(tools: Sequence[ToolDefinition]) -> list[str]:
 def _example_arguments(tool: ToolDefinition) -> str:
     """A concrete, valid arguments object to show in the example envelope: small models copy
     the example's shape, so a placeholder such as ``{…}`` would be copied literally."""
-    return compact_json(tool.schema.example())
+    schema = tool.schema
+    return schema.derived("example_json", lambda _: compact_json(schema.example()))
 
 
 def decide_task(

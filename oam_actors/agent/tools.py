@@ -42,12 +42,14 @@ MAX_TIMEOUT_SECONDS = 86400.0
 RESERVED_TOOL_NAMES = frozenset({"respond", "respond_directly"})
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ID_ALPHABET = string.ascii_letters + string.digits
+# Byte value -> alphanumeric, so one C-level translate maps the random bytes (every turn makes one).
+_ID_TABLE = bytes(ord(_ID_ALPHABET[byte % 62]) for byte in range(256))
 
 
 def new_call_id() -> str:
     """``call_`` + 24 random alphanumerics (from one read of the system's secure random source;
     the modulo bias over 62 symbols is irrelevant for an identifier)."""
-    return "call_" + "".join(_ID_ALPHABET[byte % 62] for byte in secrets.token_bytes(24))
+    return "call_" + secrets.token_bytes(24).translate(_ID_TABLE).decode("ascii")
 
 
 # --- outputs ---------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ class Turn:
     schema: Schema | None
     options: AgentOptions
     emit: Callable[[TurnEvent], Any] | None
+    partial_values: bool = True
     steps: list[StepInfo] = field(default_factory=list)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_uses: list[ToolUseEntry] = field(default_factory=list)
@@ -111,6 +112,8 @@ class Turn:
     rounds: int = 0
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
+    _shown: prompts.ShownHistory | None = field(default=None, init=False, repr=False)
+    _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
         """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
@@ -187,7 +190,12 @@ class Turn:
         names = [t.name for t in tools]
         by_name = {t.name: t for t in tools}
         mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
-        task = prompts.decide_task(tools, allow_respond=allow_respond, last_message=self.prompt)
+        # The same for every round of this turn (the tools and the prompt do not change).
+        task = self._decide_tasks.get(allow_respond)
+        if task is None:
+            task = self._decide_tasks[allow_respond] = prompts.decide_task(
+                tools, allow_respond=allow_respond, last_message=self.prompt
+            )
 
         def interpret(text: str) -> Any:
             envelope = parse_envelope(text, names, allow_respond=allow_respond)
@@ -347,7 +355,7 @@ class Turn:
             )
             text = await self._model_text(
                 StepKind.STRUCTURED, ToolCallingMode.DISALLOWED, (), step_task,
-                is_repair=attempt > 0, tools=[], stream_partial=True,
+                is_repair=attempt > 0, tools=[], stream_partial=self.partial_values,
             )
             found = find_json(text, allow_array=schema.root_is_array)
             if found is None:
@@ -445,31 +453,25 @@ class Turn:
         agent = self.agent
         options = self.options
         labels = prompts.Labels(options.user_label, options.assistant_label)
+        shown = self._shown_history(labels)
         system = agent.system_text
-        history = agent.history
         trimmed = 0
-        if options.trim_history and history:
+        if options.trim_history and shown.history:
+            line = shown.entry_lines.line
             fixed = estimate_tokens(system) + estimate_tokens(self.prompt) + estimate_tokens(task) + sum(
-                estimate_tokens(prompts.render_entries([u], labels)[0]) for u in self.tool_uses
+                estimate_tokens(line(u) or "") for u in self.tool_uses
             )
             budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
-            trimmed = prompts.trim_history(
-                history,
-                fixed_tokens=fixed,
-                budget=budget,
-                minimum_recent_turns=options.minimum_recent_turns,
-                labels=labels,
-                render_response=agent.render_response,
-            )
+            trimmed = shown.hidden(fixed_tokens=fixed, budget=budget, minimum_recent_turns=options.minimum_recent_turns)
         plain_task = {StepKind.RESPOND: "", StepKind.STRUCTURED: task}.get(kind)
         prompt = prompts.build_prompt(
-            history=history[trimmed:],
+            history=shown.history[trimmed:],
             prompt=self.prompt,
             turn_tool_uses=self.tool_uses,
             task=task,
             labels=labels,
             plain_task=plain_task,
-            render_response=agent.render_response,
+            history_lines=shown.lines(trimmed),
         )
         deciding = kind in (StepKind.DECIDE, StepKind.TOOL_ARGUMENTS)
         request = GenerationRequest(
@@ -491,6 +493,13 @@ class Turn:
             queue_seconds=options.queue_seconds,
         )
         return request, trimmed
+
+    def _shown_history(self, labels: prompts.Labels) -> prompts.ShownHistory:
+        """The agent's history as this turn's steps show it (computed once per turn)."""
+        shown = self._shown
+        if shown is None or shown.history is not self.agent.history or shown.entry_lines.labels != labels:
+            shown = self._shown = prompts.ShownHistory(self.agent.history, self.agent.entry_lines(labels))
+        return shown
 
     async def _emit(self, event: TurnEvent) -> None:
         if self.emit is not None:

@@ -300,33 +300,69 @@ class Bridge:
             self._finish_error(request_id, exc, message.method)
             return
         if isinstance(result, Deferred):
-            self._defer(request_id, message.method, result.awaitable)
+            if result.reply is not None:
+                self._answer_when_settled(request_id, message.method, result)
+            else:
+                self._defer(request_id, message.method, result.awaitable)
         elif not notification:
             self._answer(request_id, result)
 
     def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any]) -> None:
         assert self._task_group is not None, "use the bridge inside 'async with'"
-        self._inflight += 1
-        charge = self._line_bytes + REQUEST_OVERHEAD
-        self._request_bytes += charge
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        charge = self._track()
 
         async def finish() -> None:
             try:
                 result = await awaitable
             except Exception as exc:
-                self._completed(method, self._finish_error(request_id, exc, method).code.wire)
+                self._finish(request_id, method, None, exc, charge)
+            else:
+                self._finish(request_id, method, result, None, charge)
+
+        self._task_group.start_soon(finish)
+
+    def _answer_when_settled(self, request_id: Any, method: str, deferred: Deferred) -> None:
+        """Answer from the reply's done callback, on the task that settles it (see ``Deferred``)."""
+        assert deferred.reply is not None
+        charge = self._track()
+        settled = deferred.settled
+
+        def done(value: Any, error: BaseException | None) -> None:
+            # A done callback must not raise: it runs inside the settling actor's bookkeeping.
+            try:
+                if settled is not None:
+                    settled()
+                failure = error if isinstance(error, Exception) or error is None else internal_error()
+                self._finish(request_id, method, value, failure, charge)
+            except anyio.ClosedResourceError:
+                _log.info("request %r finished after its connection closed; not answered", request_id)
+            except Exception:
+                _log.exception("request %r could not be answered", request_id)
+
+        deferred.reply.add_done_callback(done)
+
+    def _track(self) -> int:
+        """A request's work is in flight; what its bytes are counted."""
+        self._inflight += 1
+        charge = self._line_bytes + REQUEST_OVERHEAD
+        self._request_bytes += charge
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        return charge
+
+    def _finish(self, request_id: Any, method: str, result: Any, error: Exception | None, charge: int) -> None:
+        """A deferred request's outcome is known: answer it (a notification's is dropped)."""
+        try:
+            if error is not None:
+                self._completed(method, self._finish_error(request_id, error, method).code.wire)
             else:
                 self._completed(method, "ok")
                 if request_id is not None:
                     self._answer(request_id, result)
-            finally:
-                self._inflight -= 1
-                self._request_bytes -= charge
-                if not self._inflight:
-                    self._idle.set()
-
-        self._task_group.start_soon(finish)
+        finally:
+            self._inflight -= 1
+            self._request_bytes -= charge
+            if not self._inflight:
+                self._idle.set()
 
     # --- the one responder -------------------------------------------------------------------
 
@@ -481,17 +517,18 @@ class Bridge:
             message = msgspec.structs.replace(message, outlet=self)
         return self.queued(ref.ask_nowait(message))
 
-    def queued(self, reply: Reply) -> Deferred:
-        """Answer the request with ``reply`` once it resolves. Like :meth:`enqueue`'s work, it is
-        cancelled when a shared bridge closes or shuts down (extensions queue their own messages)."""
+    def queued(self, reply: Reply, *, settled: Callable[[], None] | None = None) -> Deferred:
+        """Answer the request with ``reply`` once it resolves (``settled`` runs first, as in
+        :meth:`Deferred.of_reply`). Like :meth:`enqueue`'s work, it is cancelled when a shared
+        bridge closes or shuts down (extensions queue their own messages)."""
         self._queued.add(reply)
-        return Deferred(self._wait_queued(reply))
 
-    async def _wait_queued(self, reply: Reply) -> Any:
-        try:
-            return await reply.wait()
-        finally:
+        def forget() -> None:
             self._queued.discard(reply)
+            if settled is not None:
+                settled()
+
+        return Deferred.of_reply(reply, settled=forget)
 
 
 def _nothing() -> int:

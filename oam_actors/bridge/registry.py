@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..runtime import Reply
 from .params import Params
 
 if TYPE_CHECKING:
@@ -38,15 +39,42 @@ class Call:
 
 
 class Deferred:
-    """A result that arrives later: the bridge answers the request when ``awaitable`` finishes.
+    """A result that arrives later: the bridge answers the request when ``awaitable`` finishes,
+    or, built with :meth:`of_reply`, when an actor's ``reply`` resolves.
 
-    Exceptions it raises become the request's error response.
+    Exceptions become the request's error response. A reply is answered from its done callback,
+    on the task that settles it: no task of the bridge's and no wake-up per request (the common
+    case: a queued turn or setting).
     """
 
-    __slots__ = ("awaitable",)
+    __slots__ = ("_awaitable", "reply", "settled")
 
     def __init__(self, awaitable: Awaitable[Any]) -> None:
-        self.awaitable = awaitable
+        self._awaitable: Awaitable[Any] | None = awaitable
+        self.reply: Reply | None = None
+        self.settled: Callable[[], None] | None = None
+
+    @classmethod
+    def of_reply(cls, reply: Reply, *, settled: Callable[[], None] | None = None) -> Deferred:
+        """The outcome of ``reply``; ``settled`` runs (synchronously, must not raise) once it is known."""
+        deferred = cls.__new__(cls)
+        deferred._awaitable, deferred.reply, deferred.settled = None, reply, settled
+        return deferred
+
+    @property
+    def awaitable(self) -> Awaitable[Any]:
+        """What to await for the result (for a reply: its ``wait``, then ``settled``)."""
+        if self._awaitable is not None:
+            return self._awaitable
+        return self._wait_reply()
+
+    async def _wait_reply(self) -> Any:
+        assert self.reply is not None
+        try:
+            return await self.reply.wait()
+        finally:
+            if self.settled is not None:
+                self.settled()
 
 
 Handler = Callable[[Call], Awaitable[Any]]

@@ -5,6 +5,9 @@
 ``--shards`` sets how many shard actors host the objects, ``--state-store`` an SQLite file for
 checkpoints (default: in memory). Ray is imported only when ``ray`` is chosen.
 
+``--max-running-turns`` bounds the turns (``session/respond``, ``npc/talk``) running at once in
+each process that hosts objects (this one, or each shard); more wait and start in arrival order.
+
 Values are checked while parsing (``--shards`` at least 1, ``--address`` ``auto`` or
 ``HOST:PORT``); :func:`system_from_args` raises :class:`UsageError` for options that do not fit
 together, an ``--address`` host that does not resolve, or a ``--state-store`` in a missing folder.
@@ -13,6 +16,7 @@ together, an ``--address`` host that does not resolve, or a ``--state-store`` in
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import socket
 from collections.abc import Callable
@@ -21,7 +25,12 @@ from ..addresses import is_loopback
 from ..runtime import ActorSystem, LocalSystem
 from .argtypes import UsageError, host_port, positive_int
 
-__all__ = ["SystemFactory", "add_runtime_arguments", "system_from_args"]
+__all__ = ["DEFAULT_MAX_RUNNING_TURNS", "SystemFactory", "add_runtime_arguments", "system_from_args"]
+
+DEFAULT_MAX_RUNNING_TURNS = 64 * (os.cpu_count() or 1)
+"""Turns running at once per hosting process unless ``--max-running-turns`` says otherwise: enough
+to keep a core busy while turns wait on models and tools, few enough that under a burst the first
+turns finish first."""
 
 SystemFactory = Callable[[], ActorSystem]
 """Makes the (not yet entered) actor system of a server."""
@@ -42,6 +51,10 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-store", default=env("OAM_STATE_STORE"), metavar="PATH",
                         help="with --runtime ray: SQLite file for object checkpoints (default: in memory; "
                         "environment: OAM_STATE_STORE)")
+    parser.add_argument("--max-running-turns", type=positive_int, default=DEFAULT_MAX_RUNNING_TURNS, metavar="N",
+                        help="turns running at once per process hosting objects (this one or each shard); "
+                        f"later ones wait and start in arrival order (default {DEFAULT_MAX_RUNNING_TURNS}, "
+                        "64 per core)")
 
 
 def _ray_address(text: str) -> str:
@@ -57,7 +70,7 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
     if args.runtime == "local":
         if args.address or args.state_store:
             raise UsageError("--address and --state-store need --runtime ray")
-        return LocalSystem
+        return functools.partial(LocalSystem, max_running=args.max_running_turns)
     if args.address not in (None, "auto"):
         _check_resolves(args.address)
     if args.state_store and not os.path.isdir(os.path.dirname(os.path.abspath(args.state_store))):
@@ -71,7 +84,7 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
 
     def ray_system() -> ActorSystem:
         store = SqliteStore(args.state_store) if args.state_store else None
-        return RaySystem(shards=args.shards, address=args.address, store=store)
+        return RaySystem(shards=args.shards, address=args.address, store=store, max_running=args.max_running_turns)
 
     return ray_system
 

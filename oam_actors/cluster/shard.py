@@ -79,8 +79,10 @@ class ShardHost:
     """The Ray actor body: one call, ``ping``. Ray wraps every method of an actor class (for
     tracing), so the shard's work lives in :class:`Shard`, a plain object, not here."""
 
-    def __init__(self, index: int, where: Callable[[], tuple[str, str]] = lambda: ("", "127.0.0.1")) -> None:
-        self._shard = Shard(index, *where())
+    def __init__(
+        self, index: int, where: Callable[[], tuple[str, str]] = lambda: ("", "127.0.0.1"), max_running: int | None = None
+    ) -> None:
+        self._shard = Shard(index, *where(), max_running=max_running)
 
     async def ping(self) -> Hello:
         """Who this shard is now; starts it on the first call."""
@@ -90,8 +92,9 @@ class ShardHost:
 class Shard:
     """One shard's state and data path; ``host`` is the address it listens on."""
 
-    def __init__(self, index: int, node_id: str, host: str) -> None:
+    def __init__(self, index: int, node_id: str, host: str, *, max_running: int | None = None) -> None:
         self.index = index
+        self._max_running = max_running
         self.incarnation = uuid.uuid4().hex[:12]
         self._token = secrets.token_bytes(16)
         self._node_id, self._host = node_id, host
@@ -130,7 +133,7 @@ class Shard:
         assert self._started is not None
         use_endpoint_references(self._stand_ins)  # for this task's actors' checkpoints
         listener = await anyio.create_tcp_listener(local_host=self._host, local_port=0)
-        async with listener, LocalSystem(checkpoint=self._saved) as system, anyio.create_task_group() as tasks:
+        async with listener, LocalSystem(checkpoint=self._saved, max_running=self._max_running) as system, anyio.create_task_group() as tasks:
             self._system, self._tasks = system, tasks
             self._port = listener.extra(anyio.abc.SocketAttribute.local_port)
             self._started.set()

@@ -330,6 +330,8 @@ class RaySystem(SystemBase):
     keeps checkpoints (default: an in-memory :class:`SqliteStore`, closed on exit; a store given
     here stays open for its owner). ``shard_options`` are extra Ray actor options for the shards
     (``num_cpus``, custom resources, a ``scheduling_strategy`` replacing the round robin).
+    ``max_running`` is each shard's admission limit (``LocalSystem(max_running=…)``: a shard is
+    one process, and its gate admits the messages it was sent in the order they arrived).
     """
 
     def __init__(
@@ -341,11 +343,15 @@ class RaySystem(SystemBase):
         max_queue: int = DEFAULT_MAX_QUEUE,
         ray_options: Mapping[str, Any] | None = None,
         shard_options: Mapping[str, Any] | None = None,
+        max_running: int | None = None,
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
+        if max_running is not None and max_running < 1:
+            raise ValueError(f"max_running must be at least 1, got {max_running}")
         super().__init__(max_queue=max_queue)
         self.shards = shards
+        self.max_running = max_running
         self.address = address
         self.store: StateStore = store if store is not None else SqliteStore()
         self._owns_store = store is None
@@ -367,7 +373,7 @@ class RaySystem(SystemBase):
         self._links = [
             ShardLink(
                 index,
-                _ShardActor.options(**placements[index], **self._shard_options).remote(index, _where),
+                _ShardActor.options(**placements[index], **self._shard_options).remote(index, _where, self.max_running),
                 load_state=self._load_state,
                 save_states=self._save_states,
                 deliver_out=self._endpoints.deliver,
@@ -422,7 +428,7 @@ class RaySystem(SystemBase):
         ]
 
     def _replacement(self, index: int) -> Any:
-        return _ShardActor.options(**self._shard_options).remote(index, _where)
+        return _ShardActor.options(**self._shard_options).remote(index, _where, self.max_running)
 
     def _disconnect(self) -> None:
         """End the shards, close the store if it is ours, shut Ray down if we started it."""

@@ -233,13 +233,18 @@ def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
     return _Unpickler(io.BytesIO(data), resolve).load()
 
 
+# Never an endpoint nor a shared object's copy (those are instances of registered classes), so
+# not asked about: persistent_id sees every object pickled, mostly these (about 1,000 per NPC).
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None), bytes, tuple, list, dict})
+
+
 class _ValuePickler(pickle.Pickler):
     def __init__(self, file: io.BytesIO, reference: Reference) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._reference = reference
 
     def persistent_id(self, obj: Any) -> Any:
-        return self._reference(obj)
+        return None if type(obj) in _PLAIN_TYPES else self._reference(obj)
 
 
 Substitute = Callable[[Any], Any]
@@ -257,7 +262,7 @@ class _ActorPickler(cloudpickle.Pickler):
         self._substitute = substitute
 
     def persistent_id(self, obj: Any) -> Any:
-        return self._reference(obj)
+        return None if type(obj) in _PLAIN_TYPES else self._reference(obj)
 
     def reducer_override(self, obj: Any) -> Any:
         if self._substitute is not None and (stand_in := self._substitute(obj)) is not None:

@@ -206,6 +206,9 @@ class NPC:
         self._fallbacks = 0
         self._compaction_due = False
         self._recent_barks: deque[str] = deque(maxlen=RECENT_BARKS)
+        # The reply schema of the persona and options it was made for (both immutable): compiled
+        # once, not at every turn.
+        self._reply_schema: tuple[Persona, NPCOptions, Schema] | None = None
 
     @classmethod
     def restore(
@@ -323,12 +326,15 @@ class NPC:
         emit: NPCEventSink | None = None,
         on_commit: Callable[[], None] | None = None,
         queue_seconds: float | None = None,
+        partial_values: bool = True,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
         overrides the NPC's policy for the first step; ``queue_seconds`` caps each model step's
         wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
-        as ``fallbackOnGuardrail`` allows). Raises :class:`AgentError` for errors no fallback
-        covers; see the module docstring for events and commit."""
+        as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
+        while the reply streams (``Agent.respond``), only its end is emitted. Raises
+        :class:`AgentError` for errors no fallback covers; see the module docstring for events
+        and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice)
         if queue_seconds is not None:
@@ -340,7 +346,7 @@ class NPC:
         retried = False
         while True:
             try:
-                result = await self._run(attempt, tracker, records, emit)
+                result = await self._run(attempt, tracker, records, emit, partial_values)
             except DeadlinePassed:
                 # No step could start in time: a text retry would not either.
                 self._store.discard()
@@ -385,7 +391,7 @@ class NPC:
         memory = self._store.memory
         return _Attempt(
             prompt=prompting.turn_prompt(line),
-            schema=None if text_reply else prompting.reply_schema(persona, options),
+            schema=None if text_reply else self._schema_for(persona, options),
             agent_options=_agent_options(options, persona, choice),
             instructions=prompting.instructions(persona, options, names, memory, text_reply=text_reply),
             note=prompting.context_note(memory, options, world_summary, situation),
@@ -394,6 +400,12 @@ class NPC:
             world_summary=world_summary,
             situation=situation,
         )
+
+    def _schema_for(self, persona: Persona, options: NPCOptions) -> Schema:
+        known = self._reply_schema
+        if known is None or known[0] is not persona or known[1] is not options:
+            known = self._reply_schema = (persona, options, prompting.reply_schema(persona, options))
+        return known[2]
 
     def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
         memory = self._store.memory
@@ -407,7 +419,12 @@ class NPC:
         )
 
     async def _run(
-        self, attempt: _Attempt, tracker: LineTracker, records: list[ToolCallRecord], emit: NPCEventSink | None
+        self,
+        attempt: _Attempt,
+        tracker: LineTracker,
+        records: list[ToolCallRecord],
+        emit: NPCEventSink | None,
+        partial_values: bool,
     ) -> TurnResult:
         agent = self._agent
         agent.instructions = attempt.instructions
@@ -424,7 +441,7 @@ class NPC:
                     records.append(event.record)
                 await _send(emit, [event])
 
-        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward)
+        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values)
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.

@@ -183,13 +183,7 @@ class GameState:
         self.bridge.admit()
         reply = ref.ask_nowait(message)
         record.pending.add(reply)
-        return Deferred(self._settle(record, reply))
-
-    async def _settle(self, record: NPCRecord, reply: Reply) -> Any:
-        try:
-            return await self.bridge.queued(reply).awaitable
-        finally:
-            record.pending.discard(reply)
+        return self.bridge.queued(reply, settled=lambda: record.pending.discard(reply))
 
     def run_request(self, worker: DecisionEngine | ContentGenerator, message: Any) -> Deferred:
         """Run a one-off request on its own actor (the address its client tools answer to)."""

@@ -202,25 +202,28 @@ class NPCActor(Actor):
         raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
 
     async def _talk(self, message: Talk) -> dict[str, Any]:
-        relay = TurnRelay(
-            message.outlet if message.outlet is not None else self.outlet,
-            head={"npc": self.npc_id},
-            request_id=message.request_id,
-            stream=message.stream,
-            target=self.address,
-            event_method="npc/event",
-        )
-        try:
-            turn = await self.npc.talk(
-                message.line,
-                context=message.context,
-                tool_choice=message.tool_choice,
-                emit=relay,
-                on_commit=self.commit,
-                queue_seconds=seconds_left(message.deadline),
+        async with self.admission() as admission:
+            relay = TurnRelay(
+                message.outlet if message.outlet is not None else self.outlet,
+                head={"npc": self.npc_id},
+                request_id=message.request_id,
+                stream=message.stream,
+                target=self.address,
+                event_method="npc/event",
+                admission=admission,
             )
-        finally:
-            relay.close()
+            try:
+                turn = await self.npc.talk(
+                    message.line,
+                    context=message.context,
+                    tool_choice=message.tool_choice,
+                    emit=relay,
+                    on_commit=self.commit,
+                    queue_seconds=seconds_left(message.deadline),
+                    partial_values=message.stream,
+                )
+            finally:
+                relay.close()
         if self.npc.compaction_pending:
             self._queue_compaction()
         return turn.to_wire(npc=self.npc_id, warnings=message.warnings)

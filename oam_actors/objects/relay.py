@@ -3,6 +3,10 @@
 Order kept (Android): a ``toolCallStarted`` event precedes its ``tool/call``; on a timeout the
 ``toolCallCompleted`` event precedes the ``tool/cancel``; when the turn ends (done, failed or
 cancelled) every call still outstanding gets a ``tool/cancel`` before the turn's response.
+
+A turn admitted at its system's gate (``admission``) gives its slot up while it waits for a
+client's tool answer and takes one again (with its arrival ticket) when the call completes: a slow
+client keeps nobody else's turns waiting.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any
 
 from ..agent import ToolCallAbandoned, ToolCallCompleted, ToolCallStarted, TurnEvent
 from ..game import NPCEvent
-from ..runtime import Address
+from ..runtime import Address, Admission
 from .outlet import Outlet, RequestId
 
 __all__ = ["TURN_ENDED_REASON", "TurnRelay"]
@@ -35,6 +39,7 @@ class TurnRelay:
         target: Address,
         event_method: str = "session/event",
         abandon_reason: str | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._outlet = outlet
         self._head = head
@@ -43,6 +48,7 @@ class TurnRelay:
         self._target = target
         self._event_method = event_method
         self._abandon_reason = abandon_reason
+        self._admission = admission
         self._tool_ids: dict[str, str] = {}   # call id -> tool/call JSON-RPC id
         self._open: set[str] = set()          # calls started and not completed
 
@@ -58,11 +64,15 @@ class TurnRelay:
             tool_id = self._outlet.call_tool(self._head, self._request_id, event.call, target=self._target)
             self._tool_ids[event.call.id] = tool_id
             self._open.add(event.call.id)
+            if self._admission is not None:
+                self._admission.pause()
         elif isinstance(event, ToolCallCompleted):
             call_id = event.record.call.id
             self._open.discard(call_id)
             if call_id in self._tool_ids:
                 self._outlet.release_tool(self._tool_ids[call_id])
+                if self._admission is not None:
+                    await self._admission.resume()
 
     def close(self) -> None:
         """The turn is over: cancel whatever is still outstanding."""

@@ -148,23 +148,26 @@ class SessionActor(Actor):
             choice = overrides.tool_choice
             if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in self.agent.tools}:
                 raise invalid_params(f"Parameter 'toolChoice' names '{choice.tool}', which is not a tool of this session.")
-        relay = TurnRelay(
-            message.outlet if message.outlet is not None else self.outlet,
-            head={"session": self.session_id},
-            request_id=message.request_id,
-            stream=message.stream,
-            target=self.address,
-        )
-        try:
-            result = await self.agent.respond(
-                message.prompt,
-                schema=message.schema,
-                overrides=overrides,
-                emit=relay,
-                on_commit=self.commit,
+        async with self.admission() as admission:
+            relay = TurnRelay(
+                message.outlet if message.outlet is not None else self.outlet,
+                head={"session": self.session_id},
+                request_id=message.request_id,
+                stream=message.stream,
+                target=self.address,
+                admission=admission,
             )
-        finally:
-            relay.close()
+            try:
+                result = await self.agent.respond(
+                    message.prompt,
+                    schema=message.schema,
+                    overrides=overrides,
+                    emit=relay,
+                    on_commit=self.commit,
+                    partial_values=message.stream,
+                )
+            finally:
+                relay.close()
         wire = result.to_wire(session=self.session_id)
         if message.warnings:
             wire["warnings"] = [*message.warnings, *wire.get("warnings", [])]

@@ -16,6 +16,7 @@ checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._admission import Admission, AdmissionGate, GateStatistics
 from oam_actors.runtime._crossing import (
     EndpointKind,
     EndpointReferences,
@@ -51,9 +52,12 @@ __all__ = [
     "ActorStopped",
     "ActorSystem",
     "Address",
+    "Admission",
+    "AdmissionGate",
     "EndpointKind",
     "EndpointReferences",
     "ExcInfo",
+    "GateStatistics",
     "HostFailed",
     "Hosting",
     "LocalSystem",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from oam_actors.runtime._address import Address
 
 if TYPE_CHECKING:
+    from oam_actors.runtime._admission import Admission
     from oam_actors.runtime._system import ActorSystem
 
 __all__ = ["Actor"]
@@ -26,6 +27,8 @@ class _Host(Protocol):
     actor: Actor
 
     def commit_running(self) -> None: ...
+
+    def admission_of_running(self) -> Admission: ...
 
 
 # Set once on each actor task to the cell hosting it, so ``commit`` knows which message is
@@ -113,3 +116,18 @@ class Actor:
         if host is None or host.actor is not self:
             raise RuntimeError("commit() is only valid inside this actor's handle()")
         host.commit_running()
+
+    def admission(self) -> Admission:
+        """The ordered message being handled, at its system's admission gate.
+
+        ``async with self.admission():`` runs the block once one of the system's running slots
+        is free, waiting messages going in arrival order (the order they were queued, across
+        every actor of the system); ``pause``/``resume`` give the slot up while waiting on
+        something outside. Without a gate (``LocalSystem(max_running=None)``) it never waits.
+        Use it for work that must not deadlock on itself: a holder must not wait for another
+        message that needs a slot. Raises ``RuntimeError`` outside ``handle``.
+        """
+        host = HOST.get()
+        if host is None or host.actor is not self:
+            raise RuntimeError("admission() is only valid inside this actor's handle()")
+        return host.admission_of_running()

@@ -16,6 +16,7 @@ import anyio
 
 from oam_actors.runtime._actor import HOST, Actor
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._admission import Admission, AdmissionGate
 from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped
 from oam_actors.runtime._mailbox import Mailbox
@@ -45,6 +46,7 @@ class ActorCell:
         max_queue: int,
         on_exit: Callable[[ActorCell], None],
         checkpoint: Checkpoint | None = None,
+        gate: AdmissionGate | None = None,
     ) -> None:
         self.actor = actor
         self.address = address
@@ -52,6 +54,7 @@ class ActorCell:
         self.state = CellState.STARTING
         self._on_exit = on_exit
         self._checkpoint = checkpoint
+        self._gate = gate
         self._started = anyio.Event()
         self._exited = anyio.Event()
         self._controls: set[anyio.CancelScope] = set()
@@ -62,7 +65,7 @@ class ActorCell:
     # -- called by refs and the system, on their own tasks --------------------------------
 
     def enqueue(self, message: Any, *, tell: bool) -> Envelope:
-        envelope = Envelope(message, tell=tell)
+        envelope = Envelope(message, tell=tell, ticket=0 if self._gate is None else self._gate.next_ticket())
         self.mailbox.put_nowait(envelope)
         return envelope
 
@@ -119,6 +122,12 @@ class ActorCell:
         if running.aborted is not None:
             raise running.aborted(self.address)
         running.mark_committed()
+
+    def admission_of_running(self) -> Admission:
+        running = self.mailbox.running
+        if running is None:
+            raise RuntimeError("admission() is only valid inside this actor's handle()")
+        return Admission(self._gate, running.ticket)
 
     async def _start(self) -> bool:
         try:

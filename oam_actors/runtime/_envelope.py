@@ -30,11 +30,13 @@ class Envelope(Reply):
 
     __slots__ = (
         "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "message", "tell",
+        "ticket",
     )
 
-    def __init__(self, message: Any, *, tell: bool = False) -> None:
+    def __init__(self, message: Any, *, tell: bool = False, ticket: int = 0) -> None:
         self.message = message
         self.tell = tell
+        self.ticket = ticket  # arrival order at the system's admission gate
         self._stage = _Stage.QUEUED
         self._value: Any = None
         self._error: BaseException | None = None

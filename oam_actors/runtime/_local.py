@@ -14,6 +14,7 @@ import anyio.abc
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._admission import AdmissionGate, GateStatistics
 from oam_actors.runtime._cell import ActorCell, Checkpoint
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
@@ -57,12 +58,20 @@ class LocalSystem(SystemBase):
 
     ``checkpoint``, when given, receives ``(address, actor.snapshot())`` after every committed
     ordered message, before its reply resolves (``Actor.snapshot``); without it nothing is
-    snapshotted.
+    snapshotted. ``max_running``, when given, is the admission gate's limit: at most that many
+    handlers inside ``Actor.admission()`` at once, admitted in arrival order (``None``: no gate).
     """
 
-    def __init__(self, *, max_queue: int = DEFAULT_MAX_QUEUE, checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        checkpoint: Checkpoint | None = None,
+        max_running: int | None = None,
+    ) -> None:
         super().__init__(max_queue=max_queue)
         self._checkpoint = checkpoint
+        self._gate = None if max_running is None else AdmissionGate(max_running)
         self._refs: dict[Address, _LocalRef] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -79,13 +88,17 @@ class LocalSystem(SystemBase):
         assert self._task_group is not None
         actor.address = address
         actor.system = self
-        cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint)
+        cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint, self._gate)
         ref = self._refs[address] = _LocalRef(cell)
         self._task_group.start_soon(cell.run, name=f"actor {address}")
         return ref
 
     def lookup(self, address: Address) -> ActorRef | None:
         return self._refs.get(address)
+
+    def gate_statistics(self) -> GateStatistics | None:
+        """The admission gate's counters (``None`` without a gate)."""
+        return None if self._gate is None else self._gate.statistics()
 
     def addresses(self, kind: str | None = None) -> list[Address]:
         return [address for address in self._refs if kind is None or address.kind == kind]

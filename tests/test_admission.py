@@ -1,0 +1,204 @@
+"""The admission gate: a bounded number of turns running at once, started in arrival order.
+
+Order, never timing: the gate's own bookkeeping on its tickets, and over a bridge the wire log
+(a turn's first event comes after enough earlier turns have answered). The same burst runs on
+RaySystem in test_cluster_ray.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from oam_actors.bridge import Bridge
+from oam_actors.runtime import ActorSystem, AdmissionGate, LocalSystem
+
+HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
+
+
+# --- the gate alone --------------------------------------------------------------------------------
+
+
+async def test_a_freed_slot_goes_to_the_earliest_ticket_not_the_earliest_caller() -> None:
+    gate = AdmissionGate(1)
+    await gate.acquire(0)
+    admitted: list[int] = []
+
+    async def wait(ticket: int) -> None:
+        await gate.acquire(ticket)
+        admitted.append(ticket)
+
+    async with anyio.create_task_group() as tasks:
+        for ticket in (5, 3, 9, 1):  # asked in this order
+            tasks.start_soon(wait, ticket)
+        await anyio.wait_all_tasks_blocked()
+        assert gate.statistics().waiting == 4
+        for _ in range(4):
+            gate.release()
+            await anyio.wait_all_tasks_blocked()
+    assert admitted == [1, 3, 5, 9]
+    assert gate.statistics().running == 1  # the last one still holds it
+
+
+async def test_a_cancelled_waiter_takes_no_slot() -> None:
+    gate = AdmissionGate(1)
+    await gate.acquire(0)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await gate.acquire(1)
+    assert gate.statistics().waiting == 0
+    gate.release()
+    assert gate.statistics().running == 0
+    await gate.acquire(2)  # free again: no wait
+    assert gate.statistics().running == 1
+
+
+async def test_a_waiter_cancelled_in_the_queue_is_skipped() -> None:
+    gate = AdmissionGate(1)
+    await gate.acquire(0)
+    got: list[int] = []
+    async with anyio.create_task_group() as tasks:
+        first = anyio.CancelScope()
+
+        async def cancelled_waiter() -> None:
+            with first:
+                await gate.acquire(1)
+                got.append(1)
+
+        async def waiter() -> None:
+            await gate.acquire(2)
+            got.append(2)
+
+        tasks.start_soon(cancelled_waiter)
+        tasks.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        first.cancel()  # ticket 1 leaves the queue ...
+        await anyio.wait_all_tasks_blocked()
+        assert gate.statistics().waiting == 1
+        gate.release()  # ... so the slot goes to ticket 2
+    assert got == [2]
+    assert gate.statistics().running == 1
+
+
+def test_the_limit_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        AdmissionGate(0)
+
+
+# --- turns over a bridge ---------------------------------------------------------------------------
+
+
+class Wire:
+    """An in-process bridge; ``log`` is every message it wrote, in order."""
+
+    def __init__(self, system: ActorSystem) -> None:
+        self.log: list[dict[str, Any]] = []
+        self.bridge = Bridge(system, self.write)
+        self._changed = anyio.Event()
+        self._ids = 0
+
+    async def write(self, data: bytes) -> None:
+        self.log.extend(msgspec.json.decode(line) for line in data.split(b"\n"))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def request(self, method: str, params: dict[str, Any]) -> int:
+        self._ids += 1
+        await self.bridge.receive(msgspec.json.encode({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}))
+        return self._ids
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        with anyio.fail_after(HANG_GUARD):
+            while True:
+                for message in self.log:
+                    if predicate(message):
+                        return message
+                await self._changed.wait()
+
+    async def result(self, request_id: int) -> Any:
+        message = await self.wait_for(lambda m: m.get("id") == request_id and "method" not in m)
+        assert "result" in message, message
+        return message["result"]
+
+    def answer(self, tool_request_id: str, output: Any) -> Any:
+        reply = {"jsonrpc": "2.0", "id": tool_request_id, "result": {"output": output}}
+        return self.bridge.receive(msgspec.json.encode(reply))
+
+
+@asynccontextmanager
+async def open_wire(system: ActorSystem) -> AsyncIterator[Wire]:
+    wire = Wire(system)
+    async with wire.bridge:
+        yield wire
+
+
+SCRIPT = [{"text": "A reply in a few pieces.", "chunks": 4}]
+
+
+async def burst(wire: Wire, turns: int) -> list[int]:
+    """One streamed turn on each of ``turns`` sessions, all sent before any is answered; the
+    request ids in arrival order, once every turn has answered."""
+    for n in range(turns):
+        await wire.result(await wire.request("session/create", {"session": f"b{n}", "model": {"type": "scripted", "steps": SCRIPT}}))
+    ids = [await wire.request("session/respond", {"session": f"b{n}", "prompt": "Go.", "stream": True}) for n in range(turns)]
+    for request_id in ids:
+        await wire.result(request_id)
+    return ids
+
+
+def assert_started_in_arrival_order(log: list[dict[str, Any]], ids: list[int], limit: int) -> None:
+    """With ``limit`` turns at once, the turn that arrived ``j``-th (from 0) can only start once
+    ``j - limit + 1`` earlier turns have answered: its first event comes after that many responses."""
+    answered = 0
+    first_event_after: dict[int, int] = {}
+    for message in log:
+        if "method" not in message and message.get("id") in ids:
+            answered += 1
+        elif message.get("method") == "session/event":
+            first_event_after.setdefault(message["params"]["requestId"], answered)
+    assert sorted(first_event_after) == sorted(ids)
+    for position, request_id in enumerate(ids):
+        assert first_event_after[request_id] >= position - limit + 1, (position, first_event_after)
+    # Not vacuous: the last turns of the burst did wait for earlier answers.
+    assert first_event_after[ids[-1]] >= len(ids) - limit
+
+
+async def test_a_burst_of_turns_starts_in_arrival_order_a_few_at_a_time() -> None:
+    async with LocalSystem(max_running=3) as system, open_wire(system) as wire:
+        ids = await burst(wire, 12)
+        assert_started_in_arrival_order(wire.log, ids, 3)
+
+
+async def test_without_a_gate_every_turn_of_the_burst_starts_before_the_first_answers() -> None:
+    async with LocalSystem() as system, open_wire(system) as wire:
+        ids = await burst(wire, 12)
+    with pytest.raises(AssertionError):
+        assert_started_in_arrival_order(wire.log, ids, 3)
+
+
+OPEN_GATE = {
+    "name": "open_gate",
+    "description": "Ask the game to open a gate.",
+    "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]},
+}
+
+
+async def test_a_turn_waiting_for_its_client_gives_its_slot_up() -> None:
+    async with LocalSystem(max_running=1) as system, open_wire(system) as wire:
+        tool_script = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"template": "Done: {toolOutput}"}]
+        await wire.result(await wire.request("session/create", {"session": "waits", "tools": [OPEN_GATE],
+                                                                "model": {"type": "scripted", "steps": tool_script}}))
+        await wire.result(await wire.request("session/create", {"session": "plain", "model": {"type": "scripted", "steps": SCRIPT}}))
+        waiting = await wire.request("session/respond", {"session": "waits", "prompt": "Open it."})
+        call = await wire.wait_for(lambda m: m.get("method") == "tool/call")
+        plain = await wire.request("session/respond", {"session": "plain", "prompt": "Hello."})
+        assert (await wire.result(plain))["text"] == "A reply in a few pieces."  # the only slot was free
+        assert system.gate_statistics() is not None and system.gate_statistics().running == 0
+        await wire.answer(call["id"], {"opened": True})
+        assert (await wire.result(waiting))["text"] == 'Done: {"opened":true}'
+        assert system.gate_statistics().running == 0
