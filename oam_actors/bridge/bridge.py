@@ -78,6 +78,9 @@ REQUEST_OVERHEAD = 2048
 YIELD_EVERY = 16
 """Lines the read loop handles before it lets other connections' tasks run."""
 
+LATE_LINES_GRACE = 0.25
+"""Seconds the input is still read after ``shutdown`` (ended sooner by end of input)."""
+
 HOST_FAILED = (
     "The process hosting this object failed during the operation, which did not complete; "
     "the object keeps its last committed state. Retry the request."
@@ -179,6 +182,10 @@ class Bridge:
 
                 async def stop_when_closed() -> None:
                     await self.closed.wait()
+                    if self.aborted is None:
+                        # Lines a client sent right behind `shutdown` may still be on their way (a
+                        # WebSocket frame each): answer them -32023 for a moment, not silence.
+                        await anyio.sleep(LATE_LINES_GRACE)
                     reader.cancel_scope.cancel()
 
                 reader.start_soon(read)
