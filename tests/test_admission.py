@@ -15,7 +15,7 @@ import anyio
 import msgspec
 import pytest
 
-from oam_actors.bridge import Bridge
+from oam_actors import Bridge
 from oam_actors.runtime import ActorSystem, AdmissionGate, LocalSystem
 
 HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite

@@ -42,9 +42,7 @@ from oam_actors.agent import (
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
 from oam_actors.agent.turn import format_duration
-from oam_actors.clock import ManualClock
-from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.models.scripted import ScriptedModel, ScriptStep, ScriptStyle
+from oam_actors import AgentError, ErrorCode, ManualClock, ScriptStep, ScriptStyle, ScriptedModel
 
 OPEN_GATE = {
     "name": "open_gate",

@@ -39,12 +39,14 @@ from oam_actors.agent import (
     parse_tool_definitions,
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.models.scripted import (
+from oam_actors import (
+    AgentError,
+    ErrorCode,
+    ProtocolError,
     ScriptCall,
-    ScriptedModel,
     ScriptStep,
     ScriptStyle,
+    ScriptedModel,
 )
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}

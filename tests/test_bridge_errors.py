@@ -18,13 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oam_actors.agent import Agent, Availability
-from oam_actors.bridge import Bridge, Call, Deferred
-from oam_actors.game_methods import GameExtension
-from oam_actors.models import ScriptedModel
+from oam_actors import Agent, Availability, Bridge, Call, Deferred, GameExtension, LocalSystem, ScriptedModel
 from oam_actors.objects import SessionActor
 from oam_actors.objects.session import NAMESPACE_SEPARATOR
-from oam_actors.runtime import LocalSystem
 from oam_actors.sim.client import BridgeClient, RpcError
 
 Write = Callable[[bytes], Awaitable[None]]

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from oam_actors.bridge import Bridge, BridgeConfig, ModelStatusExtension, model_extensions
-from oam_actors.models import ScriptedModel, ScriptStep
+from oam_actors import LocalSystem, ScriptStep, ScriptedModel
 from oam_actors.models.errors import ModelConfigError
 from oam_actors.models.codecs import RateLimitInfo
 from oam_actors.models.coalesce import CoalescingModel
@@ -24,7 +24,6 @@ from oam_actors.models.pool import DevicePool, ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig, RateLimitReport, SharedProxyModel
 from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler
 from oam_actors.models.setup import MODEL_FORMS, ModelConfig, create_model_setup
-from oam_actors.runtime import LocalSystem
 from oam_actors.sim import SimConfig
 from oam_actors.sim.backends import make_backend
 from oam_actors.sim.client import BridgeClient

@@ -26,12 +26,10 @@ from oam_actors.cluster import LOCAL_RAY_OPTIONS, ClusterModel, shard_of
 from oam_actors.cluster import RemoteModel
 from oam_actors.cluster.models import ModelHost, hosted_reduce, model_running
 from oam_actors.cluster.wire import dumps_actor, loads_actor
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
-from oam_actors.models import ScriptedModel, ScriptStep
+from oam_actors import Actor, Address, AgentError, ErrorCode, ProtocolError, ScriptStep, ScriptedModel
 from oam_actors.models.errors import ModelHostError
 from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.scheduler import PolicyStatistics, QuotaLimits, QuotaScheduler
-from oam_actors.runtime import Actor, Address
 
 # Model actors cannot import this test module: the factories defined here travel by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

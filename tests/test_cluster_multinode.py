@@ -37,7 +37,7 @@ from test_scenarios import StdioConnection
 from test_scenarios_network import STDIO_ONLY, NetworkConnection
 
 from oam_actors.cluster import RaySystem, shard_of
-from oam_actors.runtime import Address
+from oam_actors import Address
 
 pytestmark = pytest.mark.slow
 

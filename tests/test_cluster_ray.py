@@ -25,12 +25,10 @@ import pytest_asyncio
 import ray
 import ray.cloudpickle
 
-from oam_actors.bridge import Bridge
+from oam_actors import AgentError, Bridge, ErrorCode, GameExtension
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, SqliteStore, host_model, shard_of, stop_model
-from oam_actors.errors import AgentError, ErrorCode
-from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import (
     Actor,
     ActorExists,

@@ -18,7 +18,7 @@ from bridge_process import UNPARSED, BridgeProcess
 from test_cluster_ray import HANG_GUARD
 
 from oam_actors.cluster import shard_of
-from oam_actors.runtime import Address
+from oam_actors import Address
 
 pytestmark = pytest.mark.slow
 

@@ -11,12 +11,11 @@ from typing import Any
 import anyio
 import pytest
 
-from oam_actors.agent import ToolCall
+from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
 from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameReader, encode_frame, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.wire import Failure, Out, dumps_actor, dumps_value, loads_actor, loads_value
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
 from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
 from oam_actors.game import WorldState
 from oam_actors.objects import WorldActor

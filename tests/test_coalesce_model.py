@@ -16,10 +16,17 @@ from typing import Any
 import anyio
 import pytest
 
-from oam_actors.agent.model import GenerationRequest, ModelCapabilities, StepKind, Usage
+from oam_actors import (
+    GenerationRequest,
+    ModelCapabilities,
+    ScriptStep,
+    ScriptStyle,
+    ScriptedModel,
+    StepKind,
+    Usage,
+)
 from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 from oam_actors.game import NPC, BarkLine, DecisionEngine, DecisionOption, DecisionRequest, Persona
-from oam_actors.models import ScriptedModel, ScriptStep, ScriptStyle
 from oam_actors.models.coalesce import BARK_TASK, DECISION_TASK, CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.models.codecs import (
     Affinity,
     AnthropicCodec,

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.models import codecs
 from oam_actors.models.codecs import (
     Affinity,

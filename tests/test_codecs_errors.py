@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 import oam_actors.models.codecs as codecs
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.codecs import (
     Affinity,
     AnthropicCodec,

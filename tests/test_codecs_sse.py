@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.models.codecs import (
     Affinity,
     CodecError,

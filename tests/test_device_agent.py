@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from oam_actors.agent import Agent, AgentOptions, Schema, parse_tool_definitions
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.device import DeviceModel, PhoneConfig, SimulatedPhone
 
 GUARD = 20.0  # seconds; only so that a broken test fails instead of hanging the suite

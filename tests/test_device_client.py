@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from oam_actors.agent.model import GenerationRequest, StepKind, Usage, estimate_tokens
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.models.device import (
     DeviceError,
     DeviceModel,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from oam_actors.agent.model import GenerationRequest, Sampling, StepKind
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode, GenerationRequest, Sampling, StepKind
 from oam_actors.models import device
 from oam_actors.models.device import protocol as wire
 from oam_actors.models.device.client import FailureKind, error_from_body, generate_body

@@ -12,7 +12,7 @@ import pytest
 from oam_actors.agent import Schema, parse_tool_definitions, prompts
 from oam_actors.agent.envelope import Call, Invalid, Respond, parse_envelope
 from oam_actors.agent.prompts import Labels
-from oam_actors.agent.tools import JsonOutput, ToolCall
+from oam_actors import JsonOutput, ToolCall
 from oam_actors.agent.transcript import PromptEntry, ToolUseEntry
 from oam_actors.models.device.responder import ResponderConfig, respond, sample_value
 

@@ -9,10 +9,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from oam_actors.bridge import Bridge
+from oam_actors import Bridge, LocalSystem
 from oam_actors.game_methods import GAME_METHODS, GameExtension, GameRegistry
 from oam_actors.objects.session import NAMESPACE_SEPARATOR
-from oam_actors.runtime import LocalSystem
 from oam_actors.sim.client import BridgeClient
 
 

@@ -8,9 +8,8 @@ import anyio
 import pytest
 
 from oam_actors.agent import JsonOutput, StepKind, ToolCallStarted, ToolDefinition
-from oam_actors.errors import AgentError, ErrorCode, OamError
+from oam_actors import AgentError, ErrorCode, OamError, ScriptedModel
 from oam_actors.game import ContentGenerator, DecisionEngine, DecisionOption, DecisionRequest
-from oam_actors.models.scripted import ScriptedModel
 
 WEAPON = {
     "type": "object",

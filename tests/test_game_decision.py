@@ -16,7 +16,7 @@ from oam_actors.agent import (
     ToolChoice,
     ToolDefinition,
 )
-from oam_actors.errors import AgentError, ErrorCode, OamError
+from oam_actors import AgentError, ErrorCode, OamError, ScriptedModel
 from oam_actors.game import (
     Decision,
     DecisionEngine,
@@ -26,7 +26,6 @@ from oam_actors.game import (
     decisions_to_wire,
     parse_decision_options,
 )
-from oam_actors.models.scripted import ScriptedModel
 
 GOBLIN_OPTIONS = parse_decision_options(
     [{"id": "attack", "description": "Keep fighting"}, {"id": "flee", "description": "Run into the woods"}, "beg"]

@@ -23,7 +23,7 @@ from oam_actors.agent import (
     ToolChoice,
     ToolDefinition,
 )
-from oam_actors.errors import AgentError, ErrorCode, OamError
+from oam_actors import AgentError, ErrorCode, OamError, ScriptedModel
 from oam_actors.game import (
     DEFAULT_FALLBACK_LINES,
     NPC,
@@ -37,7 +37,6 @@ from oam_actors.game import (
     Persona,
     WorldState,
 )
-from oam_actors.models.scripted import ScriptedModel
 
 GORM = Persona.from_wire(
     {"name": "Gorm", "role": "the village blacksmith", "personality": "Gruff but fair.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oam_actors.errors import ErrorCode, OamError
+from oam_actors import ErrorCode, OamError
 from oam_actors.game import (
     DEFAULT_FALLBACK_LINES,
     Emotion,

@@ -26,7 +26,7 @@ from oam_actors.bridge.jsonrpc import (
     encode_error,
     encode_result,
 )
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Structured inputs are slow to generate; the corpus below covers breadth cheaply.

@@ -8,7 +8,7 @@ import pytest
 
 from oam_actors.bridge.params import Params, is_object_id, preview
 from oam_actors.clock import wire_instant
-from oam_actors.errors import ErrorCode, ProtocolError
+from oam_actors import ErrorCode, ProtocolError
 
 
 def message_of(call) -> str:

@@ -14,7 +14,7 @@ import anyio
 
 from bridge_process import BridgeProcess
 from oam_actors.agent import Agent, AgentOptions, parse_tool_definitions
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.models.device import SimulatedPhone
 
 from test_pool_errors import farm, phone

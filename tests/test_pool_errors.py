@@ -12,8 +12,7 @@ import anyio
 import msgspec
 import pytest
 
-from oam_actors.agent.model import GenerationRequest, StepKind
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode, GenerationRequest, StepKind
 from oam_actors.models.device import DeviceTimeouts, ManualClock, MlKitCode, PhoneConfig, SimulatedPhone
 from oam_actors.models.device.protocol import ModelStatus
 from oam_actors.models.pool import DevicePool, DeviceState, PoolConfig

@@ -12,7 +12,7 @@ import anyio
 import msgspec
 import pytest
 
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.pool import DeviceState
 from oam_actors.models.scheduler import QuotaLimits
 

@@ -8,8 +8,15 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from oam_actors.agent.model import Availability, GenerationRequest, ModelCapabilities, StepKind, Usage
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import (
+    AgentError,
+    Availability,
+    ErrorCode,
+    GenerationRequest,
+    ModelCapabilities,
+    StepKind,
+    Usage,
+)
 from oam_actors.models.device import DeviceError, FailureKind, MlKitCode
 from oam_actors.models.pool import (
     Candidate,

@@ -16,7 +16,7 @@ from oam_actors.agent import (
 )
 from oam_actors.agent.envelope import Call, parse_envelope
 from oam_actors.agent.prompts import Labels
-from oam_actors.agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCall
+from oam_actors import ErrorOutput, JsonOutput, ScriptStep, ScriptStyle, ScriptedModel, TextOutput, ToolCall
 from oam_actors.agent.transcript import (
     Entry,
     PromptEntry,
@@ -24,7 +24,6 @@ from oam_actors.agent.transcript import (
     ToolUseEntry,
     Transcript,
 )
-from oam_actors.models.scripted import ScriptedModel, ScriptStep, ScriptStyle
 
 MENU = {"ale": 3, "stew": 5, "bread": 1}
 TOOLS_WIRE = [

@@ -23,7 +23,7 @@ from oam_actors.agent import (
     TurnEvent,
     parse_tool_definitions,
 )
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
+from oam_actors import AgentError, ErrorCode, ProtocolError
 from oam_actors.models.codecs.antigravity import (
     Bindings,
     GoogleStream,

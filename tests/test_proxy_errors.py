@@ -21,7 +21,7 @@ from provider_servers import (
 )
 
 from oam_actors.agent.model import GenerationRequest, StepKind, ToolSpec, Usage
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel, RateLimitReport
 
 HANG_GUARD = 10.0  # seconds; only so a broken test fails instead of hanging the suite

@@ -26,7 +26,7 @@ from oam_actors.agent import (
     parse_tool_definitions,
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig
 
 PROVIDERS = ["openai", "anthropic", "gemini"]

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from oam_actors.agent.model import GenerationRequest, Sampling, StepKind, ToolSpec, Usage
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
+from oam_actors import AgentError, ErrorCode, ProtocolError
 from oam_actors.models.codecs import (
     RateLimitInfo,
     RateLimitWindow,

@@ -17,14 +17,12 @@ from typing import Any
 import anyio
 import pytest
 
-from oam_actors.bridge import Bridge
-from oam_actors.game_methods import GameExtension
+from oam_actors import Bridge, GameExtension, LocalSystem
 from oam_actors.models.device import ManualClock as PhoneClock
 from oam_actors.models.device import SimulatedPhone
 from oam_actors.models.pool import DevicePool, PoolConfig, ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler
-from oam_actors.runtime import LocalSystem
 from oam_actors.sim.client import BridgeClient, RpcError
 
 from provider_servers import ProviderServer, fixture, openai_text, stream

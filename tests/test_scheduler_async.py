@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 from oam_actors.models.scheduler import NO_HEADROOM, Headroom, ManualClock, Priority, QuotaLimits, QuotaScheduler
 
 D, M, B = Priority.DIALOGUE, Priority.DECISION, Priority.BACKGROUND

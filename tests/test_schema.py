@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from oam_actors.agent.schema import Schema, Violation, format_violations
-from oam_actors.errors import AgentError, ErrorCode
+from oam_actors import AgentError, ErrorCode
 
 ORDER = {
     "type": "object",

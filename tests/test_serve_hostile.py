@@ -25,11 +25,8 @@ import anyio
 import anyio.abc
 import pytest
 
-from oam_actors.bridge import Bridge, BridgeConfig
-from oam_actors.game_methods import GameExtension
-from oam_actors.models.scheduler import ManualClock
+from oam_actors import Bridge, BridgeConfig, GameExtension, LocalSystem, ManualClock
 from oam_actors.observability.metrics import ServerMetrics
-from oam_actors.runtime import LocalSystem
 from oam_actors.transports.hub import Hub, ServePolicy
 from oam_actors.transports.tcp import serve_tcp
 

@@ -12,7 +12,7 @@ import pytest
 from anyio.abc import ByteReceiveStream
 
 from oam_actors.bridge.jsonrpc import Invalid, Request, decode, encode_error
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.transports.stdio import MAX_LINE_BYTES, LineSplitter, LineTooLong, open_stdio, read_lines
 
 

@@ -20,7 +20,7 @@ from oam_actors.agent.tools import (
     parse_tool_definitions,
     too_many_tools_warning,
 )
-from oam_actors.errors import AgentError, ErrorCode, ProtocolError
+from oam_actors import AgentError, ErrorCode, ProtocolError
 
 OPEN_GATE: dict[str, Any] = {
     "name": "open_gate",

@@ -8,7 +8,16 @@ import msgspec
 import pytest
 
 from oam_actors.agent import Agent, parse_tool_definitions
-from oam_actors.agent.tools import ErrorOutput, JsonOutput, TextOutput, ToolCall
+from oam_actors import (
+    ErrorCode,
+    ErrorOutput,
+    JsonOutput,
+    ProtocolError,
+    ScriptStep,
+    ScriptedModel,
+    TextOutput,
+    ToolCall,
+)
 from oam_actors.agent.transcript import (
     PromptEntry,
     ResponseEntry,
@@ -16,8 +25,6 @@ from oam_actors.agent.transcript import (
     Transcript,
     split_turns,
 )
-from oam_actors.errors import ErrorCode, ProtocolError
-from oam_actors.models.scripted import ScriptedModel, ScriptStep
 
 CHECK_MENU = {"name": "check_menu", "description": "See the menu.", "parameters": {"type": "object", "properties": {}}}
 

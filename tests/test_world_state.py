@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oam_actors.errors import ErrorCode
+from oam_actors import ErrorCode
 from oam_actors.game.world import (
     MISSING,
     Change,
