@@ -20,6 +20,7 @@ from .events import (
 )
 from .model import (
     Availability,
+    DelegatingModel,
     GenerationRequest,
     LanguageModel,
     ModelCapabilities,
@@ -50,6 +51,7 @@ __all__ = [
     "AgentOptions",
     "Availability",
     "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "DelegatingModel",
     "ErrorOutput",
     "EventSink",
     "GenerationRequest",

@@ -24,6 +24,7 @@ __all__ = [
     "BarkItem",
     "BatchItem",
     "DecisionItem",
+    "DelegatingModel",
     "GenerationRequest",
     "ItemOption",
     "LanguageModel",
@@ -194,6 +195,24 @@ class LanguageModel(Protocol):
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]: ...
 
     async def availability(self) -> Availability: ...
+
+
+class DelegatingModel:
+    """A :class:`LanguageModel` in front of another one: capabilities, availability and stream
+    pass through; a wrapper that meters or times the steps overrides :meth:`stream` only."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self._model = model
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self._model.capabilities
+
+    async def availability(self) -> Availability:
+        return await self._model.availability()
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        return self._model.stream(request)
 
 
 @runtime_checkable

@@ -44,10 +44,9 @@ import anyio
 import msgspec
 
 from ..agent import (
-    Availability,
+    DelegatingModel,
     GenerationRequest,
     LanguageModel,
-    ModelCapabilities,
     Usage,
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
@@ -290,19 +289,12 @@ def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomMo
     return lambda spec, path: _TimedModel(factory(spec, path), metrics)
 
 
-class _TimedModel:
+class _TimedModel(DelegatingModel):
     """A LanguageModel that reports how long each inference attempt took."""
 
     def __init__(self, model: LanguageModel, metrics: ServerMetrics) -> None:
-        self._model = model
+        super().__init__(model)
         self._metrics = metrics
-
-    @property
-    def capabilities(self) -> ModelCapabilities:
-        return self._model.capabilities
-
-    async def availability(self) -> Availability:
-        return await self._model.availability()
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         start = anyio.current_time()

@@ -19,10 +19,9 @@ import msgspec
 
 from ...agent import (
     Agent,
-    Availability,
+    DelegatingModel,
     GenerationRequest,
     LanguageModel,
-    ModelCapabilities,
     TextDelta,
     ToolCall,
     ToolCallStarted,
@@ -70,19 +69,12 @@ async def run_turn(plan: Plan, model: LanguageModel, *, owner: str, on_reply: Re
     return Reply(None, calls, metered.usage)
 
 
-class _Metered:
+class _Metered(DelegatingModel):
     """The model, counting the tokens of every step of one request."""
 
     def __init__(self, model: LanguageModel) -> None:
-        self._model = model
+        super().__init__(model)
         self.usage = TurnUsage()
-
-    @property
-    def capabilities(self) -> ModelCapabilities:
-        return self._model.capabilities
-
-    async def availability(self) -> Availability:
-        return await self._model.availability()
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         reported: Usage | None = None
