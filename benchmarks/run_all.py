@@ -8,7 +8,9 @@ Each benchmark runs several times (3 unless its entry says fewer: the cluster be
 its own rounds, the live ones are long) so that one quiet or one busy moment cannot make a
 headline: every number of its output is the median over the runs, next to the machine's 1-minute
 load average at the start of each run. A line whose words differ between runs (not only its
-numbers) is shown from every run. The full run (without --live) takes about 35 minutes on 2 cores.
+numbers) is shown from every run. The full run (without --live) takes about 35 minutes on 2 cores;
+``--quick`` (about 12 minutes) measures the goals of the issues at their sizes where that is cheap
+(10,000 NPCs, 100 sessions x 10 turns, 8 phones) and runs the few minute-long simulations once.
 
 Run: python3 benchmarks/run_all.py [--quick] [--repeat N] [--only NAME ...] [--output benchmarks/RESULTS.md]
      [--live [--base-url http://127.0.0.1:PORT/v1]]
@@ -39,17 +41,17 @@ BENCHMARKS: list[Entry] = [
      "one scripted turn with one tool round; parse / validate / render per step"),
     ("jsonrpc", "bench_jsonrpc.py", [], [], "ping decode + encode in the JSON-RPC codec"),
     ("runtime", "bench_runtime.py", [], ["--asks", "20000"], "asks per second through LocalSystem actors"),
-    ("stdio", "bench_stdio.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
+    ("stdio", "bench_stdio.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "1000"],
      "the real `oam-actors stdio` subprocess: pipelined pings, tool-round turns at 1/100/1000 sessions"),
     ("tcp", "bench_tcp.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
      "the same over TCP, next to stdio"),
-    ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "2000", "--stdio"],
+    ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "10000", "--stdio"],
      "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
     ("cluster", "bench_cluster.py", [], ["--turns", "1000", "--latency-turns", "100", "--asks", "1000", "--naive", "4"],
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline", 1),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
-    ("crowd_quota", "bench_crowd_quota.py", [], ["--phones", "2", "--npcs", "250", "--seconds", "20"],
+    ("crowd_quota", "bench_crowd_quota.py", [], ["--phones", "8", "--npcs", "1000", "--seconds", "60"],
      "1,000 NPCs through the bridge at 3x a farm's quota: actions per generation, deadlines, fairness"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
@@ -61,6 +63,9 @@ BENCHMARKS: list[Entry] = [
     ("hostile", "bench_hostile.py", [], ["--samples", "100", "--turns", "20000"],
      "8 clients that do not read next to a well-behaved one: server memory, ping / turn latency before and during"),
 ]
+
+# Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
+ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "quota_frontdoors"}
 
 # The same, on a real local model: opt-in (--live).
 LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
@@ -135,7 +140,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark run")
-    parser.add_argument("--repeat", type=int, help="runs of every benchmark (default: 3, or its own count; 1 with --quick)")
+    parser.add_argument("--repeat", type=int, help="runs of every benchmark (default: 3, or its own count; the longest run once with --quick)")
     parser.add_argument("--live", action="store_true", help="also the benchmarks on a real local model")
     parser.add_argument("--base-url", help="--live: a running OpenAI-compatible …/v1 (default: start one)")
     args = parser.parse_args()
@@ -151,7 +156,7 @@ def main() -> None:
         if not (HERE / script).exists():
             sections.append(f"## {name}\n\n{what}\n\n(not present in this checkout)\n")
             continue
-        runs = args.repeat or (1 if args.quick else (own[0] if own else 3))
+        runs = args.repeat or (1 if args.quick and name in ONCE_WHEN_QUICK else (own[0] if own else 3))
         arguments = quick if args.quick else full
         outputs, loads, seconds, codes = [], [], 0.0, []
         for run in range(runs):
