@@ -16,7 +16,8 @@ they stay inside the shard with their session.
   so sessions carrying it move to shards freely. ``stream`` relays the hosted model's pieces
   (Ray streaming generator); closing it early cancels the remote generation; the hosted model's
   ``AgentError`` is raised as is.
-- :func:`stop_model` ends the actor. Detached actors outlive drivers: stop what you host;
+- :func:`stop_model` ends the actor and returns once it is gone. Detached actors outlive
+  drivers: stop what you host;
   :func:`model_running` tells whether one is hosted already.
 - :class:`ClusterModel` does all three for a server's system model: ``async with
   ClusterModel(name, factory)`` hosts it (or joins the one running), ``model()`` is the bridge's
@@ -25,7 +26,8 @@ they stay inside the shard with their session.
   factory's (or Ray's) error.
 
 **Backends sessions name** are hosted the same way, lazily. A model type its layer declared
-hosted (``runtime.register_hosted``: a proxy backend's :class:`~oam_actors.models.proxy.SharedProxyModel`)
+hosted (``runtime.register_hosted``: a proxy backend's :class:`~oam_actors.models.proxy.SharedProxyModel`,
+a set of phones' :class:`~oam_actors.models.device_backends.SharedDeviceModel`)
 travels to a shard as :func:`remote_model` of its hosting: a :class:`RemoteModel` named after the
 backend's quota key that starts the model actor on first use, in whichever process needs it
 first (``get_if_exists``: concurrent first uses from many shards and front doors find one actor),
@@ -361,12 +363,20 @@ def model_running(name: str, *, namespace: str = MODEL_NAMESPACE) -> bool:
 
 
 def stop_model(name: str, *, namespace: str = MODEL_NAMESPACE) -> bool:
-    """End the model actor ``name``; ``False`` if none runs."""
+    """End the model actor ``name`` and return once it is gone (its name free: hosting it again
+    starts a new one); ``False`` if none runs. Blocks: call it off the event loop."""
     try:
         handle = ray.get_actor(_actor_name(name), namespace=namespace)
     except ValueError:
         return False
-    ray.kill(handle)
+    ray.kill(handle)  # asynchronous: the actor dies, and its name is freed, a moment later
+    while True:  # each round trip is answered by the live actor or fails once Ray has it dead
+        try:
+            ray.get(handle.__ray_ready__.remote())
+        except ray.exceptions.RayActorError:
+            break
+    while model_running(name, namespace=namespace):  # Ray frees the name as it declares the death
+        pass
     return True
 
 
@@ -404,7 +414,7 @@ class ClusterModel:
             self._model = await anyio.to_thread.run_sync(host_model, self.name, self.factory)
         except Exception as exc:
             if self._started:
-                stop_model(self.name)
+                await anyio.to_thread.run_sync(stop_model, self.name)
             raise ModelHostError(f"the model {self.name!r} did not start: {exc}") from exc
         return self
 
@@ -413,4 +423,4 @@ class ClusterModel:
     ) -> None:
         self._model = None
         if self._started:
-            stop_model(self.name)
+            await anyio.to_thread.run_sync(stop_model, self.name)
