@@ -26,9 +26,15 @@ import ray
 import ray.cloudpickle
 
 from oam_actors import AgentError, Bridge, ErrorCode, GameExtension
+from oam_actors.bridge import BridgeConfig
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
-from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, SqliteStore, host_model, shard_of, stop_model
+from oam_actors.cluster import LOCAL_RAY_OPTIONS, MODEL_NAMESPACE, RaySystem, RemoteModel, SqliteStore, host_model, shard_of
+from oam_actors.cluster import stop_model
+from oam_actors.cluster.models import model_running
+from oam_actors.agent import ModelCapabilities
+from oam_actors.models.device import PhoneConfig, SimulatedPhone
+from oam_actors.models.device_backends import DeviceBackends
 from oam_actors.runtime import (
     Actor,
     ActorExists,
@@ -299,9 +305,10 @@ class Wire:
 
 
 @asynccontextmanager
-async def open_wire(system: RaySystem, *, game: bool = False) -> AsyncIterator[Wire]:
+async def open_wire(system: RaySystem, *, game: bool = False, config: BridgeConfig | None = None
+                    ) -> AsyncIterator[Wire]:
     wire = Wire()
-    bridge = wire.bridge = Bridge(system, wire.write, extensions=[GameExtension()] if game else [])
+    bridge = wire.bridge = Bridge(system, wire.write, config=config, extensions=[GameExtension()] if game else [])
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(bridge.serve, wire._input)
         yield wire
@@ -585,4 +592,35 @@ async def test_a_model_actor_enforces_one_quota_for_sessions_on_every_shard(syst
         assert (statistics.admitted, statistics.expired) == (3, 1)  # the scheduler's own record
     finally:
         assert stop_model("quota-test")
+    assert not model_running("quota-test")  # stopped means gone: the name is free again
+
+
+async def test_a_device_sessions_name_is_one_model_actor_for_sessions_on_every_shard(system: RaySystem) -> None:
+    phone_config = PhoneConfig(first_token_latency_s=0.0, tokens_per_s=0.0, tool_call_rate=0.0)
+    async with SimulatedPhone(phone_config) as phone, DeviceBackends() as devices:
+        name = f"device:{phone.url}"
+        spec = {"type": "device", "urls": [phone.url + "/"]}  # written as a client may: the same phone
+        config = BridgeConfig(model_types=devices.model_types())
+        try:
+            async with open_wire(system, config=config) as wire:
+                sessions = spread("session", 2)  # two on each shard, all first used at once
+                for address in sessions:
+                    await wire.call("session/create", {"session": address.id, "model": spec})
+                turns = [wire.request("session/respond", {"session": a.id, "prompt": "Ale?"}) for a in sessions]
+                answers = [await wire.response(turn) for turn in turns]
+                bad = await wire.response(wire.request("session/create", {"session": "bad", "model": {
+                    "type": "device", "urls": ["http://10.9.9.9:8765"]}}))
+            hosted = RemoteModel(name, ModelCapabilities())
+            with anyio.fail_after(HANG_GUARD):
+                statistics = await hosted.statistics()
+        finally:
+            stopped = await anyio.to_thread.run_sync(stop_model, name)
+    assert [a.get("error") for a in answers] == [None] * 4 and all(a["result"]["text"] for a in answers)
+    assert stopped  # the one actor of that phone, hosted by the first shard to need it
+    # Every session's step went through the one pool of that actor: one scheduler for the phone.
+    assert statistics is not None and statistics.steps_ok == 4 == phone.statistics().admitted
+    assert phone.statistics().refused == {}
+    # A device that cannot be hosted is refused as on LocalSystem, naming the field.
+    assert bad["error"]["code"] == -32602 and "model.urls" in bad["error"]["message"]
+    assert "pickle" not in bad["error"]["message"]
 

@@ -32,6 +32,7 @@ _OPTIONS = {
     "devices": "--device",
     "farm_time_scale": "--farm-time-scale",
     "proxy_allow_hosts": "--proxy-allow-host",
+    "device_allow_hosts": "--device-allow-host",
     "rpm": "--rpm",
     "tpm": "--tpm",
     "max_concurrency": "--max-concurrency",
@@ -79,6 +80,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
                         "own and loopback (repeatable; environment: OAM_PROXY_ALLOW_HOSTS, comma-separated)")
+    parser.add_argument("--device-allow-host", action="append", metavar="HOST",
+                        default=[h for h in (env("OAM_DEVICE_ALLOW_HOSTS") or "").split(",") if h],
+                        help='a host sessions may name in a device model\'s urls ({"type": "device"}), besides '
+                        "loopback and the hosts of --device (repeatable; environment: OAM_DEVICE_ALLOW_HOSTS, "
+                        "comma-separated)")
     parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=True,
                         help="a pool or proxy system model answers waiting barks and tool-free decisions "
                         "together, several per generation (default: on)")
@@ -115,6 +121,7 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         device_token=os.environ.get(args.device_token_env) if args.device_token_env else None,
         farm_time_scale=args.farm_time_scale,
         proxy_allow_hosts=tuple(args.proxy_allow_host),
+        device_allow_hosts=tuple(args.device_allow_host),
         queue_seconds=_queue_times(args.deadline),
         coalesce=_coalescing(args),
         rpm=args.rpm,

@@ -9,7 +9,8 @@ in this process, ``farm_time_scale`` real seconds per phone second), a proxy bac
 device pool instead. Sessions may also name proxy models themselves (``{"type": "openai", …}``):
 the provider types are registered on one shared, pooled HTTP client, and every model naming one
 backend (provider, base URL, model, key variable; the proxy system model too) queues in that
-backend's one quota scheduler. ``rpm``, ``tpm`` and ``max_concurrency`` are the limits the
+backend's one quota scheduler. They may name phones too (``{"type": "device", "urls": […]}``,
+:mod:`oam_actors.models.device_backends`): one pool per set of phones, started on first use. ``rpm``, ``tpm`` and ``max_concurrency`` are the limits the
 operator bought per proxy backend: each scheduler starts from them, paced evenly over the minute,
 and takes the stricter of them and what the provider's headers report.
 
@@ -22,13 +23,14 @@ and takes the stricter of them and what the provider's headers report.
                         extensions=model_extensions(setup))  # oam_actors.bridge.model_status
 
 ``setup.backends`` is the proxy client (close it last); ``setup.resources`` runs a device pool
-(enter it before the actor system); ``setup.hosted`` hosts the system model elsewhere when a
+and the pools sessions name (enter it before the actor system); ``setup.hosted`` hosts the system model elsewhere when a
 ``host`` is given (enter it inside the running actor system). On Ray a pool or proxy system model
 cannot travel to the shards, so ``create_model_setup(config, host=ClusterModel)`` hosts a pool
 once on the cluster (:class:`~oam_actors.cluster.ClusterModel`), built there, and a proxy as the
 named model actor of its backend that sessions naming the same backend use too
 (``host.stand_in``); every shard's and every front door's sessions share its quota, and a
-proxy's API key is read from the model actor's environment.
+proxy's API key is read from the model actor's environment. A set of phones sessions name is
+its own model actor the same way (hosted on first use, shared by every shard and front door).
 ``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
 A pool or proxy system model is coalesced (``coalesce``, on by default;
 :mod:`oam_actors.models.coalesce`): barks and tool-free decisions that wait for it share
@@ -42,8 +44,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -52,6 +55,7 @@ import msgspec
 from ..agent.model import LanguageModel
 from ._statistics import ModelWithStatistics
 from .coalesce import CoalesceSettings, CoalescingModel, open_coalesced
+from .device_backends import DeviceBackends
 from .errors import ModelConfigError
 from .factories import PoolHost
 from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
@@ -101,6 +105,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     device_token: str | None = None
     farm_time_scale: float = 0.1  # the demo scale: the phones' 60 s quota window lasts 6 s
     proxy_allow_hosts: tuple[str, ...] = ()
+    device_allow_hosts: tuple[str, ...] = ()
+    """Hosts sessions may name in a device model's ``urls`` besides loopback and the hosts of
+    ``devices``."""
     queue_seconds: tuple[float, float, float] | None = None
     """The deadlines by priority (dialogue, decision, background): how long a model step may wait
     for the pool's or the proxy's quota (``None``: 20, 60 and 120 s)."""
@@ -154,19 +161,21 @@ class ModelHosting(Protocol):
 @dataclass(frozen=True)
 class ModelSetup:
     """The system model, the session model types, the client they share (close it), and what
-    must run while serving: ``async with setup.resources`` (a device pool) before the actor
+    must run while serving: ``async with setup.resources`` (device pools) before the actor
     system starts, ``async with setup.hosted`` (a model actor) inside it."""
 
     system_model: Callable[[], LanguageModel] | None
     model_types: dict[str, Callable[[dict[str, Any], str], LanguageModel]]
     backends: ProxyBackends
+    devices: DeviceBackends
     pool: PoolHost | None = None
     cluster: HostedModel | None = None
     status_model: Callable[[], ModelWithStatistics] | None = None
 
     @property
-    def resources(self) -> PoolHost | AsyncExitStack:
-        return self.pool if self.pool is not None else AsyncExitStack()
+    def resources(self) -> AbstractAsyncContextManager[object]:
+        """The device pool (if the system model is one) and the pools sessions name."""
+        return _entered(self.devices, *([] if self.pool is None else [self.pool]))
 
     @property
     def hosted(self) -> HostedModel | AsyncExitStack:
@@ -181,27 +190,44 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
     backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts, limits=config.proxy_limits(),
                              queue_seconds=config.queue_seconds)
-    types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = dict(backends.model_types())
+    devices = _device_backends(config)
+    types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = {**backends.model_types(),
+                                                                       **devices.model_types()}
     if proxy is not None:
         backends.allow_host(proxy.host)  # sessions may name the system model's host too
     if pool is None and proxy is None:
-        return ModelSetup(ScriptedModel if config.model else None, types, backends)
+        return ModelSetup(ScriptedModel if config.model else None, types, backends, devices)
     if pool is not None:
         if host is not None:
             opener: Callable[[], Any] = pool.opener()
             if config.coalesce is not None:  # coalesced in the model actor, where every shard's steps meet
                 opener = functools.partial(open_coalesced, opener, config.coalesce)
             cluster = host(f"system:{pool.label}", opener)
-            return ModelSetup(cluster.model, types, backends, cluster=cluster, status_model=cluster.model)
+            return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
         model_of_pool = _coalesced(pool.model, config.coalesce)
-        return ModelSetup(model_of_pool, types, backends, pool=pool, status_model=model_of_pool)
+        return ModelSetup(model_of_pool, types, backends, devices, pool=pool, status_model=model_of_pool)
     assert proxy is not None
     # The backend's one shared model (and quota scheduler), which sessions naming it get too,
     # coalesced where its steps meet (on Ray: in the backend's model actor).
     model: LanguageModel = backends.shared(proxy, coalesce=config.coalesce)
     if host is not None:
         model = host.stand_in(model)
-    return ModelSetup(lambda: model, types, backends)
+    return ModelSetup(lambda: model, types, backends, devices)
+
+
+def _device_backends(config: ModelConfig) -> DeviceBackends:
+    """The pools sessions name: on loopback, on the system pool's hosts, or on allowed hosts."""
+    hosts = {urlsplit(url.strip()).hostname or "" for url in config.devices} - {""}
+    return DeviceBackends(allowed_hosts=[*hosts, *config.device_allow_hosts], token=config.device_token,
+                          queue_seconds=config.queue_seconds)
+
+
+@asynccontextmanager
+async def _entered(*managers: AbstractAsyncContextManager[object]) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        for manager in managers:
+            await stack.enter_async_context(manager)
+        yield
 
 
 def _coalesced(pool: Callable[[], DevicePool], settings: CoalesceSettings | None) -> Callable[[], Any]:

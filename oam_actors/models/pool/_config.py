@@ -16,6 +16,7 @@ __all__ = [
     "NANO_WINDOW_SECONDS",
     "PoolConfig",
     "PoolConfigError",
+    "canonical_urls",
     "nano_limits",
     "normalize_urls",
     "priority_of",
@@ -138,6 +139,12 @@ def normalize_urls(urls: Sequence[str]) -> list[str]:
     return result
 
 
+def canonical_urls(urls: Sequence[str]) -> tuple[str, ...]:
+    """The device URLs checked as :func:`normalize_urls` does, each in one spelling (lower-case
+    scheme and host, the port written out), sorted: the same phones give the same tuple."""
+    return tuple(sorted(_url_key(url) for url in normalize_urls(urls)))
+
+
 def _url_key(url: str) -> str:
     try:
         parts = urlsplit(url.strip())
@@ -150,4 +157,6 @@ def _url_key(url: str) -> str:
         raise PoolConfigError(f"device URL {url!r} must not carry a query or fragment")
     scheme = parts.scheme.lower()
     port = port or (443 if scheme == "https" else 80)
-    return f"{scheme}://{parts.hostname.lower()}:{port}{parts.path.rstrip('/')}"
+    host = parts.hostname.lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
