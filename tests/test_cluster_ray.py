@@ -29,8 +29,7 @@ from oam_actors import AgentError, Bridge, ErrorCode, GameExtension
 from oam_actors.bridge import BridgeConfig
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
-from oam_actors.cluster import LOCAL_RAY_OPTIONS, MODEL_NAMESPACE, RaySystem, RemoteModel, SqliteStore, host_model, shard_of
-from oam_actors.cluster import stop_model
+from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, RemoteModel, SqliteStore, host_model, shard_of, stop_model
 from oam_actors.cluster.models import model_running
 from oam_actors.agent import ModelCapabilities
 from oam_actors.models.device import PhoneConfig, SimulatedPhone

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
+from ...agent.model import DelegatingModel, GenerationRequest, LanguageModel, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..scheduler import PolicyStatistics, QuotaScheduler
 from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
@@ -19,22 +19,20 @@ from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
 __all__ = ["ScheduledModel"]
 
 
-class ScheduledModel:
+class ScheduledModel(DelegatingModel):
     """``model`` with admission by ``scheduler``; ``queue_seconds`` by priority as in
     :class:`~oam_actors.models.pool.PoolConfig`. Queue expiry raises ``rate_limited``."""
 
     def __init__(self, model: LanguageModel, scheduler: QuotaScheduler, *,
                  queue_seconds: tuple[float, float, float] = DEFAULT_QUEUE_SECONDS) -> None:
-        self.model = model
+        super().__init__(model)
         self.scheduler = scheduler
         self._queue_seconds = queue_seconds
 
     @property
-    def capabilities(self) -> ModelCapabilities:
-        return self.model.capabilities
-
-    async def availability(self) -> Availability:
-        return await self.model.availability()
+    def model(self) -> LanguageModel:
+        """The backend behind the scheduler."""
+        return self._model
 
     async def statistics(self) -> PolicyStatistics:
         """The scheduler's numbers (:class:`~oam_actors.models.SupportsStatistics`)."""
@@ -58,7 +56,7 @@ class ScheduledModel:
         deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
                                         deadline_seconds=deadline) as admission:
-            pieces = self.model.stream(build() if build is not None else request)
+            pieces = self._model.stream(build() if build is not None else request)
             try:
                 async for piece in pieces:
                     if isinstance(piece, Usage):

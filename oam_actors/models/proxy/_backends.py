@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import collections
 import functools
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 import msgspec
 
-from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
+from ...agent.model import DelegatingModel, LanguageModel
 from ...errors import invalid_params
 from ...runtime import Hosting, register_hosted
 from ..scheduler import QuotaLimits, QuotaScheduler, QuotaState
@@ -159,44 +159,35 @@ class ProxyBackends:
         await self.aclose()
 
 
-class SharedProxyModel:
+class SharedProxyModel(DelegatingModel):
     """A proxy model whose steps queue in its backend's one scheduler (see the module docstring).
 
-    The :class:`~oam_actors.agent.LanguageModel` of :meth:`ProxyBackends.shared`; ``statistics()``
-    is the shared scheduler's.
+    The :class:`~oam_actors.agent.LanguageModel` of :meth:`ProxyBackends.shared`: the scheduled
+    model, coalesced when ``coalesce`` is given; ``statistics()`` is the shared scheduler's.
     """
 
     def __init__(self, scheduled: ScheduledModel, limits: QuotaLimits,
                  queue_seconds: tuple[float, float, float] | None = None,
                  coalesce: CoalesceSettings | None = None) -> None:
+        served: LanguageModel = scheduled
+        if coalesce is not None:
+            from ..coalesce import CoalescingModel
+
+            served = CoalescingModel(scheduled, coalesce)
+        super().__init__(served)
         self.scheduled = scheduled
         self.limits = limits
         self.queue_seconds = queue_seconds
         self.coalesce = coalesce
-        self._served: LanguageModel = scheduled
-        if coalesce is not None:
-            from ..coalesce import CoalescingModel
-
-            self._served = CoalescingModel(scheduled, coalesce)
         self.config: ProxyConfig = scheduled.model.config  # type: ignore[attr-defined]
-
-    @property
-    def capabilities(self) -> ModelCapabilities:
-        return self.scheduled.capabilities
 
     @property
     def scheduler(self) -> QuotaScheduler:
         return self.scheduled.scheduler
 
-    async def availability(self) -> Availability:
-        return await self.scheduled.availability()
-
     async def statistics(self) -> msgspec.Struct | None:
         """The scheduler's record (:class:`~oam_actors.models.scheduler.PolicyStatistics`)."""
-        return await self._served.statistics()  # type: ignore[attr-defined, no-any-return]
-
-    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
-        return self._served.stream(request)
+        return await self._model.statistics()  # type: ignore[attr-defined, no-any-return]
 
     def __repr__(self) -> str:
         return f"SharedProxyModel({self.config.quota_key!r})"
