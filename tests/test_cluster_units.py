@@ -3,6 +3,7 @@ boundary (errors, actors, messages, frames), the outlet relay, placement and che
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import threading
 from pathlib import Path
@@ -13,9 +14,25 @@ import pytest
 
 from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
 from oam_actors.cluster import SqliteStore, StateStore, shard_of
-from oam_actors.cluster.frames import FrameReader, encode_frame, raw_frame
+from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
-from oam_actors.cluster.wire import Failure, Out, dumps_actor, dumps_value, loads_actor, loads_value
+from oam_actors.cluster.wire import (
+    Ask,
+    Done,
+    Failure,
+    Out,
+    Saved,
+    Spawn,
+    Stop,
+    decode_items,
+    decode_ops,
+    dumps_actor,
+    dumps_value,
+    encode_items,
+    encode_ops,
+    loads_actor,
+    loads_value,
+)
 from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
 from oam_actors.game import WorldState
 from oam_actors.objects import WorldActor
@@ -189,10 +206,10 @@ def test_the_driver_numbers_each_endpoint_once_and_relays_its_calls() -> None:
     endpoints, outlet = Endpoints(), _Outlet()
     ref = endpoints.reference(outlet)
     assert ref == (1, OUTLETS) and endpoints.reference(outlet) == ref and endpoints.reference("text") is None
-    endpoints.deliver(Out(1, Notify("session/event", {"x": 1})))
+    endpoints.deliver(Out.of(1, Notify("session/event", {"x": 1})))
     assert outlet.calls == [("notify", "session/event", {"x": 1})]
     del outlet  # a collected endpoint is forgotten: late calls go nowhere
-    endpoints.deliver(Out(1, Notify("session/event", {})))
+    endpoints.deliver(Out.of(1, Notify("session/event", {})))
     assert endpoints.reference(_Outlet())[0] == 2
 
 
@@ -277,19 +294,64 @@ def test_a_relay_drops_calls_once_its_connection_is_gone() -> None:
 # --- frames ----------------------------------------------------------------------------------------
 
 
-async def test_frames_carry_values_in_order_and_refuse_oversized_ones() -> None:
-    send, receive = anyio.create_memory_object_stream[bytes](100)
-    whole = raw_frame(b"token") + encode_frame([1, "two"]) + encode_frame({"three": 3}) + raw_frame(b"x" * 100)
+class _Transport(asyncio.Transport):
+    """Enough of an asyncio transport for a protocol: records writes and whether it was aborted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_frames_arrive_whole_in_order_and_batches_decode_as_they_were_sent() -> None:
+    frames: list[bytes] = []
+    protocol = FrameProtocol(frames.append, first_limit=5)
+    protocol.connection_made(_Transport())
+    address = Address("npc", "gorm")
+    ops = [Spawn(address, b"actor", 8, None, []), Ask(7, address, b"message"), Stop(8, address)]
+    failure = Failure.of(AgentError(ErrorCode.RATE_LIMITED, "slow down", retry_after=7.0, limit=30))
+    items = [Saved(address, b"state"), Out(3, b"call"), Done(7, b"value"), Done(8, failure=failure)]
+    whole = raw_frame(b"token") + raw_frame(encode_ops(ops)) + raw_frame(encode_items(items))
     for start in range(0, len(whole), 7):  # frames arrive split anywhere
-        send.send_nowait(whole[start:start + 7])
-    reader = FrameReader(receive)
-    assert await reader.raw(limit=5) == b"token"
-    assert await reader.next() == [1, "two"]
-    assert await reader.next() == {"three": 3}
-    with pytest.raises(ValueError, match="exceeds 10"):
-        await reader.raw(limit=10)
-    send.close()
-    receive.close()
+        protocol.data_received(whole[start:start + 7])
+    assert frames[0] == b"token"
+    assert decode_ops(frames[1]) == ops
+    decoded = decode_items(frames[2])
+    assert decoded == items
+    error = decoded[3].failure.to_exception()  # every field crosses: retryAfter, limit
+    assert (type(error), error.retry_after, error.to_wire()) == (AgentError, 7.0, failure.to_exception().to_wire())
+
+
+async def test_a_frame_over_the_limit_or_that_does_not_decode_ends_the_connection() -> None:
+    frames: list[bytes] = []
+    oversized = FrameProtocol(frames.append, first_limit=10)
+    transport = _Transport()
+    oversized.connection_made(transport)
+    oversized.data_received(raw_frame(b"x" * 100))
+    with pytest.raises(anyio.BrokenResourceError, match="exceeds 10"):
+        await oversized.closed()
+    assert frames == [] and transport.aborted
+
+    garbled = FrameProtocol(decode_items)
+    garbled.connection_made(_Transport())
+    garbled.data_received(raw_frame(b"not MessagePack of items"))
+    with pytest.raises(anyio.BrokenResourceError):
+        await garbled.closed()
+
+    ended = FrameProtocol(frames.append)
+    ended.connection_made(_Transport())
+    ended.connection_lost(None)
+    with pytest.raises(anyio.EndOfStream):
+        await ended.closed()
 
 
 # --- checkpoints in the runtime --------------------------------------------------------------------

@@ -54,7 +54,7 @@ class Endpoints:
     def deliver(self, out: Out) -> None:
         relay = self._relays.get(out.endpoint)
         if relay is not None:
-            relay.deliver(out.call)
+            relay.deliver(out.loads())
 
     def _forget(self, object_id: int, endpoint: int) -> None:
         self._by_object.pop(object_id, None)

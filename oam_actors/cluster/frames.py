@@ -1,21 +1,30 @@
-"""Length-prefixed pickle frames over a byte stream: the data path between driver and shard.
+"""Length-prefixed frames over one TCP connection: the data path between driver and shard.
 
-A frame is a 4-byte big-endian length and that many bytes of pickle. The first frame a driver
-sends is the shard's token (from ``ping`` over Ray's authenticated channel); the shard unpickles
-nothing before it has checked it.
+A frame is a 4-byte big-endian length and that many bytes (a batch of ops or items, encoded by
+:mod:`.wire`). The first frame a driver sends is the shard's token (from ``ping`` over Ray's
+authenticated channel); the shard decodes nothing before it has checked it.
+
+:class:`FrameProtocol` is an asyncio protocol, not a stream read by a task: each whole frame
+goes to its handler inside the event loop's read callback, and a frame is written at once (the
+transport buffers it). A crossing costs no task switch of its own on either side; on this
+machine each switch is ~10 µs of a round trip of a few hundred.
 """
 
 from __future__ import annotations
 
-import pickle
+import asyncio
+import contextvars
 import struct
-from typing import Any
+from collections.abc import Callable
 
 import anyio
-from anyio.abc import AnyByteReceiveStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-__all__ = ["CONNECTION_LOST", "MAX_FRAME_BYTES", "FrameReader", "encode_frame", "raw_frame"]
+try:
+    import sniffio
+except ImportError:  # anyio then knows asyncio by its running loop alone
+    sniffio = None  # type: ignore[assignment]
+
+__all__ = ["CONNECTION_LOST", "MAX_FRAME_BYTES", "FrameProtocol", "raw_frame"]
 
 MAX_FRAME_BYTES = 1 << 30
 
@@ -26,34 +35,101 @@ CONNECTION_LOST = (
     anyio.BrokenResourceError,
     anyio.ClosedResourceError,
 )
-"""What reading or writing frames raises when the other end is gone."""
+"""What :meth:`FrameProtocol.closed` and connecting raise when the other end is gone."""
 _HEADER = struct.Struct(">I")
 
 
-def encode_frame(value: Any) -> bytes:
-    """``value`` pickled, as one frame."""
-    return raw_frame(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-
-
 def raw_frame(payload: bytes) -> bytes:
-    """``payload`` as is, as one frame (the token)."""
+    """``payload`` as one frame."""
     if len(payload) > MAX_FRAME_BYTES:
         raise ValueError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
     return _HEADER.pack(len(payload)) + payload
 
 
-class FrameReader:
-    """Reads whole frames from ``stream``; ``anyio.EndOfStream`` when it closes cleanly."""
+class FrameProtocol(asyncio.Protocol):
+    """One connection's frames. ``on_frame(payload)`` is called for each frame received, in
+    order; it may raise, which ends the connection (a peer that breaks the framing or sends
+    what does not decode is a broken connection, not our crash). ``first_limit`` bounds the
+    first frame (the token, before the peer is trusted).
 
-    def __init__(self, stream: AnyByteReceiveStream) -> None:
-        self._buffered = BufferedByteReceiveStream(stream)
+    ``on_frame`` runs in ``context`` (default: a copy of the creator's), marked as asyncio for
+    sniffio (which anyio asks when it is installed): a read callback is no task, and what a
+    frame sets off (anyio events, task groups) must find its library all the same."""
 
-    async def raw(self, limit: int = MAX_FRAME_BYTES) -> bytes:
-        """The next frame's payload, not unpickled; ``ValueError`` if it exceeds ``limit``."""
-        (size,) = _HEADER.unpack(await self._buffered.receive_exactly(_HEADER.size))
-        if size > limit:
-            raise ValueError(f"frame of {size} bytes exceeds {limit}")
-        return await self._buffered.receive_exactly(size)
+    def __init__(
+        self,
+        on_frame: Callable[[bytes], None],
+        *,
+        first_limit: int = MAX_FRAME_BYTES,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        self._on_frame = on_frame
+        self._context = contextvars.copy_context() if context is None else context
+        if sniffio is not None:
+            self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
+        self._limit = first_limit
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._closed = asyncio.Event()
+        self._why: Exception = anyio.EndOfStream()
 
-    async def next(self) -> Any:
-        return pickle.loads(await self.raw())
+    # --- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        try:
+            while len(buffer) - offset >= _HEADER.size:
+                (size,) = _HEADER.unpack_from(buffer, offset)
+                if size > self._limit:
+                    raise ValueError(f"frame of {size} bytes exceeds {self._limit}")
+                end = offset + _HEADER.size + size
+                if len(buffer) < end:
+                    break
+                payload = bytes(buffer[offset + _HEADER.size:end])
+                offset = end
+                self._limit = MAX_FRAME_BYTES
+                self._context.run(self._on_frame, payload)
+        except Exception as exc:  # noqa: BLE001 - reported by closed(); the connection ends
+            self._end(exc)
+            return
+        del buffer[:offset]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc)
+
+    # --- use -------------------------------------------------------------------------------------
+
+    def send(self, payload: bytes) -> None:
+        """Write ``payload`` as one frame (dropped once the connection is closing: whoever waits
+        on it hears of that from :meth:`closed`)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(raw_frame(payload))
+
+    async def closed(self) -> None:
+        """Wait until the connection ends, then raise why (one of :data:`CONNECTION_LOST`)."""
+        try:
+            await self._closed.wait()
+        finally:
+            self.close()
+        raise self._why
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _end(self, exc: BaseException | None) -> None:
+        if self._closed.is_set():
+            return
+        if isinstance(exc, OSError):
+            self._why = exc
+        elif exc is not None:
+            self._why = anyio.BrokenResourceError(f"the connection broke: {exc!r}")
+            self._why.__cause__ = exc
+        self._closed.set()
+        self.close()

@@ -1,13 +1,14 @@
 """``ShardLink``: the driver's end of one shard — ordered batches out, one ordered stream back.
 
 Out: callers append ops synchronously (``send``), so the order of ``ask_nowait`` calls is the
-order the shard applies them; a writer task ships everything queued as one frame. Ops are planned
-when written: an actor the shard's current incarnation does not host yet gets a ``Spawn`` (with
+order the shard applies them; everything queued by the time the event loop comes round (one
+``call_soon``, no writer task) is shipped as one frame. Ops are planned when written: an actor the shard's current incarnation does not host yet gets a ``Spawn`` (with
 its latest checkpoint) right before its first op, so after a restart actors come back lazily.
 
-Back: a reader task handles item batches in order: checkpoints are written to the store first
-(one transaction per batch), then outlet calls and outcomes are dispatched, so a response is only
-ever written after its events and its checkpoint.
+Back: each item batch is handled in order as its frame arrives (in the read callback, no reader
+task): checkpoints are written to the store first (one transaction per batch), then outlet calls
+and outcomes are dispatched, so a response is only ever written after its events and its
+checkpoint.
 
 Faults: when the connection ends, the shard (or the way to it) failed. The link finds the shard
 again over Ray (``ping``), restarting it if its process still runs, so that nothing it received
@@ -18,23 +19,24 @@ gone), the link starts a replacement; when replacements die too, everything fail
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 import anyio
-import anyio.abc
 import ray
 import ray.exceptions
 
 from ..runtime import Address, HostFailed
-from .frames import CONNECTION_LOST, FrameReader, encode_frame, raw_frame
+from .frames import CONNECTION_LOST, FrameProtocol
 from .wire import (
     Ask,
     Control,
     Done,
     Hello,
+    Item,
     Op,
     Out,
     Resolve,
@@ -44,6 +46,8 @@ from .wire import (
     Stop,
     Tell,
     Unhosted,
+    decode_items,
+    encode_ops,
     loads_value,
 )
 
@@ -119,7 +123,8 @@ class ShardLink:
         self._resolve_reply = resolve_reply
         self._outbound: list[tuple[Hosted | None, Op | None]] = []
         self._waiters: dict[int, Waiter] = {}
-        self._wakeup: anyio.Event | None = None
+        self._connection: FrameProtocol | None = None  # while up
+        self._flushing = False  # a flush is scheduled
 
     @property
     def incarnation(self) -> str | None:
@@ -136,9 +141,9 @@ class ShardLink:
         if waiter is not None:
             self._waiters[_waited(op)] = waiter
         self._outbound.append((hosted, op))
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None
+        if self._connection is not None and not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     # --- the link's life -----------------------------------------------------------------------
 
@@ -158,26 +163,26 @@ class ShardLink:
             self.up = anyio.Event()
 
     async def _serve(self, hello: Hello) -> None:
-        async with await anyio.connect_tcp(hello.host, hello.port) as stream:
-            await stream.send(raw_frame(hello.token))
+        _, connection = await asyncio.get_running_loop().create_connection(
+            lambda: FrameProtocol(lambda payload: self._dispatch(decode_items(payload))), hello.host, hello.port
+        )
+        try:
+            connection.send(hello.token)
+            self._connection = connection
             self.state = LinkState.UP
             self.up.set()
-            async with anyio.create_task_group() as session:
-                session.start_soon(self._write_forever, stream)
-                await self._read_forever(stream)  # raises when the connection ends
+            self._flush()  # what was queued while connecting
+            await connection.closed()  # raises when the connection ends
+        finally:
+            self._connection = None
+            connection.close()
 
-    async def _write_forever(self, stream: anyio.abc.SocketStream) -> None:
-        while True:
-            if not self._outbound:
-                self._wakeup = anyio.Event()
-                await self._wakeup.wait()
-            batch, self._outbound = self._outbound, []
-            await stream.send(encode_frame(self._plan(batch)))
-
-    async def _read_forever(self, stream: anyio.abc.SocketStream) -> NoReturn:
-        frames = FrameReader(stream)
-        while True:
-            self._dispatch(await frames.next())
+    def _flush(self) -> None:
+        self._flushing = False
+        if self._connection is None or not self._outbound:
+            return
+        batch, self._outbound = self._outbound, []
+        self._connection.send(encode_ops(self._plan(batch)))
 
     def _plan(self, batch: list[tuple[Hosted | None, Op | None]]) -> list[Op]:
         ops: list[Op] = []
@@ -201,7 +206,7 @@ class ShardLink:
 
     # --- what comes back -----------------------------------------------------------------------
 
-    def _dispatch(self, items: list[Any]) -> None:
+    def _dispatch(self, items: list[Item]) -> None:
         saved = [(item.address, item.state) for item in items if isinstance(item, Saved)]
         if saved:
             try:

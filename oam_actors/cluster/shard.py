@@ -5,8 +5,10 @@ Ray creates, places and restarts it; the one Ray call it serves is ``ping()``, w
 and where its data path listens (host, port, token).
 
 The data path is one TCP connection from the driver, framed (:mod:`.frames`); the first frame
-must be the token. Driver → shard: batches of ops, applied in order without awaiting, so per-object
-order is the local mailbox's order. Shard → driver: batches of items, pushed as they appear.
+must be the token. Driver → shard: batches of ops, applied in order without awaiting (in the read
+callback), so per-object order is the local mailbox's order. Shard → driver: batches of items,
+everything emitted by the time the event loop comes round in one frame, with only the latest
+checkpoint of each actor in it.
 Everything an actor emits (outlet calls, its checkpoint, its reply) is appended to one item list
 synchronously, in the order it happens, so the driver sees an actor's events and checkpoint before
 its reply. TCP keeps both directions in order; Ray calls would not (async actors run calls out of
@@ -23,6 +25,7 @@ back from their checkpoints), so this process serves no second connection.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import logging
 import os
@@ -47,7 +50,7 @@ from ..runtime import (
     use_endpoint_references,
 )
 from .endpoints import StandIns, provisional_ids
-from .frames import CONNECTION_LOST, FrameReader, encode_frame
+from .frames import CONNECTION_LOST, FrameProtocol
 from .wire import (
     Ask,
     CancelAll,
@@ -56,6 +59,7 @@ from .wire import (
     Done,
     Failure,
     Hello,
+    Item,
     Op,
     Out,
     Reference,
@@ -65,7 +69,9 @@ from .wire import (
     Stop,
     Tell,
     Unhosted,
+    decode_ops,
     dumps_value,
+    encode_items,
     loads_actor,
     loads_value,
 )
@@ -103,8 +109,10 @@ class Shard:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._started: anyio.Event | None = None
         self._connected = False
-        self._items: list[Any] = []
-        self._wakeup: anyio.Event | None = None
+        self._connection: FrameProtocol | None = None  # the driver's, while it lasts
+        self._context = contextvars.copy_context()
+        self._items: list[Item] = []
+        self._flushing = False  # a flush is scheduled
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
         self._stand_ins = StandIns(self._emit_out, provisional_ids(self.incarnation))
         self._stand_in = self._stand_ins.resolve
@@ -132,43 +140,58 @@ class Shard:
     async def _host_forever(self) -> None:
         assert self._started is not None
         use_endpoint_references(self._stand_ins)  # for this task's actors' checkpoints
-        listener = await anyio.create_tcp_listener(local_host=self._host, local_port=0)
-        async with listener, LocalSystem(checkpoint=self._saved, max_running=self._max_running) as system, anyio.create_task_group() as tasks:
+        # Frames are applied in the read callback: in this context, so what they start (actors,
+        # control calls) has the references too.
+        self._context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        async with LocalSystem(checkpoint=self._saved, max_running=self._max_running) as system, anyio.create_task_group() as tasks:
             self._system, self._tasks = system, tasks
-            self._port = listener.extra(anyio.abc.SocketAttribute.local_port)
-            self._started.set()
-            await listener.serve(self._serve_driver, task_group=tasks)
+            server = await loop.create_server(self._new_connection, self._host, 0)
+            async with server:
+                self._port = server.sockets[0].getsockname()[1]
+                self._started.set()
+                await anyio.sleep_forever()
 
-    async def _serve_driver(self, stream: anyio.abc.SocketStream) -> None:
-        async with stream:
-            frames = FrameReader(stream)
-            if self._connected or not hmac.compare_digest(await frames.raw(limit=len(self._token)), self._token):
-                _log.warning("shard %d: refused a connection", self.index)
-                return
+    def _new_connection(self) -> FrameProtocol:
+        connection = FrameProtocol(
+            lambda payload: self._frame(connection, payload), first_limit=len(self._token), context=self._context
+        )
+        assert self._tasks is not None
+        self._tasks.start_soon(self._watch, connection)
+        return connection
+
+    def _frame(self, connection: FrameProtocol, payload: bytes) -> None:
+        if self._connection is connection:
+            for op in decode_ops(payload):
+                self._apply_safely(op)
+        elif self._connected or not hmac.compare_digest(payload, self._token):
+            _log.warning("shard %d: refused a connection", self.index)
+            connection.close()
+        else:
             self._connected = True
-            async with anyio.create_task_group() as session:
-                session.start_soon(self._push_items, stream)
-                try:
-                    while True:
-                        for op in await frames.next():
-                            self._apply_safely(op)
-                except CONNECTION_LOST:
-                    _log.warning("shard %d: the driver went away", self.index)
-                session.cancel_scope.cancel()
+            self._connection = connection
+            self._flush()  # what actors emitted before the driver came
 
-    async def _push_items(self, stream: anyio.abc.SocketStream) -> None:
-        while True:
-            if not self._items:
-                self._wakeup = anyio.Event()
-                await self._wakeup.wait()
-            batch, self._items = self._items, []
-            await stream.send(encode_frame(batch))
+    async def _watch(self, connection: FrameProtocol) -> None:
+        try:
+            await connection.closed()
+        except CONNECTION_LOST:
+            if self._connection is connection:
+                _log.warning("shard %d: the driver went away", self.index)
+                self._connection = None
 
-    def _emit(self, item: Any) -> None:
+    def _emit(self, item: Item) -> None:
         self._items.append(item)
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None
+        if self._connection is not None and not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if self._connection is None or not self._items:
+            return
+        batch, self._items = _latest_checkpoints(self._items), []
+        self._connection.send(encode_items(batch))
 
     def _saved(self, address: Address, state: bytes) -> None:
         self._emit(Saved(address, state))
@@ -178,7 +201,7 @@ class Shard:
                 self._emit(Saved(owner, owner_state))
 
     def _emit_out(self, endpoint: int, call: Any) -> None:
-        self._emit(Out(endpoint, call))
+        self._emit(Out.of(endpoint, call))
 
     # --- ops ---------------------------------------------------------------------------------
 
@@ -329,6 +352,17 @@ class Shard:
             self._emit(Done(seq, failure=Failure.of(exc)))
         else:
             self._emit(_done(seq, stopped, None))
+
+
+def _latest_checkpoints(items: list[Item]) -> list[Item]:
+    """``items`` with only the last checkpoint of each actor (a world is saved again with each
+    NPC turn that touched it): the driver stores a batch's checkpoints before it dispatches any
+    of its outcomes, so an earlier one would only be overwritten within the same transaction."""
+    saved = [(item.address, index) for index, item in enumerate(items) if isinstance(item, Saved)]
+    last = dict(saved)
+    if len(last) == len(saved):
+        return items
+    return [item for index, item in enumerate(items) if not isinstance(item, Saved) or last[item.address] == index]
 
 
 def _done(seq: int, value: Any, error: BaseException | None, reference: Reference | None = None) -> Done:

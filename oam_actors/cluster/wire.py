@@ -5,8 +5,11 @@ Driver → shard: batches of *ops* (``Spawn``, ``Ask``, ``Tell``, ``Control``, `
 *items* (``Done``, ``Saved``, ``Out``, ``Unhosted``), in batches, so everything an actor produced before its
 reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
-Messages and results travel pickled (``pickle``: plain serialisable values, as the runtime
-contract asks). Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
+Ops and items are msgspec Structs, and a batch of them travels as one MessagePack frame
+(:func:`encode_ops` / :func:`decode_ops`, :func:`encode_items` / :func:`decode_items`): encoded
+once, with no pickling of the envelope. What is inside them and may be any object travels pickled
+(``pickle``: plain serialisable values, as the runtime contract asks): messages, results, outlet
+calls, checkpoints (bytes the actor made), exceptions that pickle. Actors travel as a whole (:func:`dumps_actor`): the driver builds the actor with
 the caller's factory and ships it. Some objects travel *by reference* (``persistent_id``), as
 their layer declared them to the runtime: an endpoint such as a connection's outlet (its number
 and kind; the shard gets a relaying stand-in, :mod:`.endpoints`), and state one actor shares with
@@ -35,6 +38,7 @@ __all__ = [
     "Done",
     "Failure",
     "Hello",
+    "Item",
     "Op",
     "Out",
     "Reference",
@@ -46,8 +50,12 @@ __all__ = [
     "Stop",
     "Tell",
     "Unhosted",
+    "decode_items",
+    "decode_ops",
     "dumps_actor",
     "dumps_value",
+    "encode_items",
+    "encode_ops",
     "loads_actor",
     "loads_value",
 ]
@@ -63,7 +71,7 @@ class SharedRef(msgspec.Struct, frozen=True, array_like=True):
     message: bytes
 
 
-class Spawn(msgspec.Struct, frozen=True, array_like=True):
+class Spawn(msgspec.Struct, frozen=True, array_like=True, tag=True):
     """Host the pickled ``actor`` at ``address``; ``state`` (a checkpoint) is restored first;
     ``shares`` are the objects of other actors it holds by reference."""
 
@@ -74,34 +82,34 @@ class Spawn(msgspec.Struct, frozen=True, array_like=True):
     shares: list[SharedRef] = []
 
 
-class Ask(msgspec.Struct, frozen=True, array_like=True):
+class Ask(msgspec.Struct, frozen=True, array_like=True, tag=True):
     seq: int
     address: Address
     message: bytes
 
 
-class Tell(msgspec.Struct, frozen=True, array_like=True):
+class Tell(msgspec.Struct, frozen=True, array_like=True, tag=True):
     address: Address
     message: bytes
 
 
-class Control(msgspec.Struct, frozen=True, array_like=True):
+class Control(msgspec.Struct, frozen=True, array_like=True, tag=True):
     seq: int
     address: Address
     message: bytes
 
 
-class CancelOne(msgspec.Struct, frozen=True, array_like=True):
+class CancelOne(msgspec.Struct, frozen=True, array_like=True, tag=True):
     """Cancel the ask numbered ``seq``."""
 
     seq: int
 
 
-class CancelAll(msgspec.Struct, frozen=True, array_like=True):
+class CancelAll(msgspec.Struct, frozen=True, array_like=True, tag=True):
     address: Address
 
 
-class Stop(msgspec.Struct, frozen=True, array_like=True):
+class Stop(msgspec.Struct, frozen=True, array_like=True, tag=True):
     seq: int
     address: Address
 
@@ -161,7 +169,7 @@ def _pickled(exc: BaseException) -> bytes | None:
     return pickled
 
 
-class Done(msgspec.Struct, frozen=True, array_like=True):
+class Done(msgspec.Struct, frozen=True, array_like=True, tag=True):
     """The outcome of the ask, control call or stop numbered ``seq``: a pickled value or a failure."""
 
     seq: int
@@ -169,25 +177,76 @@ class Done(msgspec.Struct, frozen=True, array_like=True):
     failure: Failure | None = None
 
 
-class Saved(msgspec.Struct, frozen=True, array_like=True):
+class Saved(msgspec.Struct, frozen=True, array_like=True, tag=True):
     """The checkpoint an actor took after a committed message (precedes that message's Done)."""
 
     address: Address
     state: bytes
 
 
-class Unhosted(msgspec.Struct, frozen=True, array_like=True):
+class Unhosted(msgspec.Struct, frozen=True, array_like=True, tag=True):
     """The shard could not host the actor at ``address`` (unpickling, ``restore`` or spawn failed)."""
 
     address: Address
     failure: Failure
 
 
-class Out(msgspec.Struct, frozen=True, array_like=True):
-    """A call an actor made on the stand-in for the driver-side endpoint numbered ``endpoint``."""
+class Out(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """A call an actor made on the stand-in for the driver-side endpoint numbered ``endpoint``
+    (``call`` pickled: an endpoint kind's calls are its own objects)."""
 
     endpoint: int
-    call: Any
+    call: bytes
+
+    @classmethod
+    def of(cls, endpoint: int, call: Any) -> Out:
+        return cls(endpoint, pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def loads(self) -> Any:
+        return pickle.loads(self.call)
+
+
+Item = Done | Saved | Out | Unhosted
+
+
+# --- frames: one MessagePack encoding per batch ----------------------------------------------------
+
+
+_PICKLED_EXT = 1  # MessagePack extension code: a value no plain type holds, pickled
+
+
+def _enc_hook(obj: Any) -> Any:
+    # Only Any-typed fields (a protocol error's ``extra``) can hold something MessagePack lacks.
+    return msgspec.msgpack.Ext(_PICKLED_EXT, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code != _PICKLED_EXT:
+        raise ValueError(f"unknown MessagePack extension {code}")
+    return pickle.loads(data)
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_ops = msgspec.msgpack.Decoder(list[Op], ext_hook=_ext_hook)
+_items = msgspec.msgpack.Decoder(list[Item], ext_hook=_ext_hook)
+
+
+def encode_ops(ops: list[Op]) -> bytes:
+    """A batch of ops as one frame's payload."""
+    return _encoder.encode(ops)
+
+
+def decode_ops(payload: bytes) -> list[Op]:
+    return _ops.decode(payload)
+
+
+def encode_items(items: list[Item]) -> bytes:
+    """A batch of items as one frame's payload."""
+    return _encoder.encode(items)
+
+
+def decode_items(payload: bytes) -> list[Item]:
+    return _items.decode(payload)
 
 
 class Hello(msgspec.Struct, frozen=True, array_like=True):
