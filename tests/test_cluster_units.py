@@ -331,6 +331,13 @@ async def test_frames_arrive_whole_in_order_and_batches_decode_as_they_were_sent
     assert (type(error), error.retry_after, error.to_wire()) == (AgentError, 7.0, failure.to_exception().to_wire())
 
 
+def test_error_data_messagepack_lacks_crosses_pickled_or_as_its_text() -> None:
+    unpicklable = threading.Lock()
+    failure = Failure("odd data", "internal_error", extra={"path": Path("/tmp/x"), "lock": unpicklable, "n": 3})
+    (done,) = decode_items(encode_items([Done(1, failure=failure)]))
+    assert done.failure.extra == {"path": Path("/tmp/x"), "lock": repr(unpicklable), "n": 3}
+
+
 async def test_a_frame_over_the_limit_or_that_does_not_decode_ends_the_connection() -> None:
     frames: list[bytes] = []
     oversized = FrameProtocol(frames.append, first_limit=10)

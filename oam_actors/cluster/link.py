@@ -182,7 +182,15 @@ class ShardLink:
         if self._connection is None or not self._outbound:
             return
         batch, self._outbound = self._outbound, []
-        self._connection.send(encode_ops(self._plan(batch)))
+        try:
+            payload = encode_ops(self._plan(batch))
+        except Exception as exc:  # noqa: BLE001 - the store failed or our bug: these ops fail, the link stays
+            _log.error("shard %d: operations not sent", self.index, exc_info=exc)
+            for _, op in batch:
+                if (waiter := self._waiters.pop(_waited(op), None)) is not None:
+                    waiter.settle(None, exc)
+            return
+        self._connection.send(payload)
 
     def _plan(self, batch: list[tuple[Hosted | None, Op | None]]) -> list[Op]:
         ops: list[Op] = []

@@ -216,8 +216,12 @@ _PICKLED_EXT = 1  # MessagePack extension code: a value no plain type holds, pic
 
 
 def _enc_hook(obj: Any) -> Any:
-    # Only Any-typed fields (a protocol error's ``extra``) can hold something MessagePack lacks.
-    return msgspec.msgpack.Ext(_PICKLED_EXT, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    # Only Any-typed fields (a protocol error's ``extra``) can hold something MessagePack lacks:
+    # pickled, or as its text when it does not pickle (an error must cross all the same).
+    try:
+        return msgspec.msgpack.Ext(_PICKLED_EXT, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # noqa: BLE001 - whatever stops it pickling
+        return repr(obj)
 
 
 def _ext_hook(code: int, data: memoryview) -> Any:
