@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -269,11 +270,11 @@ class Hello(msgspec.Struct, frozen=True, array_like=True):
 
 
 Reference = Callable[[Any], Any]
-"""``persistent_id`` of our picklers: for an object to keep by reference, the reference (an
+"""Asked by our picklers about an object: to keep it by reference, the reference (an
 ``EndpointRef``, a :class:`SharedRef`…); ``None`` to pickle it by value."""
 
 Resolve = Callable[[Any], Any]
-"""``persistent_load``: the object standing for a reference on this side."""
+"""The object standing for a reference on this side (when unpickling)."""
 
 
 def dumps_value(value: Any, reference: Reference | None = None) -> bytes:
@@ -297,17 +298,32 @@ def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
 
 
 # Never an endpoint nor a shared object's copy (those are instances of registered classes), so
-# not asked about: persistent_id sees every object pickled, mostly these (about 1,000 per NPC).
+# not asked about: the actor pickler's persistent_id sees every object pickled, mostly these
+# (about 1,000 per NPC).
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None), bytes, tuple, list, dict})
 
 
 class _ValuePickler(pickle.Pickler):
+    """Asks ``reference`` in ``reducer_override``, which pickle skips for str, int, float, bytes,
+    None, bools and plain containers (``persistent_id`` would be called for every one of them:
+    29 calls for a one-line ``npc/talk`` message). A reference travels as a call of
+    :func:`_referenced`, which :class:`_Unpickler` resolves."""
+
     def __init__(self, file: io.BytesIO, reference: Reference) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._reference = reference
 
-    def persistent_id(self, obj: Any) -> Any:
-        return None if type(obj) in _PLAIN_TYPES else self._reference(obj)
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, _GLOBALS) or (ref := self._reference(obj)) is None:
+            return NotImplemented
+        return _referenced, (ref,)
+
+
+_GLOBALS = (type, types.FunctionType, types.BuiltinFunctionType)  # pickled by name, never references
+
+
+def _referenced(ref: Any) -> Any:
+    raise pickle.UnpicklingError(f"a value holding the reference {ref!r} was loaded with nothing to resolve it")
 
 
 Substitute = Callable[[Any], Any]
@@ -344,6 +360,11 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         return self._resolve(pid)
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name == "_referenced" and module == __name__:
+            return self._resolve
+        return super().find_class(module, name)
 
 
 def dumps_actor(actor: Actor, reference: Reference, substitute: Substitute | None = None) -> bytes:
