@@ -34,18 +34,30 @@ import ray
 from bench_cluster import Client, crowd, latency, with_bridge
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem
 
-# The part of a crossing a sampled frame belongs to: the first rule whose needle is in the
-# stack (innermost first) names it.
+# The part of a crossing a sample belongs to: the innermost frame of its stack that one of these
+# names (event-loop frames count only when no other frame is named).
 PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("checkpoint store (sqlite)", ("store.py", "sqlite3")),
-    ("frame encode/decode", ("frames.py",)),
-    ("value pickle/unpickle", ("wire.py", "pickle")),
-    ("socket send/recv", ("socket.py", "_sockets.py", "selector_events.py:_sock", "sock_send", "sock_recv")),
-    ("actor work (agent, bridge, game)", ("oam_actors/agent", "oam_actors/bridge", "oam_actors/game",
-                                         "oam_actors/objects", "oam_actors/models")),
+    ("checkpoint snapshot", ("_crossing.py", "snapshot (")),
+    ("frame encode/decode", ("frames.py", "encode_ops", "decode_ops", "encode_items", "decode_items")),
+    ("value pickle/unpickle", ("dumps_value", "loads_value", "dumps_actor", "loads_actor", "pickle")),
+    ("socket send/recv", ("socket.py", "_sockets.py", "selector_events.py", "sock_send", "sock_recv")),
+    ("actor work (agent, bridge, game, models)", ("oam_actors/agent", "oam_actors/bridge", "oam_actors/game",
+                                                 "oam_actors/objects", "oam_actors/models", "bench_cluster")),
     ("runtime (mailboxes, links)", ("oam_actors/runtime", "oam_actors/cluster")),
-    ("event loop", ("asyncio", "anyio")),
 ]
+EVENT_LOOP = ("asyncio", "anyio", "selectors.py")
+IDLE = ".select (selectors.py"  # py-spy cannot always tell a thread blocked in epoll from a busy one
+
+
+def part_of(innermost_first: list[str]) -> str:
+    if IDLE in innermost_first[0]:
+        return "idle (waiting for input)"
+    for frame in innermost_first:
+        for part, needles in PARTS:
+            if any(needle in frame for needle in needles):
+                return part
+    return "event loop" if any(n in f for f in innermost_first for n in EVENT_LOOP) else "other (Ray, threads)"
 
 
 class Spies:
@@ -100,9 +112,7 @@ def summarize(label: str, path: Path, top: int) -> None:
         frames = stack.split(";")
         total += count
         leaf[frames[-1]] += count
-        innermost_first = frames[::-1]
-        parts[next((part for part, needles in PARTS
-                     if any(needle in frame for frame in innermost_first for needle in needles)), "other")] += count
+        parts[part_of(frames[::-1])] += count
     print(f"  {label}: {total} samples")
     for part, count in parts.most_common():
         print(f"    {count / total:6.1%}  {part}")

@@ -294,7 +294,7 @@ def dumps_value(value: Any, reference: Reference | None = None) -> bytes:
 def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
     if resolve is None:
         return pickle.loads(data)
-    return _Unpickler(io.BytesIO(data), resolve).load()
+    return _ValueUnpickler(io.BytesIO(data), resolve).load()
 
 
 # Never an endpoint nor a shared object's copy (those are instances of registered classes), so
@@ -360,6 +360,11 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         return self._resolve(pid)
+
+
+class _ValueUnpickler(_Unpickler):
+    """Resolves what :class:`_ValuePickler` kept by reference. Only for values: they name few
+    globals, and each costs a Python call here (an actor names hundreds)."""
 
     def find_class(self, module: str, name: str) -> Any:
         if name == "_referenced" and module == __name__:
