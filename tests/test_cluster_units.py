@@ -16,10 +16,13 @@ from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
 from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
+from oam_actors.cluster.link import ShardLink
+from oam_actors.cluster.shard import _latest_checkpoints
 from oam_actors.cluster.wire import (
     Ask,
     Done,
     Failure,
+    Hello,
     Out,
     Saved,
     Spawn,
@@ -448,3 +451,78 @@ def test_exports() -> None:
         if isinstance(obj, type):
             assert obj.__module__ == "oam_actors.cluster", name
 
+
+
+# --- the driver's end of a shard, against a loopback server standing in for the shard -------------
+
+
+class _Hosted:
+    def __init__(self, address: Address) -> None:
+        self.address, self.blob, self.max_queue, self.placed = address, b"actor", 8, None
+        self.owners: list[Any] = []
+        self.shares: list[Any] = []
+
+
+class _Waiter:
+    def __init__(self, address: Address) -> None:
+        self.address, self.sent_to = address, None
+        self.outcome: tuple[Any, BaseException | None] | None = None
+        self.settled = anyio.Event()
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        self.outcome = (value, error)
+        self.settled.set()
+
+
+async def test_a_link_sends_batches_and_answers_every_op_it_could_not_send() -> None:
+    received: list[bytes] = []
+    arrived = anyio.Event()
+
+    def on_frame(payload: bytes) -> None:
+        received.append(payload)
+        if len(received) == 2:  # the token, then the batch
+            arrived.set()
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: FrameProtocol(on_frame), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+
+    class _Ping:
+        async def remote(self) -> Hello:
+            return Hello("first", 1, "node", "127.0.0.1", port, b"token")
+
+    class _Handle:
+        ping = _Ping()
+
+    def load_state(address: Address) -> bytes | None:
+        if address.id == "broken":
+            raise OSError("the store is gone")
+        return None
+
+    link = ShardLink(0, _Handle(), load_state=load_state, save_states=lambda states: None,
+                     deliver_out=lambda out: None, unhosted=lambda address, error: None,
+                     replacement=lambda index: None, resolve_reply=lambda reference: reference)
+    good, broken = _Hosted(Address("npc", "good")), _Hosted(Address("npc", "broken"))
+    async with server, anyio.create_task_group() as tasks:
+        tasks.start_soon(link.run)
+        await link.up.wait()
+        failing = _Waiter(broken.address)
+        link.send(broken, Ask(1, broken.address, b"m"), failing)
+        await failing.settled.wait()  # its checkpoint could not be read: answered, not lost
+        assert isinstance(failing.outcome[1], OSError)
+        link.send(good, Ask(2, good.address, b"m1"), _Waiter(good.address))
+        link.send(good, Ask(3, good.address, b"m2"), _Waiter(good.address))
+        await arrived.wait()
+        tasks.cancel_scope.cancel()
+    assert received[0] == b"token"
+    assert decode_ops(received[1]) == [  # one frame: the actor hosted first, then its asks in order
+        Spawn(good.address, b"actor", 8, None, []), Ask(2, good.address, b"m1"), Ask(3, good.address, b"m2")
+    ]
+
+
+def test_a_batch_keeps_only_each_actors_latest_checkpoint() -> None:
+    world, npc = Address("world", "w"), Address("npc", "n")
+    items = [Saved(world, b"1"), Saved(npc, b"1"), Done(1), Saved(world, b"2"), Done(2)]
+    assert _latest_checkpoints(items) == [Saved(npc, b"1"), Done(1), Saved(world, b"2"), Done(2)]
+    once = [Saved(npc, b"1"), Done(1)]
+    assert _latest_checkpoints(once) is once
