@@ -2,8 +2,10 @@
 
 Out: callers append ops synchronously (``send``), so the order of ``ask_nowait`` calls is the
 order the shard applies them; everything queued by the time the event loop comes round (one
-``call_soon``, no writer task) is shipped as one frame. Ops are planned when written: an actor the shard's current incarnation does not host yet gets a ``Spawn`` (with
-its latest checkpoint) right before its first op, so after a restart actors come back lazily.
+``call_soon``, no writer task) is shipped as one frame. Ops are planned when written: an actor
+the shard's current incarnation does not host yet gets a ``Spawn`` (with its latest checkpoint)
+right before its first op, so after a restart actors come back lazily. Ops that cannot be
+planned (the store failed) fail their callers; the link goes on.
 
 Back: each item batch is handled in order as its frame arrives (in the read callback, no reader
 task): checkpoints are written to the store first (one transaction per batch), then outlet calls
