@@ -18,11 +18,7 @@ import struct
 from collections.abc import Callable
 
 import anyio
-
-try:
-    import sniffio
-except ImportError:  # anyio then knows asyncio by its running loop alone
-    sniffio = None  # type: ignore[assignment]
+import sniffio
 
 __all__ = ["CONNECTION_LOST", "MAX_FRAME_BYTES", "FrameProtocol", "raw_frame"]
 
@@ -65,8 +61,7 @@ class FrameProtocol(asyncio.Protocol):
     ) -> None:
         self._on_frame = on_frame
         self._context = contextvars.copy_context() if context is None else context
-        if sniffio is not None:
-            self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
+        self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
         self._limit = first_limit
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
