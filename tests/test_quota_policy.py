@@ -70,7 +70,7 @@ def flood_with_steady_dialogue(headroom: Headroom | None) -> Phone:
     for k in range(50):
         at = 3.0 + 6.0 * k
         phone.at(at, "submit", ticket(f"player{k % 4}", D, at, deadline=at + 20.0))
-    phone.run(300.0)
+    phone.run(320.0)  # every line's deadline has passed: each was admitted or expired
     return phone
 
 
@@ -102,6 +102,37 @@ def test_background_leaves_the_reserved_slot_and_dialogue_takes_it_at_once() -> 
     policy.submit(ticket("player", D, at=5.0))
     (line,) = policy.poll(5.0).admitted
     assert line.priority is D  # the window is full now; the floor stays kept as slots free
+
+
+def test_reserved_slots_that_free_within_the_pacing_interval_are_lent_to_background_work() -> None:
+    # Four a window, one kept, one admission a second: background takes three slots, then the
+    # fourth a second before the first charge leaves the window (at 10), since nothing could start
+    # before then anyway. A line spoken meanwhile starts when the window frees, at the pace it
+    # would have had.
+    policy = QuotaPolicy(QuotaLimits(requests_per_window=4, window_seconds=10.0, min_interval_seconds=1.0))
+    for n in range(6):
+        policy.submit(ticket(f"npc{n}", B))
+    starts = []
+    for now in (0.0, 1.0, 2.0, 3.0, 8.0):
+        starts += [now for _ in policy.poll(now).admitted]
+    assert starts == [0.0, 1.0, 2.0]
+    decision = policy.poll(8.5)
+    assert not decision.admitted and decision.next_wakeup == 9.0
+    assert len(policy.poll(9.0).admitted) == 1  # lent: the slot of 0.0 frees at 10
+    policy.submit(ticket("player", D, at=9.5))
+    assert not policy.poll(9.5).admitted and policy.poll(9.5).next_wakeup == 10.0
+    (line,) = policy.poll(10.0).admitted
+    assert line.priority is D
+
+
+def test_without_pacing_nothing_is_lent() -> None:
+    # No interval between admissions: a lent slot would make a line wait that could start now.
+    policy = QuotaPolicy(QuotaLimits(requests_per_window=4, window_seconds=10.0))
+    for n in range(6):
+        policy.submit(ticket(f"npc{n}", B))
+    assert len(policy.poll(0.0).admitted) == 3
+    assert not policy.poll(9.9).admitted
+    assert len(policy.poll(10.0).admitted) == 3  # the window is empty again; one slot still kept
 
 
 def test_reserve_follows_demand_between_floor_and_cap() -> None:

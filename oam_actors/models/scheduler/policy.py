@@ -490,10 +490,18 @@ class QuotaPolicy:
             self._last_admit + self._limits.min_interval_seconds,
             self._request_pace.free_at(),
             self._token_pace.free_at(),
-            self._requests_free_at(kept),
+            self._requests_free_at(0),
+            # Lending: the reserve needs to be free only by the time the next admission could
+            # start anyway (the pacing interval), so the slots that free by then are lent.
+            self._requests_free_at(kept) - self._lend_seconds() if kept else -math.inf,
             self._tokens_free_at(ticket.tokens),
             self._header_free_at(ticket.tokens),
         )
+
+    def _lend_seconds(self) -> float:
+        """How far ahead reserved slots are lent: a dialogue line that finds a lent slot taken
+        waits for a slot that frees within this, which its pacing would have cost it anyway."""
+        return max(self._limits.min_interval_seconds, self._request_pace.interval)
 
     def _reserve_left(self, now: float) -> int:
         """Window slots kept free for dialogue now."""
