@@ -147,3 +147,13 @@ async def test_decisions_over_a_proxy_return_the_decision_result() -> None:
     assert len(bodies) == 2 and "response_format" not in bodies[1]  # a batch is lines, not JSON
     assert json.loads(json.dumps(bodies[1]["messages"]))[0]["role"] == "system"
 
+
+
+async def test_a_batch_on_the_pool_charges_every_member_in_the_pools_ledger() -> None:
+    async with farm(phone(), config=PACED) as f:
+        model = CoalescingModel(f.pool)
+        await generate(f.pool, ask(owner="warm-up"))
+        lines = await all_done([lambda npc=npc: said(npc.bark("Dawn.")) for npc in crowd(model, NAMES[:4])], f.clock)
+        service = {name: f.pool.service(f"npc:{name}") for name in (*NAMES[:4], "Ulf")}
+    assert all(lines) and f.admitted()[0] == 2  # the warm-up, then one batch of four
+    assert service["Gorm"] == service["Mira"] == service["Tobin"] == service["Elsa"] > service["Ulf"]

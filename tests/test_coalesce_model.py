@@ -406,3 +406,31 @@ async def test_a_waiting_bark_whose_deadline_passes_leaves_the_line_and_degrades
                 await anyio.wait_all_tasks_blocked()
     assert (results["Gorm"], results["Tobin"]) == ("Gorm says hello.", "Tobin says hello.")
     assert [speakers(b) for b in rig.batches] == [["Gorm", "Tobin"]]
+
+
+# --- fairness: every member is charged, the least served go first --------------------------------
+
+
+async def test_a_batch_charges_every_member_and_the_next_takes_the_least_served_first() -> None:
+    rig = Rig(settings=CoalesceSettings(max_items=3))
+    scheduler = rig.model.backend.scheduler
+    await rig.warm_up()
+    await rig.run(barking(crowd(rig.model, NAMES[:3])))  # Gorm leads, Mira and Tobin follow
+    service = {name: scheduler.service(f"npc:{name}") for name in NAMES}
+    assert service["Gorm"] == service["Mira"] == service["Tobin"] > service["Elsa"]  # each served once
+    # Six wait now, three a batch: Gorm and Elsa lead, the rest follow in arrival order. Elsa,
+    # unserved, is admitted first and takes the unserved followers before the served ones.
+    await rig.run(barking(crowd(rig.model, NAMES[:6])))
+    assert [speakers(b) for b in rig.batches[1:]] == [["Elsa", "Brann", "Hild"], ["Gorm", "Mira", "Tobin"]]
+
+
+async def test_a_scheduled_model_charges_the_built_request_s_other_owners_at_admission() -> None:
+    # The seam a proxy backend uses: whatever the build returns, its co-owners are charged.
+    rig = Rig()
+    scheduler = rig.model.backend.scheduler
+    request = GenerationRequest(kind=StepKind.TEXT, system="", prompt="1.", owner="npc:a",
+                                co_owners=("npc:b", "npc:c"))
+    async for _ in rig.model.backend.stream_when_admitted(request, lambda: request):
+        pass
+    assert scheduler.service("npc:b") == scheduler.service("npc:c") == scheduler.service("npc:a") > \
+        scheduler.service("npc:d")

@@ -49,13 +49,17 @@ class DefersRequest(Protocol):
     ``stream_when_admitted(request, build)`` queues ``request`` (its owner, priority and token
     estimate) like :meth:`stream`; once the backend admits it, it calls ``build()`` exactly once
     and streams the request ``build`` returns in its place (a reroute to another device streams
-    that same request). :class:`~oam_actors.models.pool.DevicePool` and
+    that same request), charging the built request's ``co_owners`` like its owner.
+    ``service(owner)`` is the owner's place in the backend's fair queuing (lower: less served),
+    by which a batch takes its members. :class:`~oam_actors.models.pool.DevicePool` and
     :class:`~oam_actors.models.pool.ScheduledModel` implement it.
     """
 
     def stream_when_admitted(
         self, request: GenerationRequest, build: _Build
     ) -> AsyncIterator[str | Usage]: ...
+
+    def service(self, owner: str) -> float: ...
 
 
 class _Build(Protocol):
@@ -353,12 +357,17 @@ class CoalescingModel:
                 yield piece
 
     def _take(self, line: _Line, leader: _Step) -> list[_Step]:
-        waiting = [leader, *line.followers]
-        requests = [s.request for s in waiting[: self.settings.max_items]]
-        count = pack(requests, self.backend.capabilities, self.settings.max_items)
+        """The leader and the followers its generation takes: on a fair-queuing backend the
+        least served owners first (then the longest waiting), else the longest waiting."""
+        followers = list(line.followers)
+        backend = self.backend
+        if isinstance(backend, DefersRequest) and len(followers) >= self.settings.max_items:
+            followers.sort(key=lambda s: backend.service(s.request.owner or ""))  # stable: FIFO among equals
+        waiting = [leader, *followers[: self.settings.max_items - 1]]
+        count = pack([s.request for s in waiting], backend.capabilities, self.settings.max_items)
         batch = waiting[:count]
         for member in batch[1:]:
-            line.followers.popleft()
+            line.followers.remove(member)
             member.taken = True
         return batch
 

@@ -38,6 +38,10 @@ class ScheduledModel(DelegatingModel):
         """The scheduler's numbers (:class:`~oam_actors.models.SupportsStatistics`)."""
         return self.scheduler.statistics()
 
+    def service(self, owner: str) -> float:
+        """``owner``'s place in fair queuing (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
+        return self.scheduler.service(owner)
+
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         return self._stream(request, None)
 
@@ -56,7 +60,10 @@ class ScheduledModel(DelegatingModel):
         deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
                                         deadline_seconds=deadline) as admission:
-            pieces = self._model.stream(build() if build is not None else request)
+            if build is not None:
+                request = build()
+                self.scheduler.charge_also(request.co_owners)
+            pieces = self._model.stream(request)
             try:
                 async for piece in pieces:
                     if isinstance(piece, Usage):

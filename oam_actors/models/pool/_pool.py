@@ -70,11 +70,12 @@ class _Step:
         self.failures = 0  # failures other than quota refusals
         self.last_error: DeviceError | None = None
 
-    def admitted(self) -> GenerationRequest:
-        """The request to run now that a device admitted the step (built at the first admission;
-        a reroute runs the same one)."""
+    def admitted(self, scheduler: QuotaScheduler) -> GenerationRequest:
+        """The request to run now that ``scheduler`` admitted the step (built at the first
+        admission, which charges the batch's other owners too; a reroute runs the same one)."""
         if self.build is not None:
             self.request, self.build = self.build(), None
+            scheduler.charge_also(self.request.co_owners)
         return self.request
 
 
@@ -115,7 +116,7 @@ class DevicePool:
         timeout = config.timeouts.to_httpx()
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False,
                                           limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-        ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
+        self._ledger = ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
                     QuotaScheduler(config.limits, clock=self._clock, ledger=ledger), Health(config.dead_after_failures))
@@ -197,6 +198,11 @@ class DevicePool:
         now = self._clock.now()
         return pool_availability([(d.health.state(now), d.availability) for d in self._devices])
 
+    def service(self, owner: str) -> float:
+        """``owner``'s place in the pool's fair queuing (lower: less served), the seam
+        :class:`~oam_actors.models.coalesce.DefersRequest`."""
+        return self._ledger.start_tag(owner)
+
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         """One step on the best device; refusals and failures before any text move it to another.
 
@@ -240,7 +246,7 @@ class DevicePool:
                 return  # the device failed while the step waited: choose again
             self._waits[step.priority].append(self._clock.now() - step.started)
             # Closed explicitly when the agent stops reading, so the phone cancels at once.
-            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted())))
+            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted(device.scheduler))))
             with self._busy(device):
                 try:
                     async for piece in pieces:

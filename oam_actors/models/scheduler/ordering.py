@@ -118,6 +118,18 @@ class Ledger:
         account.finish = start + cost
         account.version += 1
 
+    def charge_also(self, owner: str, cost: float) -> None:
+        """``owner`` was served by another owner's admission (an item of a coalesced batch): its
+        finish tag moves on as if it had been admitted itself, so it waits its turn like anyone
+        served."""
+        start = self.start_tag(owner)
+        account = self._accounts.get(owner)
+        if account is None:
+            self._forget_idle()
+            account = self._accounts[owner] = _Account()
+        account.finish = start + cost
+        account.version += 1
+
     def _forget_idle(self) -> None:
         # An idle owner whose finish tag virtual time has passed is the same as a new one. Sweep
         # them whenever the table has doubled since the last sweep: memory follows the owners

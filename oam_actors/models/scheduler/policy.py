@@ -58,6 +58,7 @@ import heapq
 import itertools
 import math
 from collections import deque
+from collections.abc import Sequence
 
 import msgspec
 
@@ -302,6 +303,18 @@ class QuotaPolicy:
             heapq.heappush(self._deadlines, (ticket.deadline, serial, entry))
         if ticket.priority is Priority.DIALOGUE:
             self._reserve.observe(max(self._now, ticket.enqueued_at))
+
+    def charge_also(self, owners: Sequence[str]) -> None:
+        """An admission just served ``owners`` as well as its ticket's owner (the items of a
+        coalesced batch): each is charged one request, as if it had been admitted alone, so fair
+        queuing sees every NPC's real service. Repeated owners are charged once per item."""
+        for owner in owners:
+            self._ledger.charge_also(owner, self._cost(0))
+
+    def service(self, owner: str) -> float:
+        """``owner``'s place in fair queuing: the start tag its next ticket would get (lower is
+        less served)."""
+        return self._ledger.start_tag(owner)
 
     def cancel(self, ticket_id: int) -> bool:
         """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -138,6 +138,14 @@ class QuotaScheduler:
             reset_tokens=reset_tokens,
         )
         self._pump()
+
+    def charge_also(self, owners: Sequence[str]) -> None:
+        """The admission just granted served ``owners`` too (see :meth:`QuotaPolicy.charge_also`)."""
+        self._policy.charge_also(owners)
+
+    def service(self, owner: str) -> float:
+        """``owner``'s place in fair queuing (lower: less served)."""
+        return self._policy.service(owner)
 
     def quota_state(self) -> QuotaState:
         """What the policy learned and spent, for a scheduler elsewhere to go on from."""
