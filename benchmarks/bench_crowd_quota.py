@@ -25,8 +25,11 @@ Printed (with the goals of issue 13):
 - player-dialogue (``npc/talk``) failures, goal 0; requests without a response, goal 0;
 - Jain's index over NPCs of actions answered by the model (goal >= 0.95), and of actions answered
   at all (model or fallback);
-- quota utilisation: generations over the most the phones' rolling windows allowed during the
-  load, a full window at its start and then the window's rate (goal >= 90%).
+- quota utilisation: generations over the most the phones' limits allowed during the load, each
+  phone admitting as early as its rolling window and its pacing (one a phone second) let it (goal
+  >= 90%). The earlier measure, a full window at the start and then the window's rate, is printed
+  beside it: a paced phone takes 36 phone seconds to spend a window, so that bound is out of reach
+  in a short run (about 81% of it is the most a 20-second run can use).
 
 Exit status 1 when a goal is missed.
 """
@@ -37,7 +40,7 @@ import argparse
 import random
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,13 +157,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
             after = pool.statistics_nowait()  # the requests in flight at the end have finished
     generations = during[0].steps_ok - before.steps_ok  # within the load
-    # The most rolling windows can allow over the load: a full window at its start, then its rate.
+    # The earlier bound: a full window at the start of the load, then the window's rate.
     windows = args.seconds / limits.window_seconds + 1
-    allowed = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
-    return {"tally": tally, "generations": after.steps_ok - before.steps_ok, "allowed": allowed,
+    burst = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
+    allowed = sum(most_admissions(args.seconds, limits.window_seconds, d.requests_limit or NANO_QUOTA,
+                                  limits.min_interval_seconds) for d in after.devices)
+    return {"tally": tally, "generations": after.steps_ok - before.steps_ok, "allowed": allowed, "burst": burst,
             "generations_in_load": generations, "offered_rate": args.npcs / period,
             "capacity_rate": capacity_rate, "stats": after,
             "coalescing": model.coalescing_statistics() if isinstance(model, CoalescingModel) else None}
+
+
+def most_admissions(seconds: float, window: float, limit: int, interval: float) -> int:
+    """Admissions one phone allows in ``seconds``, each as early as its rolling window of ``limit``
+    per ``window`` and its ``interval`` between admissions let it (greedy is optimal here)."""
+    starts: deque[float] = deque()
+    at, count = 0.0, 0
+    while at < seconds:
+        while starts and starts[0] + window <= at:
+            starts.popleft()
+        if len(starts) < limit:
+            starts.append(at)
+            count += 1
+            at += interval
+        else:
+            at = max(at, starts[0] + window)
+    return count
 
 
 def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
@@ -178,6 +200,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
     jain_served = jain_index(npc_served) or 0.0
     jain_answered = jain_index(npc_answered) or 0.0
     utilisation = result["generations_in_load"] / result["allowed"] if result["allowed"] else 0.0
+    of_burst = result["generations_in_load"] / result["burst"] if result["burst"] else 0.0
     print(f"\n[{args.phones} phones, {args.npcs} NPCs, {args.seconds:g} s of load at time scale {scale:g}; "
           f"offered {result['offered_rate']:.0f} requests/s against {result['capacity_rate']:.1f} generations/s "
           f"({args.load:g}x)]")
@@ -194,7 +217,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
     print(f"  player-dialogue failures {talk_failures}   (goal 0); requests without a response {missing}   (goal 0)")
     print(f"  Jain's index over NPCs: actions answered by the model {jain_served:.4f}   (goal >= 0.95); "
           f"answered at all {jain_answered:.4f}")
-    print(f"  quota utilisation {utilisation:.1%} of what the phones' windows allowed   (goal >= 90%)")
+    print(f"  quota utilisation {utilisation:.1%} of what the phones' windows and pacing allowed   (goal >= 90%); "
+          f"{of_burst:.1%} of a full window at the start plus the window's rate")
     if result["coalescing"] is not None:
         c = result["coalescing"]
         print(f"  coalescing: {c.items} items in {c.generations} generations ({c.items_per_generation:.2f} per "

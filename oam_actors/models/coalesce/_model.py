@@ -15,6 +15,7 @@ leader mid-batch puts its followers back in the line.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import deque
 import inspect
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -359,11 +360,13 @@ class CoalescingModel:
     def _take(self, line: _Line, leader: _Step) -> list[_Step]:
         """The leader and the followers its generation takes: on a fair-queuing backend the
         least served owners first (then the longest waiting), else the longest waiting."""
+        room = self.settings.max_items - 1
         followers = list(line.followers)
         backend = self.backend
-        if isinstance(backend, DefersRequest) and len(followers) >= self.settings.max_items:
-            followers.sort(key=lambda s: backend.service(s.request.owner or ""))  # stable: FIFO among equals
-        waiting = [leader, *followers[: self.settings.max_items - 1]]
+        if isinstance(backend, DefersRequest) and len(followers) > room:
+            # nsmallest is stable: the longest waiting first among owners served alike.
+            followers = heapq.nsmallest(room, followers, key=lambda s: backend.service(s.request.owner or ""))
+        waiting = [leader, *followers[:room]]
         count = pack([s.request for s in waiting], backend.capabilities, self.settings.max_items)
         batch = waiting[:count]
         for member in batch[1:]:

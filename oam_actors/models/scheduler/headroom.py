@@ -16,8 +16,12 @@ dialogue demand it has seen:
   slots stay free for dialogue whatever the count (a player may speak at any moment; without
   them, once the expected lines have come, barks refill every slot the window frees and the next
   line waits for the window to slide). A ticket of a lower class may start only while the window
-  keeps that room. Dialogue itself may use the whole window. When no dialogue comes, work that is
-  not dialogue loses ``floor`` slots per window.
+  keeps that room. Dialogue itself may use the whole window.
+- **Lending** (the policy's part): a kept slot goes to other work when the rolling window frees
+  another within the backend's pacing interval, so a paced backend with no dialogue waiting loses
+  nothing to the reserve; a line that finds the lent slot taken could not have started before
+  the next paced admission anyway, by which time the slot has come back. Without pacing nothing
+  is lent, and work that is not dialogue loses ``floor`` slots per window when no dialogue comes.
 
 Only the request limit is reserved; a backend limited by tokens alone keeps no headroom.
 """

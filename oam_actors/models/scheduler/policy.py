@@ -20,7 +20,8 @@ Contract
   background work share one fair queue in which a decision goes first among owners served alike,
   and an owner's own decision always before its own background work (:mod:`.ordering`).
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
-  window keeps the slots reserved for the dialogue expected in it; dialogue may use all of it.
+  window keeps the slots reserved for the dialogue expected in it (less those that free within
+  the pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; earliest deadline first among owners within one
   request of service of each other and within an owner. The cost of a ticket is its dominant
