@@ -515,7 +515,8 @@ class QuotaPolicy:
     def _lend_seconds(self) -> float:
         """How far ahead reserved slots are lent: a dialogue line that finds a lent slot taken
         waits for a slot that frees within this, which its pacing would have cost it anyway."""
-        return max(self._limits.min_interval_seconds, self._request_pace.interval)
+        pace = self._request_pace  # its next slot may come up to its slack early
+        return max(self._limits.min_interval_seconds, pace.interval - pace.slack)
 
     def _reserve_left(self, now: float) -> int:
         """Window slots kept free for dialogue now."""
