@@ -157,3 +157,17 @@ async def test_a_batch_on_the_pool_charges_every_member_in_the_pools_ledger() ->
         service = {name: f.pool.service(f"npc:{name}") for name in (*NAMES[:4], "Ulf")}
     assert all(lines) and f.admitted()[0] == 2  # the warm-up, then one batch of four
     assert service["Gorm"] == service["Mira"] == service["Tobin"] == service["Elsa"] > service["Ulf"]
+
+
+async def test_a_batch_over_a_proxy_charges_every_member_in_its_scheduler() -> None:
+    clock = ManualClock()
+    with ProviderServer() as server:
+        server.push(stream(openai_text("Fine morning.")),  # Gorm: quota free, alone
+                    stream(openai_text("1. Mira: Fresh bread!\n2. Tobin: My knees ache.\n3. Elsa: Lovely day.")))
+        async with ProxyBackends(environ={"OPENAI_API_KEY": "k"}) as backends:
+            model = proxied(backends, server, clock)
+            lines = await all_done([lambda npc=npc: said(npc.bark("Dawn.")) for npc in crowd(model, NAMES[:4])], clock)
+    scheduler = model.backend.scheduler
+    service = {name: scheduler.service(f"npc:{name}") for name in (*NAMES[:4], "Ulf")}
+    assert lines == ["Fine morning.", "Fresh bread!", "My knees ache.", "Lovely day."] and len(server.requests) == 2
+    assert service["Mira"] == service["Tobin"] == service["Elsa"] > service["Ulf"]

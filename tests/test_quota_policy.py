@@ -264,6 +264,19 @@ def test_fairness_over_npcs_holds_in_a_ten_window_run_at_two_to_three_times_load
     assert admitted >= 0.9 * capacity  # the headroom kept for dialogue costs little throughput
 
 
+def test_an_npc_served_as_a_batch_member_waits_behind_one_not_served() -> None:
+    # "c" led a batch that answered "a" too: "a" is charged as if admitted, and its own ticket
+    # then goes after "b"'s although it came first. A queued ticket of "a" is re-tagged.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    policy.submit(ticket("c", B))
+    [lead] = serve_all(policy)
+    policy.charge_also(["a", "a"])  # two items of the batch were "a"'s
+    assert policy.service("a") == policy.service("c") + 1 > policy.service("b")
+    policy.submit(ticket("a", B))
+    policy.submit(ticket("b", B))
+    assert [t.owner for t in serve_all(policy, start=10.0)] == ["b", "a"]
+
+
 def test_phones_sharing_a_ledger_serve_an_npc_served_elsewhere_after_the_others() -> None:
     # "a" had two admissions on phone 1; on phone 2 it then waits behind "b", who had none.
     ledger = Ledger()
