@@ -24,7 +24,8 @@ Printed (with the goals of issue 13):
 - barks answered or degraded within their deadline (latency in phone seconds);
 - player-dialogue (``npc/talk``) failures, goal 0; requests without a response, goal 0;
 - Jain's index over NPCs of actions answered by the model (goal >= 0.95), and of actions answered
-  at all (model or fallback);
+  at all (model or fallback); beside it the most any order of service could reach with that many
+  actions answered (whole actions per NPC: with fewer than two an NPC, some get one and some two);
 - quota utilisation: generations over the most the phones' limits allowed during the load, each
   phone admitting as early as its rolling window and its pacing (one a phone second) let it (goal
   >= 90%). The earlier measure, a full window at the start and then the window's rate, is printed
@@ -185,6 +186,13 @@ def most_admissions(seconds: float, window: float, limit: int, interval: float) 
     return count
 
 
+def best_jain(served: int, npcs: int) -> float:
+    """Jain's index of ``served`` whole actions spread as evenly as possible over ``npcs``."""
+    each, more = divmod(served, npcs)
+    squares = more * (each + 1) ** 2 + (npcs - more) * each**2
+    return served * served / (npcs * squares) if squares else 1.0
+
+
 def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
     tally: Tally = result["tally"]
     scale = args.time_scale
@@ -215,7 +223,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
               f"{percentile(latency, 99):.1f}, max {latency[-1]:.1f} phone s; within the {args.bark_deadline:g} s "
               f"deadline (+10%): {within:.1%}")
     print(f"  player-dialogue failures {talk_failures}   (goal 0); requests without a response {missing}   (goal 0)")
-    print(f"  Jain's index over NPCs: actions answered by the model {jain_served:.4f}   (goal >= 0.95); "
+    print(f"  Jain's index over NPCs: actions answered by the model {jain_served:.4f}   (goal >= 0.95; at most "
+          f"{best_jain(served, args.npcs):.4f} for {served} actions over {args.npcs} NPCs); "
           f"answered at all {jain_answered:.4f}")
     print(f"  quota utilisation {utilisation:.1%} of what the phones' windows and pacing allowed   (goal >= 90%); "
           f"{of_burst:.1%} of a full window at the start plus the window's rate")
