@@ -41,7 +41,7 @@ from ._example import example
 from ._json import declared_types, keyword_dict, resolve
 from ._order import order
 from ._render import render_compact, render_lines
-from ._validate import Violation, format_violations, violations
+from ._validate import Validator, Violation, format_violations
 
 __all__ = ["Schema", "Violation", "format_violations"]
 
@@ -90,11 +90,11 @@ class Schema:
 
         ``value`` is not mutated; parts that needed no fix may be shared with the result.
         """
-        return coerce(self.generation_schema, self.generation_schema, value, 0)
+        return coerce(self._validator, self.generation_schema, value, 0)
 
     def validate(self, value: Any) -> list[Violation]:
         """Every way ``value`` fails the closed schema; empty when it is valid."""
-        return violations(self.generation_schema, value)
+        return self._validator.violations(value)
 
     def order(self, value: Any) -> Any:
         """``value`` with object keys in the schema's declared order, recursively (§5.6)."""
@@ -108,6 +108,11 @@ class Schema:
         coerced = self.coerce(value)
         found = self.validate(coerced)
         return (coerced, found) if found else (self.order(coerced), found)
+
+    @property
+    def _validator(self) -> Validator:
+        """The checks of the closed schema, compiled on first use and kept."""
+        return self.derived("validator", Validator)
 
     def render_compact(self) -> str:
         """The one-line form for tool catalogs (§5.7). Computed once: every decide step shows it."""

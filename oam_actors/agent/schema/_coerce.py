@@ -23,7 +23,7 @@ from ._json import (
     required_names,
     resolve,
 )
-from ._validate import accepts
+from ._validate import Validator
 
 __all__ = ["coerce"]
 
@@ -36,24 +36,24 @@ _NO: Final[Any] = object()
 """A converter's "cannot convert" (``None`` is a JSON value)."""
 
 
-def coerce(root: Any, node: Any, value: Any, depth: int) -> Any:
-    """``value`` coerced towards ``node`` (a schema inside the document ``root``).
+def coerce(validator: Validator, node: Any, value: Any, depth: int) -> Any:
+    """``value`` coerced towards ``node`` (a schema inside the document ``validator`` checks).
 
     Never raises and never mutates ``value``: changed containers are rebuilt, unchanged
     parts are shared.
     """
     if depth > MAX_DEPTH:
         return value
-    schema = resolve(root, node)
+    schema = resolve(validator.root, node)
     if not isinstance(schema, dict):
         return value
     for branch in keyword_list(schema, "allOf") or ():
-        value = coerce(root, branch, value, depth + 1)
+        value = coerce(validator, branch, value, depth + 1)
     choices = keyword_list(schema, "anyOf")
     if choices is None:
         choices = keyword_list(schema, "oneOf")
     if choices is not None:
-        return _choose(root, choices, value, depth)
+        return _choose(validator, choices, value, depth)
     if value is None:
         return value
     value = _convert_type(value, declared_types(schema))
@@ -62,19 +62,20 @@ def coerce(root: Any, node: Any, value: Any, depth: int) -> Any:
     if "const" in schema:
         value = _match_choice(value, [schema["const"]])
     if isinstance(value, dict):
-        return _coerce_object(root, schema, value, depth)
+        return _coerce_object(validator, schema, value, depth)
     if isinstance(value, list) and "items" in schema:
-        return [coerce(root, schema["items"], item, depth + 1) for item in value]
+        return [coerce(validator, schema["items"], item, depth + 1) for item in value]
     return value
 
 
-def _choose(root: Any, choices: list[Any], value: Any, depth: int) -> Any:
+def _choose(validator: Validator, choices: list[Any], value: Any, depth: int) -> Any:
     """Unchanged if a branch accepts it, else the first branch whose coercion is accepted."""
-    if any(accepts(root, choice, value, depth) for choice in choices):
+    accepts = validator.accepts
+    if any(accepts(choice, value, depth) for choice in choices):
         return value
     for choice in choices:
-        candidate = coerce(root, choice, value, depth + 1)
-        if accepts(root, choice, candidate, depth):
+        candidate = coerce(validator, choice, value, depth + 1)
+        if accepts(choice, candidate, depth):
             return candidate
     return value
 
@@ -206,7 +207,7 @@ def _rename_keys(value: dict[str, Any], properties: dict[str, Any]) -> dict[str,
     return renamed
 
 
-def _coerce_object(root: Any, schema: dict[str, Any], value: dict[str, Any], depth: int) -> dict[str, Any]:
+def _coerce_object(validator: Validator, schema: dict[str, Any], value: dict[str, Any], depth: int) -> dict[str, Any]:
     properties = keyword_dict(schema, "properties")
     required = set(required_names(schema))
     additional = schema.get("additionalProperties")
@@ -216,11 +217,11 @@ def _coerce_object(root: Any, schema: dict[str, Any], value: dict[str, Any], dep
     result: dict[str, Any] = {}
     for key, child in renamed.items():
         if key in properties:
-            if child is None and key not in required and not accepts(root, properties[key], None, depth):
+            if child is None and key not in required and not validator.accepts(properties[key], None, depth):
                 continue
-            result[key] = coerce(root, properties[key], child, depth + 1)
+            result[key] = coerce(validator, properties[key], child, depth + 1)
         elif isinstance(additional, dict):
-            result[key] = coerce(root, additional, child, depth + 1)
+            result[key] = coerce(validator, additional, child, depth + 1)
         elif not (additional is False and complete):
             result[key] = child
     return result

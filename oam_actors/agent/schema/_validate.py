@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -16,13 +16,13 @@ import msgspec
 from ._json import (
     MAX_DEPTH,
     declared_types,
+    is_integral,
     is_number,
     json_equals,
     json_text,
     keyword_dict,
     keyword_list,
     keyword_number,
-    matches_type,
     plain_number,
     preview,
     required_names,
@@ -30,7 +30,7 @@ from ._json import (
     whole,
 )
 
-__all__ = ["Violation", "accepts", "format_violations", "pattern_error", "violations"]
+__all__ = ["Check", "Validator", "Violation", "format_violations", "pattern_error"]
 
 
 class Violation(msgspec.Struct, frozen=True):
@@ -70,24 +70,16 @@ def pattern_error(text: str) -> str | None:
     return None
 
 
-def violations(root: Any, value: Any) -> list[Violation]:
-    """All the ways ``value`` fails the schema document ``root``; empty when valid."""
-    out: list[Violation] = []
-    _Validator(root, out).node(value, root, "$", 0)
-    return out
-
-
-def accepts(root: Any, node: Any, value: Any, depth: int) -> bool:
-    """True if ``value`` satisfies ``node`` (a schema inside the document ``root``)."""
-    out: list[Violation] = []
-    _Validator(root, out).node(value, node, "$", depth + 1)
-    return not out
-
-
 def child_path(path: str, key: str) -> str:
     """``$.name`` for identifier-like keys, ``$["odd key"]`` otherwise."""
+    return f"{path}{_key_step(key)}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_step(key: str) -> str:
+    """What a key adds to a path (keys repeat: the same properties in every value)."""
     plain = key and not key[0].isdecimal() and all(c.isalpha() or c.isdecimal() or c == "_" for c in key)
-    return f"{path}.{key}" if plain else f"{path}[{json_text(key)}]"
+    return f".{key}" if plain else f"[{json_text(key)}]"
 
 
 def _describe_types(types: list[str]) -> str:
@@ -113,123 +105,259 @@ def _plural(count: int, unit: str) -> str:
     return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
 
 
-class _Validator:
-    def __init__(self, root: Any, out: list[Violation]) -> None:
+Check = Callable[[Any, str, int, list[Violation]], None]
+"""A compiled schema node: ``check(value, path, depth, out)`` appends ``value``'s violations."""
+
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda value: isinstance(value, dict),
+    "array": lambda value: isinstance(value, list),
+    "string": lambda value: isinstance(value, str),
+    "boolean": lambda value: isinstance(value, bool),
+    "null": lambda value: value is None,
+    "number": is_number,
+    "integer": is_integral,
+}
+
+
+def _accept_all(value: Any, path: str, depth: int, out: list[Violation]) -> None:
+    return None
+
+
+class Validator:
+    """The checks of one (closed) schema document, compiled once.
+
+    Each schema node becomes a closure that holds its keywords already looked up, so checking a
+    value never reads the schema document again; nodes are compiled on first use (a ``$ref``
+    chain is compiled only as deep as values go). :meth:`violations` reports every problem with
+    the messages and paths of §5.5.
+    """
+
+    def __init__(self, root: Any) -> None:
         self.root = root
-        self.out = out
+        self._checks: dict[int, Check] = {}
+        self._nodes: list[Any] = []  # keeps compiled nodes alive, so their ids stay theirs
 
-    def add(self, path: str, message: str) -> None:
-        self.out.append(Violation(path, message))
+    def violations(self, value: Any) -> list[Violation]:
+        """All the ways ``value`` fails the document; empty when valid."""
+        out: list[Violation] = []
+        self.check_of(self.root)(value, "$", 0, out)
+        return out
 
-    def node(self, value: Any, node: Any, path: str, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            return
+    def accepts(self, node: Any, value: Any, depth: int) -> bool:
+        """True if ``value`` satisfies ``node`` (a schema inside the document)."""
+        out: list[Violation] = []
+        self.check_of(node)(value, "$", depth + 1, out)
+        return not out
+
+    def check_of(self, node: Any) -> Check:
+        """``node`` compiled (once)."""
+        check = self._checks.get(id(node))
+        if check is None:
+            self._nodes.append(node)
+            check = self._checks[id(node)] = self._compile(node)
+        return check
+
+    def _lazy(self, node: Any) -> Check:
+        """A child's check, compiled when first called."""
+        known = self._checks.get(id(node))
+        if known is not None:
+            return known
+        compiled: list[Check] = []
+
+        def first_use(value: Any, path: str, depth: int, out: list[Violation]) -> None:
+            if not compiled:
+                compiled.append(self.check_of(node))
+            compiled[0](value, path, depth, out)
+
+        return first_use
+
+    def _compile(self, node: Any) -> Check:
         schema = resolve(self.root, node)
         if schema is False:
-            self.add(path, "no value is allowed here")
+
+            def nothing(value: Any, path: str, depth: int, out: list[Violation]) -> None:
+                if depth <= MAX_DEPTH:
+                    out.append(Violation(path, "no value is allowed here"))
+
+            return nothing
         if not isinstance(schema, dict):
-            return
-        for branch in keyword_list(schema, "allOf") or ():
-            self.node(value, branch, path, depth + 1)
-        if (choices := keyword_list(schema, "anyOf")) is not None:
-            self.choice(value, choices, path, depth, exactly_one=False)
-        if (choices := keyword_list(schema, "oneOf")) is not None:
-            self.choice(value, choices, path, depth, exactly_one=True)
-        if value is None and schema.get("nullable") is True:
-            return
+            return _accept_all
+        return self._compile_dict(schema)
+
+    def _compile_dict(self, schema: dict[str, Any]) -> Check:
+        lazy = self._lazy
+        all_of = [lazy(branch) for branch in keyword_list(schema, "allOf") or ()]
+        any_of = keyword_list(schema, "anyOf")
+        one_of = keyword_list(schema, "oneOf")
+        any_checks = [lazy(choice) for choice in any_of] if any_of is not None else None
+        one_checks = [lazy(choice) for choice in one_of] if one_of is not None else None
+        nullable = schema.get("nullable") is True
         types = declared_types(schema)
-        if types is not None and not any(matches_type(value, name) for name in types):
-            self.add(path, f"expected {_describe_types(types)}, got {_describe_value(value)}")
-            return
-        self.choices(value, schema, path)
-        if isinstance(value, dict):
-            self.object(value, schema, path, depth)
-        elif isinstance(value, list):
-            self.array(value, schema, path, depth)
-        elif isinstance(value, str):
-            self.string(value, schema, path)
-        elif is_number(value):
-            self.number(value, schema, path)
-
-    def choice(self, value: Any, choices: list[Any], path: str, depth: int, *, exactly_one: bool) -> None:
-        results = [self.branch(value, choice, path, depth) for choice in choices]
-        matches = sum(1 for result in results if not result)
-        if matches == 1 or (matches > 1 and not exactly_one):
-            return
-        if matches > 1:
-            self.add(path, f"matches {matches} of the alternatives but must match exactly one")
-            return
-        # An alternative of the wrong type is the least helpful one to report.
-        closest = min(
-            results,
-            key=lambda found: (
-                any(v.path == path and v.message.startswith("expected ") for v in found),
-                len(found),
-            ),
+        # An unknown type name matches anything, as it does when interpreted.
+        type_tests = (
+            [_TYPE_TESTS[name] for name in types] if types is not None and all(n in _TYPE_TESTS for n in types) else None
         )
-        self.add(
-            path,
-            f"does not match any of the {len(choices)} allowed alternatives "
-            f"(closest: {format_violations(closest, 2)})",
-        )
+        choices = self._choices(schema)
+        of_object = self._object(schema)
+        of_array = self._array(schema)
+        of_string = _string(schema)
+        of_number = _number(schema)
+        choose = _choice
 
-    def branch(self, value: Any, node: Any, path: str, depth: int) -> list[Violation]:
-        found: list[Violation] = []
-        _Validator(self.root, found).node(value, node, path, depth + 1)
-        return found
+        def check(value: Any, path: str, depth: int, out: list[Violation]) -> None:
+            if depth > MAX_DEPTH:
+                return
+            for branch in all_of:
+                branch(value, path, depth + 1, out)
+            if any_checks is not None:
+                choose(any_checks, value, path, depth, out, exactly_one=False)
+            if one_checks is not None:
+                choose(one_checks, value, path, depth, out, exactly_one=True)
+            if value is None and nullable:
+                return
+            if type_tests is not None and not any(test(value) for test in type_tests):
+                assert types is not None
+                out.append(Violation(path, f"expected {_describe_types(types)}, got {_describe_value(value)}"))
+                return
+            if choices is not None:
+                choices(value, path, out)
+            if isinstance(value, dict):
+                if of_object is not None:
+                    of_object(value, path, depth, out)
+            elif isinstance(value, list):
+                if of_array is not None:
+                    of_array(value, path, depth, out)
+            elif isinstance(value, str):
+                if of_string is not None:
+                    of_string(value, path, out)
+            elif of_number is not None and is_number(value):
+                of_number(value, path, out)
 
-    def choices(self, value: Any, schema: dict[str, Any], path: str) -> None:
+        return check
+
+    @staticmethod
+    def _choices(schema: dict[str, Any]) -> Callable[[Any, str, list[Violation]], None] | None:
         allowed = keyword_list(schema, "enum")
-        if allowed is not None and not any(json_equals(choice, value) for choice in allowed):
-            listed = ", ".join(json_text(choice) for choice in allowed)
-            self.add(path, f"must be one of {listed}; got {preview(value)}")
-        if "const" in schema and not json_equals(schema["const"], value):
-            self.add(path, f"must be exactly {json_text(schema['const'])}; got {preview(value)}")
+        has_const = "const" in schema
+        if allowed is None and not has_const:
+            return None
+        const = schema.get("const")
 
-    def object(self, value: dict[str, Any], schema: dict[str, Any], path: str, depth: int) -> None:
+        def choices(value: Any, path: str, out: list[Violation]) -> None:
+            if allowed is not None and not any(json_equals(choice, value) for choice in allowed):
+                listed = ", ".join(json_text(choice) for choice in allowed)
+                out.append(Violation(path, f"must be one of {listed}; got {preview(value)}"))
+            if has_const and not json_equals(const, value):
+                out.append(Violation(path, f"must be exactly {json_text(const)}; got {preview(value)}"))
+
+        return choices
+
+    def _object(self, schema: dict[str, Any]) -> Callable[[dict[str, Any], str, int, list[Violation]], None] | None:
         properties = keyword_dict(schema, "properties")
-        for name in required_names(schema):
-            if name not in value:
-                self.add(path, f'missing required property "{name}"')
+        required = required_names(schema)
         additional = schema.get("additionalProperties")
-        for key, child in value.items():
-            if key in properties:
-                self.node(child, properties[key], child_path(path, key), depth + 1)
-            elif isinstance(additional, dict):
-                self.node(child, additional, child_path(path, key), depth + 1)
-            elif additional is False:
-                allowed = ", ".join(f'"{name}"' for name in properties)
-                reason = f"allowed: {allowed}" if properties else "no properties are allowed"
-                self.add(path, f'unexpected property "{key}" ({reason})')
+        if not properties and not required and not isinstance(additional, dict) and additional is not False:
+            return None
+        children = {name: self._lazy(child) for name, child in properties.items()}
+        other = self._lazy(additional) if isinstance(additional, dict) else None
+        closed = additional is False
 
-    def array(self, value: list[Any], schema: dict[str, Any], path: str, depth: int) -> None:
+        def of_object(value: dict[str, Any], path: str, depth: int, out: list[Violation]) -> None:
+            for name in required:
+                if name not in value:
+                    out.append(Violation(path, f'missing required property "{name}"'))
+            for key, child in value.items():
+                check = children.get(key)
+                if check is not None:
+                    check(child, f"{path}{_key_step(key)}", depth + 1, out)
+                elif other is not None:
+                    other(child, f"{path}{_key_step(key)}", depth + 1, out)
+                elif closed:
+                    allowed = ", ".join(f'"{name}"' for name in properties)
+                    reason = f"allowed: {allowed}" if properties else "no properties are allowed"
+                    out.append(Violation(path, f'unexpected property "{key}" ({reason})'))
+
+        return of_object
+
+    def _array(self, schema: dict[str, Any]) -> Callable[[list[Any], str, int, list[Violation]], None] | None:
         low, high = whole(schema.get("minItems")), whole(schema.get("maxItems"))
-        if low is not None and len(value) < low:
-            self.add(path, f"must have at least {_plural(low, 'item')}; got {len(value)}")
-        if high is not None and len(value) > high:
-            self.add(path, f"must have at most {_plural(high, 'item')}; got {len(value)}")
-        if "items" in schema:
-            for index, item in enumerate(value):
-                self.node(item, schema["items"], f"{path}[{index}]", depth + 1)
+        items = self._lazy(schema["items"]) if "items" in schema else None
+        if low is None and high is None and items is None:
+            return None
 
-    def string(self, value: str, schema: dict[str, Any], path: str) -> None:
-        low, high = whole(schema.get("minLength")), whole(schema.get("maxLength"))
+        def of_array(value: list[Any], path: str, depth: int, out: list[Violation]) -> None:
+            if low is not None and len(value) < low:
+                out.append(Violation(path, f"must have at least {_plural(low, 'item')}; got {len(value)}"))
+            if high is not None and len(value) > high:
+                out.append(Violation(path, f"must have at most {_plural(high, 'item')}; got {len(value)}"))
+            if items is not None:
+                for index, item in enumerate(value):
+                    items(item, f"{path}[{index}]", depth + 1, out)
+
+        return of_array
+
+
+def _choice(
+    checks: list[Check], value: Any, path: str, depth: int, out: list[Violation], *, exactly_one: bool
+) -> None:
+    results: list[list[Violation]] = []
+    for check in checks:
+        found: list[Violation] = []
+        check(value, path, depth + 1, found)
+        results.append(found)
+    matches = sum(1 for result in results if not result)
+    if matches == 1 or (matches > 1 and not exactly_one):
+        return
+    if matches > 1:
+        out.append(Violation(path, f"matches {matches} of the alternatives but must match exactly one"))
+        return
+    # An alternative of the wrong type is the least helpful one to report.
+    closest = min(
+        results,
+        key=lambda found: (
+            any(v.path == path and v.message.startswith("expected ") for v in found),
+            len(found),
+        ),
+    )
+    out.append(Violation(
+        path,
+        f"does not match any of the {len(checks)} allowed alternatives "
+        f"(closest: {format_violations(closest, 2)})",
+    ))
+
+
+def _string(schema: dict[str, Any]) -> Callable[[str, str, list[Violation]], None] | None:
+    low, high = whole(schema.get("minLength")), whole(schema.get("maxLength"))
+    pattern = schema.get("pattern")
+    regex = _pattern(pattern) if isinstance(pattern, str) else None
+    if low is None and high is None and regex is None:
+        return None
+
+    def of_string(value: str, path: str, out: list[Violation]) -> None:
         if low is not None and len(value) < low:
-            self.add(path, f"must have at least {_plural(low, 'character')}; got {len(value)}")
+            out.append(Violation(path, f"must have at least {_plural(low, 'character')}; got {len(value)}"))
         if high is not None and len(value) > high:
-            self.add(path, f"must have at most {_plural(high, 'character')}; got {len(value)}")
-        pattern = schema.get("pattern")
-        regex = _pattern(pattern) if isinstance(pattern, str) else None
+            out.append(Violation(path, f"must have at most {_plural(high, 'character')}; got {len(value)}"))
         if regex is not None and regex.search(value) is None:
-            self.add(path, f"must match the pattern {pattern}; got {preview(value)}")
+            out.append(Violation(path, f"must match the pattern {pattern}; got {preview(value)}"))
 
-    def number(self, value: int | float, schema: dict[str, Any], path: str) -> None:
-        got = plain_number(value)
-        if (bound := keyword_number(schema, "minimum")) is not None and value < bound:
-            self.add(path, f"must be at least {plain_number(bound)}; got {got}")
-        if (bound := keyword_number(schema, "maximum")) is not None and value > bound:
-            self.add(path, f"must be at most {plain_number(bound)}; got {got}")
-        if (bound := keyword_number(schema, "exclusiveMinimum")) is not None and value <= bound:
-            self.add(path, f"must be greater than {plain_number(bound)}; got {got}")
-        if (bound := keyword_number(schema, "exclusiveMaximum")) is not None and value >= bound:
-            self.add(path, f"must be less than {plain_number(bound)}; got {got}")
+    return of_string
+
+
+def _number(schema: dict[str, Any]) -> Callable[[int | float, str, list[Violation]], None] | None:
+    minimum, maximum = keyword_number(schema, "minimum"), keyword_number(schema, "maximum")
+    above, below = keyword_number(schema, "exclusiveMinimum"), keyword_number(schema, "exclusiveMaximum")
+    if minimum is None and maximum is None and above is None and below is None:
+        return None
+
+    def of_number(value: int | float, path: str, out: list[Violation]) -> None:
+        if minimum is not None and value < minimum:
+            out.append(Violation(path, f"must be at least {plain_number(minimum)}; got {plain_number(value)}"))
+        if maximum is not None and value > maximum:
+            out.append(Violation(path, f"must be at most {plain_number(maximum)}; got {plain_number(value)}"))
+        if above is not None and value <= above:
+            out.append(Violation(path, f"must be greater than {plain_number(above)}; got {plain_number(value)}"))
+        if below is not None and value >= below:
+            out.append(Violation(path, f"must be less than {plain_number(below)}; got {plain_number(value)}"))
+
+    return of_number
