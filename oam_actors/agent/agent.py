@@ -67,7 +67,7 @@ class Agent:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
-        self._entry_lines: prompts.EntryLines | None = None
+        self._history_lines: prompts.HistoryLines | None = None
 
     # --- settings ----------------------------------------------------------------------------
 
@@ -75,12 +75,13 @@ class Agent:
     def system_text(self) -> str:
         return prompts.system_text(self.instructions, self.context_note)
 
-    def entry_lines(self, labels: prompts.Labels) -> prompts.EntryLines:
-        """The lines of history entries as steps show them with ``labels``, kept across steps and
-        turns (each entry is rendered once while it is shown)."""
-        lines = self._entry_lines
+    def history_lines(self, labels: prompts.Labels) -> prompts.HistoryLines:
+        """The history as steps show it with ``labels``, caught up with :attr:`history` and kept
+        across turns (each entry is rendered once)."""
+        lines = self._history_lines
         if lines is None or lines.labels != labels or lines.render_response is not self.render_response:
-            lines = self._entry_lines = prompts.EntryLines(labels, self.render_response)
+            lines = self._history_lines = prompts.HistoryLines(labels, self.render_response)
+        lines.sync(self.history)
         return lines
 
     def reset(self) -> None:

@@ -26,9 +26,8 @@ from .tools import ToolDefinition, compact_json
 from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry
 
 __all__ = [
-    "EntryLines",
+    "HistoryLines",
     "Labels",
-    "ShownHistory",
     "TOOL_OUTPUT_LIMIT",
     "build_prompt",
     "decide_task",
@@ -94,39 +93,6 @@ def _entry_line(entry: Entry, labels: Labels, render_response: ResponseRenderer 
     return f"{labels.assistant}: {entry.text}"
 
 
-class EntryLines:
-    """History entries as labelled lines, each entry rendered once.
-
-    Entries are immutable and every step of every turn shows the history again, so an agent keeps
-    one of these across turns. It holds the entries it has rendered (an ``id`` is therefore never
-    reused while remembered) and forgets those no longer shown once they outnumber the shown ones.
-    """
-
-    __slots__ = ("_memo", "labels", "render_response")
-
-    def __init__(self, labels: Labels, render_response: ResponseRenderer | None = None) -> None:
-        self.labels = labels
-        self.render_response = render_response
-        self._memo: dict[int, tuple[Entry, str | None]] = {}
-
-    def line(self, entry: Entry) -> str | None:
-        """``entry``'s line; ``None`` for a blank prompt."""
-        known = self._memo.get(id(entry))
-        if known is not None:
-            return known[1]
-        line = _entry_line(entry, self.labels, self.render_response)
-        self._memo[id(entry)] = (entry, line)
-        return line
-
-    def lines(self, entries: Sequence[Entry]) -> list[str]:
-        """The lines of ``entries``, in order (blank prompts left out)."""
-        if len(self._memo) > 2 * len(entries) + 64:
-            shown = {id(entry) for entry in entries}
-            self._memo = {key: known for key, known in self._memo.items() if key in shown}
-        line = self.line
-        return [text for entry in entries if (text := line(entry)) is not None]
-
-
 def render_entries(
     entries: Sequence[Entry], labels: Labels, render_response: ResponseRenderer | None = None
 ) -> list[str]:
@@ -143,20 +109,21 @@ def build_prompt(
     labels: Labels,
     plain_task: str | None = None,
     render_response: ResponseRenderer | None = None,
-    history_lines: Sequence[str] | None = None,
+    history_text: str | None = None,
 ) -> str:
     """The step prompt.
 
     ``plain_task`` (reply steps only) allows the plain-first-request form: with no history, no tool
     use and a non-blank prompt, the prompt is the user's text followed by ``plain_task`` if any.
-    ``history_lines``, when the caller has them, are ``history`` already rendered
-    (:meth:`ShownHistory.lines`).
+    ``history_text``, when the caller has it, is ``history`` already rendered
+    (:meth:`HistoryLines.text`).
     """
     if plain_task is not None and not history and not turn_tool_uses and prompt.strip():
         return f"{prompt}\n\n{plain_task}" if plain_task else prompt
-    if history_lines is None:
-        history_lines = render_entries(history, labels, render_response)
-    lines = ["Conversation:", *history_lines]
+    if history_text is None:
+        history_text = "\n".join(render_entries(history, labels, render_response))
+    # No line is ever empty, so an empty text means no history lines.
+    lines = ["Conversation:", history_text] if history_text else ["Conversation:"]
     if prompt.strip():
         lines.append(f"{labels.user}: {prompt}")
     lines.extend(_tool_line(use) for use in turn_tool_uses)
@@ -178,33 +145,88 @@ def trim_history(
     turns are dropped, oldest first, always keeping ``minimum_recent_turns``. Small conversations
     (under 60 % of the budget) are never measured turn by turn.
     """
-    shown = ShownHistory(history, EntryLines(labels, render_response))
+    shown = HistoryLines(labels, render_response)
+    shown.sync(history)
     return shown.hidden(fixed_tokens=fixed_tokens, budget=budget, minimum_recent_turns=minimum_recent_turns)
 
 
-class ShownHistory:
-    """One history as the steps of one turn show it: :meth:`hidden` is :func:`trim_history`,
-    :meth:`lines` the rendered entries after the hidden ones.
+class HistoryLines:
+    """One conversation's history as the steps show it, rendered as it grows.
 
-    A history does not change while a turn runs, so the sizes of its turns and its lines are
-    computed once for all of the turn's steps (and each entry once per ``entry_lines``)."""
+    :meth:`hidden` is :func:`trim_history`, :meth:`text` the lines after the hidden entries.
+    Every step of every turn shows the history again, and a history only grows between turns (a
+    turn's entries are appended at its commit), so an agent keeps one of these: :meth:`sync`
+    renders the entries appended since it last looked (each entry once) and counts their turns'
+    sizes, so a step costs what its own turn adds, not the length of the conversation. Another
+    list (reset, compaction, restore) or a shorter one starts over.
+    """
 
-    __slots__ = ("_lines", "_sizes", "entry_lines", "history")
+    __slots__ = (
+        "_chars", "_count", "_history", "_last", "_line_count", "_line_starts", "_lines", "_sizes",
+        "_texts", "_total", "_turn_entries", "labels", "render_response",
+    )
 
-    def __init__(self, history: Sequence[Entry], entry_lines: EntryLines) -> None:
-        self.history = history
-        self.entry_lines = entry_lines
-        self._sizes: tuple[list[int], list[int]] | None = None
-        self._lines: dict[int, list[str]] = {}
+    def __init__(self, labels: Labels, render_response: ResponseRenderer | None = None) -> None:
+        self.labels = labels
+        self.render_response = render_response
+        self._start_over(None)
+
+    def _start_over(self, history: Sequence[Entry] | None) -> None:
+        self._history = history
+        self._count = 0  # entries rendered
+        self._last: Entry | None = None  # the last of them, to notice a history rewritten in place
+        self._lines: list[str] = []  # the rendered lines (blank prompts show none)
+        self._line_starts: list[int] = []  # per entry: its index in the lines
+        self._sizes: list[int] = []  # per turn: tokens of its lines joined, plus one newline
+        self._turn_entries: list[int] = []  # per turn: its number of entries
+        self._total = 0  # sum of the sizes
+        self._chars = self._line_count = 0  # the last turn's so far
+        self._texts: dict[int, str] = {}
+
+    @property
+    def count(self) -> int:
+        """How many entries the history has (as of the last :meth:`sync`)."""
+        return self._count
+
+    def sync(self, history: Sequence[Entry]) -> None:
+        """Catch up with ``history``: render what was appended since the last call."""
+        count = self._count
+        if history is not self._history or len(history) < count or (count and history[count - 1] is not self._last):
+            self._start_over(history)
+            count = 0
+        if len(history) == count:
+            return
+        self._texts.clear()
+        lines, starts, sizes, entries = self._lines, self._line_starts, self._sizes, self._turn_entries
+        labels, render = self.labels, self.render_response
+        for index in range(count, len(history)):
+            entry = history[index]
+            if isinstance(entry, PromptEntry) or not entries:
+                sizes.append(0)
+                entries.append(0)
+                self._chars = self._line_count = 0
+            entries[-1] += 1
+            starts.append(len(lines))
+            if (line := _entry_line(entry, labels, render)) is not None:
+                lines.append(line)
+                self._chars += len(line)
+                self._line_count += 1
+            size = estimate_tokens_of_length(self._chars + max(self._line_count - 1, 0)) + 1
+            self._total += size - sizes[-1]
+            sizes[-1] = size
+        self._count = len(history)
+        self._last = history[-1]
+
+    def line(self, entry: Entry) -> str | None:
+        """Any entry's line as these labels show it (``None`` for a blank prompt); not kept."""
+        return _entry_line(entry, self.labels, self.render_response)
 
     def hidden(self, *, fixed_tokens: int, budget: int, minimum_recent_turns: int = 1) -> int:
         """How many of the oldest entries to hide (see :func:`trim_history`)."""
-        if not self.history:
+        if not self._count:
             return 0
-        if self._sizes is None:
-            self._sizes = self._turn_sizes()
-        sizes, counts = self._sizes
-        total = fixed_tokens + sum(sizes)
+        sizes, counts = self._sizes, self._turn_entries
+        total = fixed_tokens + self._total
         if total <= budget * 0.6:
             return 0
         hidden = 0
@@ -215,32 +237,13 @@ class ShownHistory:
             dropped += 1
         return hidden
 
-    def lines(self, hidden: int = 0) -> list[str]:
-        """The lines of the entries after the first ``hidden``."""
-        lines = self._lines.get(hidden)
-        if lines is None:
-            lines = self._lines[hidden] = self.entry_lines.lines(self.history[hidden:])
-        return lines
-
-    def _turn_sizes(self) -> tuple[list[int], list[int]]:
-        """Per turn (a turn starts at each prompt entry): the tokens of its lines joined by
-        newlines, plus one for the newline before it; and its number of entries."""
-        sizes: list[int] = []
-        counts: list[int] = []
-        chars = lines = 0
-        line_of = self.entry_lines.line
-        for entry in self.history:
-            if isinstance(entry, PromptEntry) or not counts:
-                if counts:
-                    sizes.append(estimate_tokens_of_length(chars + max(lines - 1, 0)) + 1)
-                counts.append(0)
-                chars = lines = 0
-            counts[-1] += 1
-            if (line := line_of(entry)) is not None:
-                chars += len(line)
-                lines += 1
-        sizes.append(estimate_tokens_of_length(chars + max(lines - 1, 0)) + 1)
-        return sizes, counts
+    def text(self, hidden: int = 0) -> str:
+        """The lines of the entries after the first ``hidden``, joined by newlines."""
+        text = self._texts.get(hidden)
+        if text is None:
+            first = self._line_starts[hidden] if hidden < self._count else len(self._lines)
+            text = self._texts[hidden] = "\n".join(self._lines[first:])
+        return text
 
 
 # --- task texts ------------------------------------------------------------------------------

@@ -112,7 +112,9 @@ class Turn:
     rounds: int = 0
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
-    _shown: prompts.ShownHistory | None = field(default=None, init=False, repr=False)
+    _shown: prompts.HistoryLines | None = field(default=None, init=False, repr=False)
+    _use_tokens: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
+    _specs: dict[str, ToolSpec] = field(default_factory=dict, init=False, repr=False)
     _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
@@ -452,28 +454,25 @@ class Turn:
     ) -> tuple[GenerationRequest, int]:
         agent = self.agent
         options = self.options
-        labels = prompts.Labels(options.user_label, options.assistant_label)
-        shown = self._shown_history(labels)
+        history = self._history_lines()
+        labels = history.labels
         system = agent.system_text
         trimmed = 0
-        if options.trim_history and shown.history:
-            line = shown.entry_lines.line
-            fixed = estimate_tokens(system) + estimate_tokens(self.prompt) + estimate_tokens(task) + sum(
-                estimate_tokens(line(u) or "") for u in self.tool_uses
-            )
+        if options.trim_history and history.count:
+            fixed = estimate_tokens(system) + estimate_tokens(self.prompt) + estimate_tokens(task) + self._tool_use_tokens()
             budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
-            trimmed = shown.hidden(fixed_tokens=fixed, budget=budget, minimum_recent_turns=options.minimum_recent_turns)
-        plain_task = {StepKind.RESPOND: "", StepKind.STRUCTURED: task}.get(kind)
+            trimmed = history.hidden(fixed_tokens=fixed, budget=budget, minimum_recent_turns=options.minimum_recent_turns)
+        plain_task = task if kind is StepKind.STRUCTURED else "" if kind is StepKind.RESPOND else None
         prompt = prompts.build_prompt(
-            history=shown.history[trimmed:],
+            history=agent.history if history.count - trimmed else (),
             prompt=self.prompt,
             turn_tool_uses=self.tool_uses,
             task=task,
             labels=labels,
             plain_task=plain_task,
-            history_lines=shown.lines(trimmed),
+            history_text=history.text(trimmed),
         )
-        deciding = kind in (StepKind.DECIDE, StepKind.TOOL_ARGUMENTS)
+        deciding = kind is StepKind.DECIDE or kind is StepKind.TOOL_ARGUMENTS
         request = GenerationRequest(
             kind=kind,
             system=system,
@@ -485,7 +484,7 @@ class Turn:
             is_repair=is_repair,
             user_prompt=self.prompt,
             tool_outputs=tuple(u.output.model_text() for u in self.tool_uses),
-            tools=tuple(ToolSpec(t.name, t.description, t.schema.generation_schema) for t in tools),
+            tools=self._tool_specs(tools),
             tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
             owner=agent.owner,
@@ -494,12 +493,31 @@ class Turn:
         )
         return request, trimmed
 
-    def _shown_history(self, labels: prompts.Labels) -> prompts.ShownHistory:
-        """The agent's history as this turn's steps show it (computed once per turn)."""
-        shown = self._shown
-        if shown is None or shown.history is not self.agent.history or shown.entry_lines.labels != labels:
-            shown = self._shown = prompts.ShownHistory(self.agent.history, self.agent.entry_lines(labels))
-        return shown
+    def _history_lines(self) -> prompts.HistoryLines:
+        """The agent's history as this turn's steps show it (caught up once per turn: the history
+        does not change while a turn runs)."""
+        lines = self._shown
+        if lines is None:
+            labels = prompts.Labels(self.options.user_label, self.options.assistant_label)
+            lines = self._shown = self.agent.history_lines(labels)
+        return lines
+
+    def _tool_use_tokens(self) -> int:
+        """The tokens of this turn's tool lines so far (counted again only when one is added)."""
+        count, tokens = self._use_tokens
+        if count != len(self.tool_uses):
+            lines = self._history_lines()
+            tokens = sum(estimate_tokens(lines.line(u) or "") for u in self.tool_uses)
+            self._use_tokens = (len(self.tool_uses), tokens)
+        return tokens
+
+    def _tool_specs(self, tools: list[ToolDefinition]) -> tuple[ToolSpec, ...]:
+        """The offered tools as a request carries them; each tool's spec is built once per turn."""
+        specs = self._specs
+        return tuple(
+            specs.get(t.name) or specs.setdefault(t.name, ToolSpec(t.name, t.description, t.schema.generation_schema))
+            for t in tools
+        )
 
     async def _emit(self, event: TurnEvent) -> None:
         if self.emit is not None:
