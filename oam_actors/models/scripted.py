@@ -188,9 +188,14 @@ class ScriptedModel:
             assert step.error is not None
             raise AgentError(step.error, step.text)
         text = piece_text if piece_text is not None else _render(step, request)
+        # A decision is read whole before anything is shown, so its pieces need no event-loop
+        # hop between them (a cancellation still lands at the step's next await); a reply or a
+        # structured value streams to the client piece by piece, as a real model's would.
+        streamed = request.kind is not StepKind.DECIDE and request.kind is not StepKind.TOOL_ARGUMENTS
         for piece in _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3):
             yield piece
-            await anyio.lowlevel.checkpoint()
+            if streamed:
+                await anyio.lowlevel.checkpoint()
 
     # --- selection ---------------------------------------------------------------------------
 
