@@ -8,7 +8,11 @@ agent engine's own overhead. The per-step parts are timed separately:
 - validate: coercing and validating the arguments against the tool's schema (`Schema.conform`);
 - render: building the decide step's task and prompt (`decide_task` + `build_prompt`).
 
-Run: python3 benchmarks/bench_agent.py [--turns 3000]
+A second figure runs one agent for ``--conversation`` turns, so each turn shows a longer history.
+
+Run: python3 benchmarks/bench_agent.py [--turns 3000] [--conversation 300] [--profile agent.prof]
+(with ``--profile`` the turns run under cProfile, their figure is not the benchmark's, and the top
+entries are printed).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import anyio
+from _profiling import load_average, print_top, profiled
 
 from oam_actors.agent import Agent, Schema, ToolDefinition
 from oam_actors.agent import prompts
@@ -59,6 +64,20 @@ async def run_turns(count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+async def run_conversation(count: int) -> float:
+    """``count`` turns of one agent: the history grows by four entries a turn."""
+    tools = make_tools()
+    steps = [
+        ScriptStep.tool_calls(ScriptCall("take_order", {"item": "Ale", "quantity": "2"})),
+        ScriptStep.template("Coming right up: {toolOutput}"),
+    ]
+    agent = Agent(ScriptedModel(steps * count), instructions="You are Mira, the innkeeper.", tools=tools)
+    started = time.perf_counter()
+    for _ in range(count):
+        await agent.respond("Two ales, please.")
+    return count / (time.perf_counter() - started)
+
+
 def per_call(fn: Callable[[], object], repeat: int) -> float:
     """Microseconds per call."""
     started = time.perf_counter()
@@ -70,8 +89,16 @@ def per_call(fn: Callable[[], object], repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=3000)
+    parser.add_argument("--conversation", type=int, default=300, help="turns of the one long conversation")
+    parser.add_argument("--profile", metavar="PATH", help="profile the turns into PATH and print the top entries")
     args = parser.parse_args()
-    turns_per_second = anyio.run(run_turns, args.turns)
+    with profiled(args.profile):
+        turns_per_second = anyio.run(run_turns, args.turns)
+    if args.profile:
+        print(f"profiled run ({load_average()}): {turns_per_second:,.0f} turns/s")
+        print_top(args.profile)
+        return
+    conversation = anyio.run(run_conversation, args.conversation)
     tools = make_tools()
     schema = tools[0].schema
     text = 'Sure! {"action": "take_order", "arguments": {"item": "Ale", "quantity": "2"}}'
@@ -87,7 +114,9 @@ def main() -> None:
     validate_us = per_call(lambda: schema.conform({"item": "Ale", "quantity": "2"}), 20000)
     render_us = per_call(render, 20000)
     print(f"scripted turns with one tool round (3 model steps): {turns_per_second:,.0f} turns/s "
-          f"({1e6 / turns_per_second:,.0f} µs per turn)")
+          f"({1e6 / turns_per_second:,.0f} µs per turn; {load_average()})")
+    print(f"one conversation of {args.conversation} such turns (history trimmed to the context): "
+          f"{conversation:,.0f} turns/s ({1e6 / conversation:,.0f} µs per turn)")
     print(f"per decide step: parse {parse_us:.1f} µs, validate {validate_us:.1f} µs, render {render_us:.1f} µs")
 
 

@@ -201,7 +201,8 @@ def main() -> None:
 
 
 def _versus(value: float, floor: float | None) -> str:
-    return "" if floor is None else f", floor {floor:,.0f}/s, ratio {value / floor:.2f}"
+    # Three significant digits: a turn is a hundred times a floor turn, and 0.00 says nothing.
+    return "" if floor is None else f", floor {floor:,.0f}/s, ratio {value / floor:.3g}"
 
 
 def _rounded(figures: dict[str, float]) -> str:
