@@ -36,7 +36,7 @@ from oam_actors.errors import AgentError, ErrorCode
 
 from ._check import SchemaCheckError, check_schema
 from ._close import close_schema
-from ._coerce import coerce
+from ._coerce import Coercer
 from ._example import example
 from ._json import declared_types, keyword_dict, resolve
 from ._order import order
@@ -90,7 +90,7 @@ class Schema:
 
         ``value`` is not mutated; parts that needed no fix may be shared with the result.
         """
-        return coerce(self._validator, self.generation_schema, value, 0)
+        return self.derived("coercer", lambda _: Coercer(self._validator)).coerce(value)
 
     def validate(self, value: Any) -> list[Violation]:
         """Every way ``value`` fails the closed schema; empty when it is valid."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from collections.abc import Callable
 from typing import Any, Final
 
 from ._json import (
     MAX_DEPTH,
+    NodeCompiler,
     declared_types,
     is_number,
     json_equals,
@@ -25,7 +27,7 @@ from ._json import (
 )
 from ._validate import Validator
 
-__all__ = ["coerce"]
+__all__ = ["Coercer", "Fix"]
 
 _NUMERAL: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER: Final = re.compile(r"[+-]?\d+")
@@ -36,48 +38,124 @@ _NO: Final[Any] = object()
 """A converter's "cannot convert" (``None`` is a JSON value)."""
 
 
-def coerce(validator: Validator, node: Any, value: Any, depth: int) -> Any:
-    """``value`` coerced towards ``node`` (a schema inside the document ``validator`` checks).
+Fix = Callable[[Any, int], Any]
+"""A compiled schema node: ``fix(value, depth)`` is ``value`` coerced towards it."""
 
-    Never raises and never mutates ``value``: changed containers are rebuilt, unchanged
-    parts are shared.
+
+def _unchanged(value: Any, depth: int) -> Any:
+    return value
+
+
+class Coercer(NodeCompiler[Fix]):
+    """The fixes of one (closed) schema document, compiled once per node (see :class:`Validator`,
+    whose checks decide between alternatives).
+
+    :meth:`coerce` never raises and never mutates ``value``: changed containers are rebuilt,
+    unchanged parts are shared.
     """
-    if depth > MAX_DEPTH:
-        return value
-    schema = resolve(validator.root, node)
-    if not isinstance(schema, dict):
-        return value
-    for branch in keyword_list(schema, "allOf") or ():
-        value = coerce(validator, branch, value, depth + 1)
-    choices = keyword_list(schema, "anyOf")
-    if choices is None:
-        choices = keyword_list(schema, "oneOf")
-    if choices is not None:
-        return _choose(validator, choices, value, depth)
-    if value is None:
-        return value
-    value = _convert_type(value, declared_types(schema))
-    if (allowed := keyword_list(schema, "enum")) is not None:
-        value = _match_choice(value, allowed)
-    if "const" in schema:
-        value = _match_choice(value, [schema["const"]])
-    if isinstance(value, dict):
-        return _coerce_object(validator, schema, value, depth)
-    if isinstance(value, list) and "items" in schema:
-        return [coerce(validator, schema["items"], item, depth + 1) for item in value]
-    return value
+
+    def __init__(self, validator: Validator) -> None:
+        super().__init__(validator.root)
+        self.validator = validator
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` coerced towards the whole document."""
+        return self.function_of(self.root)(value, 0)
+
+    def _compile(self, node: Any) -> Fix:
+        schema = resolve(self.root, node)
+        if not isinstance(schema, dict):
+            return _unchanged
+        all_of = [self.slot(branch) for branch in keyword_list(schema, "allOf") or ()]
+        choices = keyword_list(schema, "anyOf")
+        if choices is None:
+            choices = keyword_list(schema, "oneOf")
+        if choices is not None:
+            return self._alternatives(all_of, choices)
+        convert = _converter(declared_types(schema))
+        allowed = keyword_list(schema, "enum")
+        const = [schema["const"]] if "const" in schema else None
+        of_object = self._object(schema)
+        items = self.slot(schema["items"]) if "items" in schema else None
+
+        def fix(value: Any, depth: int) -> Any:
+            if depth > MAX_DEPTH:
+                return value
+            for branch in all_of:
+                value = branch[0](value, depth + 1)
+            if value is None:
+                return value
+            if convert is not None:
+                value = convert(value)
+            if allowed is not None:
+                value = _match_choice(value, allowed)
+            if const is not None:
+                value = _match_choice(value, const)
+            if isinstance(value, dict):
+                return of_object(value, depth)
+            if items is not None and isinstance(value, list):
+                item_fix = items[0]
+                return [item_fix(item, depth + 1) for item in value]
+            return value
+
+        return fix
+
+    def _alternatives(self, all_of: list[list[Fix]], choices: list[Any]) -> Fix:
+        """Unchanged if a branch accepts it, else the first branch whose coercion is accepted."""
+        accepts = self.validator.accepts
+        fixes = [(choice, self.slot(choice)) for choice in choices]
+
+        def fix(value: Any, depth: int) -> Any:
+            if depth > MAX_DEPTH:
+                return value
+            for branch in all_of:
+                value = branch[0](value, depth + 1)
+            if any(accepts(choice, value, depth) for choice in choices):
+                return value
+            for choice, choice_fix in fixes:
+                candidate = choice_fix[0](value, depth + 1)
+                if accepts(choice, candidate, depth):
+                    return candidate
+            return value
+
+        return fix
+
+    def _object(self, schema: dict[str, Any]) -> Callable[[dict[str, Any], int], dict[str, Any]]:
+        properties = keyword_dict(schema, "properties")
+        required = set(required_names(schema))
+        additional = schema.get("additionalProperties")
+        children = {name: (child, self.slot(child)) for name, child in properties.items()}
+        other = self.slot(additional) if isinstance(additional, dict) else None
+        closed = additional is False
+        normalized = [(name, _normalize_key(name)) for name in properties]
+        accepts = self.validator.accepts
+
+        def of_object(value: dict[str, Any], depth: int) -> dict[str, Any]:
+            renamed = value if all(key in properties for key in value) else _rename_keys(value, properties, normalized)
+            # Unknown keys are dropped only when nothing is missing, so a misnamed key still shows.
+            complete = required.issubset(renamed)
+            result: dict[str, Any] = {}
+            for key, child in renamed.items():
+                declared = children.get(key)
+                if declared is not None:
+                    node, child_fix = declared
+                    if child is None and key not in required and not accepts(node, None, depth):
+                        continue
+                    result[key] = child_fix[0](child, depth + 1)
+                elif other is not None:
+                    result[key] = other[0](child, depth + 1)
+                elif not (closed and complete):
+                    result[key] = child
+            return result
+
+        return of_object
 
 
-def _choose(validator: Validator, choices: list[Any], value: Any, depth: int) -> Any:
-    """Unchanged if a branch accepts it, else the first branch whose coercion is accepted."""
-    accepts = validator.accepts
-    if any(accepts(choice, value, depth) for choice in choices):
-        return value
-    for choice in choices:
-        candidate = coerce(validator, choice, value, depth + 1)
-        if accepts(choice, candidate, depth):
-            return candidate
-    return value
+def _converter(types: list[str] | None) -> Callable[[Any], Any] | None:
+    """The type conversion of a node declaring ``types`` (``None``: nothing to convert)."""
+    if types is None:
+        return None
+    return lambda value: _convert_type(value, types)
 
 
 def _convert_type(value: Any, types: list[str] | None) -> Any:
@@ -188,8 +266,11 @@ def _match_choice(value: Any, choices: list[Any]) -> Any:
     return found[0] if len(found) == 1 else value
 
 
-def _rename_keys(value: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
-    """Keys differing from an unused declared property only in case or separators take its name."""
+def _rename_keys(
+    value: dict[str, Any], properties: dict[str, Any], normalized: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """Keys differing from an unused declared property only in case or separators take its name
+    (``normalized``: each declared name with its :func:`_normalize_key`, in order)."""
     renamed: dict[str, Any] = {}
     for key, child in value.items():
         target = key
@@ -198,30 +279,10 @@ def _rename_keys(value: dict[str, Any], properties: dict[str, Any]) -> dict[str,
             target = next(
                 (
                     name
-                    for name in properties
-                    if name not in value and name not in renamed and _normalize_key(name) == wanted
+                    for name, normal in normalized
+                    if name not in value and name not in renamed and normal == wanted
                 ),
                 key,
             )
         renamed[target] = child
     return renamed
-
-
-def _coerce_object(validator: Validator, schema: dict[str, Any], value: dict[str, Any], depth: int) -> dict[str, Any]:
-    properties = keyword_dict(schema, "properties")
-    required = set(required_names(schema))
-    additional = schema.get("additionalProperties")
-    renamed = _rename_keys(value, properties)
-    # Unknown keys are dropped only when nothing is missing, so a misnamed key still shows.
-    complete = required.issubset(renamed)
-    result: dict[str, Any] = {}
-    for key, child in renamed.items():
-        if key in properties:
-            if child is None and key not in required and not validator.accepts(properties[key], None, depth):
-                continue
-            result[key] = coerce(validator, properties[key], child, depth + 1)
-        elif isinstance(additional, dict):
-            result[key] = coerce(validator, additional, child, depth + 1)
-        elif not (additional is False and complete):
-            result[key] = child
-    return result

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -161,3 +162,47 @@ def resolve(root: Any, node: Any) -> Any:
             return node
         node = target
     return node
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class NodeCompiler(Generic[F]):
+    """Turns the nodes of one schema document into functions, each node once.
+
+    The document is immutable, so a node's function is kept by the node's identity (the node is
+    kept alive with it). Subclasses say how one node compiles (:meth:`_compile`); a node refers
+    to the nodes below it through :meth:`slot`, which compiles them on first call, so a long
+    ``$ref`` chain is compiled only as deep as values go.
+    """
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self._functions: dict[int, F] = {}
+        self._nodes: list[Any] = []
+
+    def function_of(self, node: Any) -> F:
+        """``node`` compiled (once)."""
+        function = self._functions.get(id(node))
+        if function is None:
+            self._nodes.append(node)
+            function = self._functions[id(node)] = self._compile(node)
+        return function
+
+    def slot(self, node: Any) -> list[F]:
+        """A one-item list holding ``node``'s function; call ``slot[0]``. Until the first call it
+        holds a stand-in that compiles the node and takes its place."""
+        known = self._functions.get(id(node))
+        if known is not None:
+            return [known]
+        slot: list[Any] = []
+
+        def first_call(*args: Any) -> Any:
+            function = slot[0] = self.function_of(node)
+            return function(*args)
+
+        slot.append(first_call)
+        return slot
+
+    def _compile(self, node: Any) -> F:
+        raise NotImplementedError

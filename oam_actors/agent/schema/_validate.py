@@ -15,6 +15,7 @@ import msgspec
 
 from ._json import (
     MAX_DEPTH,
+    NodeCompiler,
     declared_types,
     is_integral,
     is_number,
@@ -123,53 +124,25 @@ def _accept_all(value: Any, path: str, depth: int, out: list[Violation]) -> None
     return None
 
 
-class Validator:
+class Validator(NodeCompiler[Check]):
     """The checks of one (closed) schema document, compiled once.
 
     Each schema node becomes a closure that holds its keywords already looked up, so checking a
-    value never reads the schema document again; nodes are compiled on first use (a ``$ref``
-    chain is compiled only as deep as values go). :meth:`violations` reports every problem with
+    value never reads the schema document again. :meth:`violations` reports every problem with
     the messages and paths of §5.5.
     """
-
-    def __init__(self, root: Any) -> None:
-        self.root = root
-        self._checks: dict[int, Check] = {}
-        self._nodes: list[Any] = []  # keeps compiled nodes alive, so their ids stay theirs
 
     def violations(self, value: Any) -> list[Violation]:
         """All the ways ``value`` fails the document; empty when valid."""
         out: list[Violation] = []
-        self.check_of(self.root)(value, "$", 0, out)
+        self.function_of(self.root)(value, "$", 0, out)
         return out
 
     def accepts(self, node: Any, value: Any, depth: int) -> bool:
         """True if ``value`` satisfies ``node`` (a schema inside the document)."""
         out: list[Violation] = []
-        self.check_of(node)(value, "$", depth + 1, out)
+        self.function_of(node)(value, "$", depth + 1, out)
         return not out
-
-    def check_of(self, node: Any) -> Check:
-        """``node`` compiled (once)."""
-        check = self._checks.get(id(node))
-        if check is None:
-            self._nodes.append(node)
-            check = self._checks[id(node)] = self._compile(node)
-        return check
-
-    def _lazy(self, node: Any) -> Check:
-        """A child's check, compiled when first called."""
-        known = self._checks.get(id(node))
-        if known is not None:
-            return known
-        compiled: list[Check] = []
-
-        def first_use(value: Any, path: str, depth: int, out: list[Violation]) -> None:
-            if not compiled:
-                compiled.append(self.check_of(node))
-            compiled[0](value, path, depth, out)
-
-        return first_use
 
     def _compile(self, node: Any) -> Check:
         schema = resolve(self.root, node)
@@ -185,12 +158,12 @@ class Validator:
         return self._compile_dict(schema)
 
     def _compile_dict(self, schema: dict[str, Any]) -> Check:
-        lazy = self._lazy
-        all_of = [lazy(branch) for branch in keyword_list(schema, "allOf") or ()]
+        slot = self.slot
+        all_of = [slot(branch) for branch in keyword_list(schema, "allOf") or ()]
         any_of = keyword_list(schema, "anyOf")
         one_of = keyword_list(schema, "oneOf")
-        any_checks = [lazy(choice) for choice in any_of] if any_of is not None else None
-        one_checks = [lazy(choice) for choice in one_of] if one_of is not None else None
+        any_checks = [slot(choice) for choice in any_of] if any_of is not None else None
+        one_checks = [slot(choice) for choice in one_of] if one_of is not None else None
         nullable = schema.get("nullable") is True
         types = declared_types(schema)
         # An unknown type name matches anything, as it does when interpreted.
@@ -208,7 +181,7 @@ class Validator:
             if depth > MAX_DEPTH:
                 return
             for branch in all_of:
-                branch(value, path, depth + 1, out)
+                branch[0](value, path, depth + 1, out)
             if any_checks is not None:
                 choose(any_checks, value, path, depth, out, exactly_one=False)
             if one_checks is not None:
@@ -258,8 +231,8 @@ class Validator:
         additional = schema.get("additionalProperties")
         if not properties and not required and not isinstance(additional, dict) and additional is not False:
             return None
-        children = {name: self._lazy(child) for name, child in properties.items()}
-        other = self._lazy(additional) if isinstance(additional, dict) else None
+        children = {name: self.slot(child) for name, child in properties.items()}
+        other = self.slot(additional) if isinstance(additional, dict) else None
         closed = additional is False
 
         def of_object(value: dict[str, Any], path: str, depth: int, out: list[Violation]) -> None:
@@ -269,9 +242,9 @@ class Validator:
             for key, child in value.items():
                 check = children.get(key)
                 if check is not None:
-                    check(child, f"{path}{_key_step(key)}", depth + 1, out)
+                    check[0](child, f"{path}{_key_step(key)}", depth + 1, out)
                 elif other is not None:
-                    other(child, f"{path}{_key_step(key)}", depth + 1, out)
+                    other[0](child, f"{path}{_key_step(key)}", depth + 1, out)
                 elif closed:
                     allowed = ", ".join(f'"{name}"' for name in properties)
                     reason = f"allowed: {allowed}" if properties else "no properties are allowed"
@@ -281,7 +254,7 @@ class Validator:
 
     def _array(self, schema: dict[str, Any]) -> Callable[[list[Any], str, int, list[Violation]], None] | None:
         low, high = whole(schema.get("minItems")), whole(schema.get("maxItems"))
-        items = self._lazy(schema["items"]) if "items" in schema else None
+        items = self.slot(schema["items"]) if "items" in schema else None
         if low is None and high is None and items is None:
             return None
 
@@ -291,19 +264,20 @@ class Validator:
             if high is not None and len(value) > high:
                 out.append(Violation(path, f"must have at most {_plural(high, 'item')}; got {len(value)}"))
             if items is not None:
+                check = items[0]
                 for index, item in enumerate(value):
-                    items(item, f"{path}[{index}]", depth + 1, out)
+                    check(item, f"{path}[{index}]", depth + 1, out)
 
         return of_array
 
 
 def _choice(
-    checks: list[Check], value: Any, path: str, depth: int, out: list[Violation], *, exactly_one: bool
+    checks: list[list[Check]], value: Any, path: str, depth: int, out: list[Violation], *, exactly_one: bool
 ) -> None:
     results: list[list[Violation]] = []
     for check in checks:
         found: list[Violation] = []
-        check(value, path, depth + 1, found)
+        check[0](value, path, depth + 1, found)
         results.append(found)
     matches = sum(1 for result in results if not result)
     if matches == 1 or (matches > 1 and not exactly_one):
