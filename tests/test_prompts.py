@@ -356,6 +356,25 @@ async def test_each_history_entry_is_rendered_once_across_steps_and_turns() -> N
     assert "User: Fresh start\nAssistant: LINE 9." in model.requests[-1].prompt
 
 
+def test_a_history_that_grows_is_trimmed_as_if_rendered_anew() -> None:
+    turn: list[Entry] = [PromptEntry("x" * 36), ResponseEntry("y" * 26)]  # 20 + 1 tokens a turn
+    history: list[Entry] = []
+    shown = prompts.HistoryLines(Labels())
+    for turns in range(1, 6):
+        history.extend(turn)
+        shown.sync(history)  # renders the two new entries only
+        for budget in (1, 21, 40, 62, 63, 200):
+            assert shown.hidden(fixed_tokens=0, budget=budget) == prompts.trim_history(history, fixed_tokens=0, budget=budget)
+        assert shown.text(0) == "\n".join(prompts.render_entries(history, Labels()))
+        assert shown.text(2 * turns) == ""
+    history[-1] = ResponseEntry("z")  # a history rewritten in place is rendered anew
+    shown.sync(history)
+    assert shown.text(8) == "User: " + "x" * 36 + "\nAssistant: z"
+    del history[2:]  # so is a shorter one
+    shown.sync(history)
+    assert shown.text(0) == "User: " + "x" * 36 + "\nAssistant: " + "y" * 26
+
+
 def test_a_conversation_that_fits_is_never_trimmed() -> None:
     history: list[Entry] = [PromptEntry("hi"), ResponseEntry("hello")]  # "User: hi\nAssistant: hello" → 7 + 1
     assert prompts.trim_history(history, fixed_tokens=2, budget=10) == 0

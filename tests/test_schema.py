@@ -695,6 +695,29 @@ def test_a_reference_loop_terminates() -> None:
     assert schema.render_compact() == "a"
 
 
+def test_a_long_chain_of_nested_references_is_checked_only_as_deep_as_the_value() -> None:
+    # Each definition nests the next inside a property: compiled eagerly, 2,000 of them would
+    # exhaust the recursion limit; checked as values go, a shallow value never reaches them.
+    defs: dict[str, Any] = {
+        f"d{i}": {"type": "object", "properties": {"next": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(2000)
+    }
+    defs["d2000"] = {"type": "integer"}
+    schema = Schema.compile({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert messages({"$defs": defs, "$ref": "#/$defs/d0"}, {"next": {"next": "x"}}) == [
+        '$.next.next: expected an object, got a string ("x")'
+    ]
+    assert schema.coerce({"next": {"next": {}}}) == {"next": {"next": {}}}
+
+
+def test_a_schema_checks_many_values_alike() -> None:
+    # The compiled checks are kept with the schema: later values are judged exactly as the first.
+    schema = Schema.compile({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}, "required": ["n"]})
+    for _ in range(3):
+        assert [str(v) for v in schema.validate({"n": 4})] == ["$.n: must be at most 3; got 4"]
+        assert [str(v) for v in schema.validate({})] == ['$: missing required property "n"']
+        assert schema.conform({"n": "2"}) == ({"n": 2}, [])
+
+
 # --- key order (§5.6) ----------------------------------------------------------------------------
 
 
