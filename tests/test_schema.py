@@ -718,6 +718,22 @@ def test_a_schema_checks_many_values_alike() -> None:
         assert schema.conform({"n": "2"}) == ({"n": 2}, [])
 
 
+def test_equal_documents_share_one_compiled_schema_that_owns_its_values() -> None:
+    raw = {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]}
+    first = Schema.compile(raw, path="tools[0].parameters")
+    assert Schema.compile(copy.deepcopy(raw)) is first
+    assert Schema.compile(json.dumps(raw)) is first
+    raw["required"].append("key")  # the caller's value stays the caller's
+    assert first.raw == {"type": "object", "properties": {"gate": {"type": "string"}}, "required": ["gate"]}
+    # Not plain JSON (a tuple is no array to the engine): compiled on its own, as given.
+    odd = {"type": "string", "x-tags": ("a", "b")}
+    assert Schema.compile(odd).raw is odd
+    assert Schema.compile(odd) is not Schema.compile(odd)
+    with pytest.raises(AgentError) as caught:
+        Schema.compile({"type": "strin"}, path="tools[3].parameters")
+    assert caught.value.data["path"] == "tools[3].parameters"
+
+
 # --- key order (§5.6) ----------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -73,12 +74,17 @@ class Schema:
         parsed = _parse_text(raw, path) if isinstance(raw, str) else raw
         if not isinstance(parsed, (dict, bool)):
             raise _invalid(path, SchemaCheckError("#", "a schema must be a JSON object"))
-        closed = close_schema(parsed)
+        text = _plain_json_text(parsed)
         try:
-            warnings = check_schema(closed)
+            return _compile_json(text) if text is not None else cls._checked(parsed)
         except SchemaCheckError as error:
             raise _invalid(path, error) from error
-        return cls(parsed, closed, tuple(warnings))
+
+    @classmethod
+    def _checked(cls, parsed: Any) -> Schema:
+        """Closes and checks a schema value; raises :class:`SchemaCheckError`."""
+        closed = close_schema(parsed)
+        return cls(parsed, closed, tuple(check_schema(closed)))
 
     @classmethod
     def empty_object(cls) -> Schema:
@@ -158,6 +164,29 @@ class Schema:
             return False
         types = declared_types(root)
         return "array" in types if types is not None else "items" in root
+
+
+# Every session states its tools, every structured turn its schema: the same documents come back
+# again and again, and a compiled schema is immutable, so equal documents share one (with its
+# compiled checks and renderings). Bounded: a crowd of one-off schemas only cycles through it.
+_SHARED_SCHEMAS = 1024
+
+
+@functools.lru_cache(maxsize=_SHARED_SCHEMAS)
+def _compile_json(text: bytes) -> Schema:
+    """The schema of a JSON text (its own parse of it, so no caller's value is shared)."""
+    return Schema._checked(msgspec.json.decode(text))
+
+
+def _plain_json_text(value: Any) -> bytes | None:
+    """``value``'s JSON text when the text stands for exactly ``value`` (plain JSON values);
+    ``None`` for anything else (tuples, NaN, non-string keys…), which is compiled on its own."""
+    try:
+        text = msgspec.json.encode(value)
+        same = msgspec.json.decode(text) == value
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
+        return None
+    return text if same else None
 
 
 def _parse_text(text: str, path: str) -> Any:

@@ -75,7 +75,8 @@ class Coercer(NodeCompiler[Fix]):
         convert = _converter(declared_types(schema))
         allowed = keyword_list(schema, "enum")
         const = [schema["const"]] if "const" in schema else None
-        of_object = self._object(schema)
+        # Built when the first object reaches this node (most nodes never see one).
+        of_object: list[Callable[[dict[str, Any], int], dict[str, Any]]] = []
         items = self.slot(schema["items"]) if "items" in schema else None
 
         def fix(value: Any, depth: int) -> Any:
@@ -92,7 +93,9 @@ class Coercer(NodeCompiler[Fix]):
             if const is not None:
                 value = _match_choice(value, const)
             if isinstance(value, dict):
-                return of_object(value, depth)
+                if not of_object:
+                    of_object.append(self._object(schema))
+                return of_object[0](value, depth)
             if items is not None and isinstance(value, list):
                 item_fix = items[0]
                 return [item_fix(item, depth + 1) for item in value]
@@ -127,11 +130,16 @@ class Coercer(NodeCompiler[Fix]):
         children = {name: (child, self.slot(child)) for name, child in properties.items()}
         other = self.slot(additional) if isinstance(additional, dict) else None
         closed = additional is False
-        normalized = [(name, _normalize_key(name)) for name in properties]
+        normalized: list[tuple[str, str]] = []  # filled when a value first has an unknown key
         accepts = self.validator.accepts
 
         def of_object(value: dict[str, Any], depth: int) -> dict[str, Any]:
-            renamed = value if all(key in properties for key in value) else _rename_keys(value, properties, normalized)
+            if all(key in properties for key in value):
+                renamed = value
+            else:
+                if len(normalized) != len(properties):
+                    normalized[:] = [(name, _normalize_key(name)) for name in properties]
+                renamed = _rename_keys(value, properties, normalized)
             # Unknown keys are dropped only when nothing is missing, so a misnamed key still shows.
             complete = required.issubset(renamed)
             result: dict[str, Any] = {}

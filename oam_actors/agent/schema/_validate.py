@@ -123,6 +123,8 @@ _TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
 def _accept_all(value: Any, path: str, depth: int, out: list[Violation]) -> None:
     return None
 
+_EVERY_TYPE: frozenset[str] = frozenset(_TYPE_TESTS)
+
 
 class Validator(NodeCompiler[Check]):
     """The checks of one (closed) schema document, compiled once.
@@ -170,11 +172,14 @@ class Validator(NodeCompiler[Check]):
         type_tests = (
             [_TYPE_TESTS[name] for name in types] if types is not None and all(n in _TYPE_TESTS for n in types) else None
         )
+        # With known types, only values of those types get past the type check: the keywords of
+        # the other types are not even looked at.
+        reach = frozenset(types) if type_tests is not None and types is not None else _EVERY_TYPE
         choices = self._choices(schema)
-        of_object = self._object(schema)
-        of_array = self._array(schema)
-        of_string = _string(schema)
-        of_number = _number(schema)
+        of_object = self._object(schema) if "object" in reach else None
+        of_array = self._array(schema) if "array" in reach else None
+        of_string = _string(schema) if "string" in reach else None
+        of_number = _number(schema) if "number" in reach or "integer" in reach else None
         choose = _choice
 
         def check(value: Any, path: str, depth: int, out: list[Violation]) -> None:
