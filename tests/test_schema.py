@@ -731,7 +731,7 @@ def test_equal_documents_share_one_compiled_schema_that_owns_its_values() -> Non
     assert Schema.compile(odd) is not Schema.compile(odd)
     with pytest.raises(AgentError) as caught:
         Schema.compile({"type": "strin"}, path="tools[3].parameters")
-    assert caught.value.data["path"] == "tools[3].parameters"
+    assert caught.value.extra == {"path": "tools[3].parameters", "schemaPath": "#/type"}
 
 
 # --- key order (§5.6) ----------------------------------------------------------------------------
