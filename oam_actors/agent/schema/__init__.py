@@ -16,6 +16,9 @@ Contract:
 - :meth:`Schema.coerce` applies the safe fixes of §5.4 and never raises; :meth:`Schema.validate`
   reports every violation (§5.5); :meth:`Schema.order` puts keys in declared order (§5.6);
   :meth:`Schema.example` is a small valid value for prompts.
+- Checks and fixes are compiled once per schema, on first use (closures per schema node), and
+  equal documents of plain JSON compile to one shared :class:`Schema` (its ``raw`` is its own
+  parse of the document, not the caller's value).
 - Values are plain JSON values (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
   ``None``); inputs are never mutated. ``pattern`` uses Python ``re.search`` semantics and
   lengths count code points.
