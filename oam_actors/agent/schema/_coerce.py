@@ -7,9 +7,10 @@ is guessed: ambiguous or unconvertible values are left as they are for validatio
 
 from __future__ import annotations
 
+import functools
 import re
-from decimal import Decimal, InvalidOperation
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from ._json import (
@@ -130,16 +131,10 @@ class Coercer(NodeCompiler[Fix]):
         children = {name: (child, self.slot(child)) for name, child in properties.items()}
         other = self.slot(additional) if isinstance(additional, dict) else None
         closed = additional is False
-        normalized: list[tuple[str, str]] = []  # filled when a value first has an unknown key
         accepts = self.validator.accepts
 
         def of_object(value: dict[str, Any], depth: int) -> dict[str, Any]:
-            if all(key in properties for key in value):
-                renamed = value
-            else:
-                if len(normalized) != len(properties):
-                    normalized[:] = [(name, _normalize_key(name)) for name in properties]
-                renamed = _rename_keys(value, properties, normalized)
+            renamed = value if all(key in properties for key in value) else _rename_keys(value, properties)
             # Unknown keys are dropped only when nothing is missing, so a misnamed key still shows.
             complete = required.issubset(renamed)
             result: dict[str, Any] = {}
@@ -261,6 +256,7 @@ def _normalize_words(text: str) -> str:
     return _SEPARATORS.sub(" ", text.strip().lower())
 
 
+@functools.lru_cache(maxsize=4096)
 def _normalize_key(text: str) -> str:
     return "".join(c for c in text.lower() if c.isalpha() or c.isdecimal())
 
@@ -274,11 +270,8 @@ def _match_choice(value: Any, choices: list[Any]) -> Any:
     return found[0] if len(found) == 1 else value
 
 
-def _rename_keys(
-    value: dict[str, Any], properties: dict[str, Any], normalized: list[tuple[str, str]]
-) -> dict[str, Any]:
-    """Keys differing from an unused declared property only in case or separators take its name
-    (``normalized``: each declared name with its :func:`_normalize_key`, in order)."""
+def _rename_keys(value: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
+    """Keys differing from an unused declared property only in case or separators take its name."""
     renamed: dict[str, Any] = {}
     for key, child in value.items():
         target = key
@@ -287,8 +280,8 @@ def _rename_keys(
             target = next(
                 (
                     name
-                    for name, normal in normalized
-                    if name not in value and name not in renamed and normal == wanted
+                    for name in properties
+                    if name not in value and name not in renamed and _normalize_key(name) == wanted
                 ),
                 key,
             )
