@@ -734,6 +734,22 @@ def test_equal_documents_share_one_compiled_schema_that_owns_its_values() -> Non
     assert caught.value.extra == {"path": "tools[3].parameters", "schemaPath": "#/type"}
 
 
+def test_schemas_differing_in_descriptions_check_alike_and_references_still_reach_them() -> None:
+    def reply(name: str) -> dict[str, Any]:
+        return {"type": "object", "title": name, "properties": {
+            "line": {"type": "string", "description": f"What {name} says.", "x-hint": name, "maxLength": 5},
+        }, "required": ["line"]}
+
+    for name in ("Mira", "Gorm"):
+        assert messages(reply(name), {"line": "Hello there"}) == ["$.line: must have at most 5 characters; got 11"]
+        assert Schema.compile(reply(name)).coerce({"Line": 2}) == {"line": "2"}
+    # A reference may point into an annotation: that document is checked on its own.
+    pointed = {"type": "object", "properties": {
+        "a": {"$ref": "#/properties/b/examples/0"}, "b": {"examples": [{"type": "integer"}]},
+    }}
+    assert messages(pointed, {"a": "x"}) == ['$.a: expected an integer, got a string ("x")']
+
+
 # --- key order (§5.6) ----------------------------------------------------------------------------
 
 

@@ -39,7 +39,7 @@ import msgspec
 from oam_actors.errors import AgentError, ErrorCode
 
 from ._check import SchemaCheckError, check_schema
-from ._close import close_schema
+from ._close import checked_keywords, close_schema
 from ._coerce import Coercer
 from ._example import example
 from ._json import declared_types, keyword_dict, resolve
@@ -99,7 +99,7 @@ class Schema:
 
         ``value`` is not mutated; parts that needed no fix may be shared with the result.
         """
-        return self.derived("coercer", lambda _: Coercer(self._validator)).coerce(value)
+        return _coercer_for(self._validator).coerce(value)
 
     def validate(self, value: Any) -> list[Violation]:
         """Every way ``value`` fails the closed schema; empty when it is valid."""
@@ -121,7 +121,7 @@ class Schema:
     @property
     def _validator(self) -> Validator:
         """The checks of the closed schema, compiled on first use and kept."""
-        return self.derived("validator", Validator)
+        return self.derived("validator", _validator_for)
 
     def render_compact(self) -> str:
         """The one-line form for tool catalogs (§5.7). Computed once: every decide step shows it."""
@@ -179,6 +179,25 @@ _SHARED_SCHEMAS = 1024
 def _compile_json(text: bytes) -> Schema:
     """The schema of a JSON text (its own parse of it, so no caller's value is shared)."""
     return Schema._checked(msgspec.json.decode(text))
+
+
+def _validator_for(generation_schema: Any) -> Validator:
+    """The compiled checks of a closed schema, shared by every schema with the same checked
+    keywords (they differ only in descriptions and the like)."""
+    checked = checked_keywords(generation_schema)
+    text = None if checked is None else _plain_json_text(checked)
+    return _shared_validator(text) if text is not None else Validator(generation_schema)
+
+
+@functools.lru_cache(maxsize=_SHARED_SCHEMAS)
+def _shared_validator(text: bytes) -> Validator:
+    return Validator(msgspec.json.decode(text))
+
+
+@functools.lru_cache(maxsize=_SHARED_SCHEMAS)
+def _coercer_for(validator: Validator) -> Coercer:
+    """The compiled fixes that go with ``validator`` (whose checks decide between alternatives)."""
+    return Coercer(validator)
 
 
 def _plain_json_text(value: Any) -> bytes | None:
