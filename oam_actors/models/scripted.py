@@ -189,13 +189,13 @@ class ScriptedModel:
             raise AgentError(step.error, step.text)
         text = piece_text if piece_text is not None else _render(step, request)
         # A decision is read whole before anything is shown, so its pieces need no event-loop
-        # hop between them (a cancellation still lands at the step's next await); a reply or a
-        # structured value streams to the client piece by piece, as a real model's would.
+        # hop between them, only the cancellation check (a cancel lands where it did); a reply
+        # or a structured value streams to the client piece by piece, as a real model's would.
         streamed = request.kind is not StepKind.DECIDE and request.kind is not StepKind.TOOL_ARGUMENTS
+        between = anyio.lowlevel.checkpoint if streamed else anyio.lowlevel.checkpoint_if_cancelled
         for piece in _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3):
             yield piece
-            if streamed:
-                await anyio.lowlevel.checkpoint()
+            await between()
 
     # --- selection ---------------------------------------------------------------------------
 
