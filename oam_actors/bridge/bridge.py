@@ -50,14 +50,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import msgspec
 
 from .._version import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
-from ..runtime import ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply
+from ..runtime import (
+    ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply, contended, fair_pause,
+    flow,
+)
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
 from .outbox import Outbox
@@ -67,7 +69,7 @@ from .registry import Call, Deferred, Extension, MethodRegistry
 if TYPE_CHECKING:
     from ..observability.metrics import ServerMetrics
 
-__all__ = ["REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge"]
+__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge"]
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +79,9 @@ REQUEST_OVERHEAD = 2048
 
 YIELD_EVERY = 16
 """Lines the read loop handles before it lets other connections' tasks run."""
+
+FAIR_YIELD_EVERY = 4
+"""The same while other connections' busy work waits for its turn (``runtime.contended``)."""
 
 LATE_LINES_GRACE = 0.25
 """Seconds the input is still read after ``shutdown`` (ended sooner by end of input)."""
@@ -202,9 +207,9 @@ class Bridge:
             self._since_yield = 0
             return
         self._since_yield += 1
-        if self._since_yield >= YIELD_EVERY:
+        if self._since_yield >= YIELD_EVERY or (self._since_yield >= FAIR_YIELD_EVERY and contended()):
             self._since_yield = 0
-            await anyio.lowlevel.checkpoint()
+            await fair_pause(self.label)
 
     # --- limits ------------------------------------------------------------------------------
 
@@ -258,7 +263,13 @@ class Bridge:
     # --- inbound -----------------------------------------------------------------------------
 
     async def receive(self, line: Any) -> None:
-        """Handle one inbound line (bytes/str, or a transport's ``LineTooLong`` marker)."""
+        """Handle one inbound line (bytes/str, or a transport's ``LineTooLong`` marker). The work
+        it queues is this connection's flow at the admission gate (``runtime.flow``: the
+        connection's ``label``), so connections are admitted in turn."""
+        with flow(self.label):
+            await self._receive(line)
+
+    async def _receive(self, line: Any) -> None:
         to_error = getattr(line, "to_error", None)
         if to_error is not None:
             self._answer_error(None, to_error())

@@ -47,6 +47,7 @@ from ..runtime import (
     LocalSystem,
     MailboxFull,
     detached_copy,
+    flow,
     use_endpoint_references,
 )
 from .endpoints import StandIns, provisional_ids
@@ -219,14 +220,16 @@ class Shard:
             waiting.append(op)  # its actor is still being hosted: keep its order
             return
         match op:
-            case Ask(seq=seq, address=address, message=message):
-                self._ask(seq, address, message)
+            case Ask(seq=seq, address=address, message=message, flow=key):
+                with flow(key):  # the driver's connection, for the fair admission gate
+                    self._ask(seq, address, message)
             case Spawn():
                 self._spawn(op)
             case Control(seq=seq, address=address, message=message):
                 self._tasks.start_soon(self._control, seq, address, message)
-            case Tell(address=address, message=message):
-                self._tell(address, message)
+            case Tell(address=address, message=message, flow=key):
+                with flow(key):
+                    self._tell(address, message)
             case CancelOne(seq=seq):
                 if (reply := self._asks.get(seq)) is not None:
                     reply.cancel()

@@ -61,6 +61,7 @@ from ..runtime import (
     ExcInfo,
     Reply,
     SystemBase,
+    current_flow,
 )
 from .endpoints import Endpoints
 from .link import ShardLink
@@ -263,14 +264,14 @@ class _RayRef(ActorRef):
         payload = self._payload(message)
         reply = _RayReply(self._system._next_seq(), entry)
         entry.outstanding[reply.seq] = reply
-        entry.link.send(entry, Ask(reply.seq, self.address, payload), reply)
+        entry.link.send(entry, Ask(reply.seq, self.address, payload, current_flow()), reply)
         return reply
 
     def tell_nowait(self, message: Any) -> None:
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        entry.link.send(entry, Tell(self.address, self._payload(message)))
+        entry.link.send(entry, Tell(self.address, self._payload(message), current_flow()))
 
     async def ask_control(self, message: Any) -> Any:
         entry = self._live_entry()

@@ -87,11 +87,13 @@ class Ask(msgspec.Struct, frozen=True, array_like=True, tag=True):
     seq: int
     address: Address
     message: bytes
+    flow: str = ""  # whose work it is at the shard's admission gate (``runtime.flow``)
 
 
 class Tell(msgspec.Struct, frozen=True, array_like=True, tag=True):
     address: Address
     message: bytes
+    flow: str = ""
 
 
 class Control(msgspec.Struct, frozen=True, array_like=True, tag=True):

@@ -16,7 +16,9 @@ checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
-from oam_actors.runtime._admission import Admission, AdmissionGate, GateStatistics
+from oam_actors.runtime._admission import Admission, AdmissionGate, GateStatistics, current_flow, flow
+from oam_actors.runtime._fair import FairQueue
+from oam_actors.runtime._yielding import contended, fair_pause
 from oam_actors.runtime._crossing import (
     EndpointKind,
     EndpointReferences,
@@ -57,6 +59,7 @@ __all__ = [
     "EndpointKind",
     "EndpointReferences",
     "ExcInfo",
+    "FairQueue",
     "GateStatistics",
     "HostFailed",
     "Hosting",
@@ -68,9 +71,13 @@ __all__ = [
     "RuntimeErrorBase",
     "SystemBase",
     "SystemState",
+    "contended",
+    "current_flow",
     "detached_copy",
     "dumps_state",
     "endpoint_kind",
+    "fair_pause",
+    "flow",
     "loads_state",
     "hosting_of",
     "register_endpoint",

@@ -1,26 +1,51 @@
-"""``AdmissionGate``: a bounded number of ordered messages running at once, admitted in arrival order.
+"""``AdmissionGate``: a bounded number of ordered messages running at once, admitted fairly.
 
-A system with a gate stamps every ordered message with an arrival ticket when it is queued. A
-handler that asks for admission (``Actor.admission``) holds one of ``limit`` slots while it runs;
-a slot that frees goes to the waiting message that arrived first. Under overload the work that
-came first then finishes first, instead of every message advancing a step at a time together and
-all of them finishing at the end. A holder can give its slot up while it waits for something
-outside this process (``Admission.pause``) and take one again with its ticket
-(``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
+A system with a gate stamps every ordered message with an arrival ticket and its *flow* when it
+is queued. The flow is whoever queued it: the key set with :func:`flow` around the queueing code
+(a bridge sets its connection's), ``""`` when none is set. A handler that asks for admission
+(``Actor.admission``) holds one of ``limit`` slots while it runs; a slot that frees goes to the
+flows waiting for one in turn (round robin, :class:`~oam_actors.runtime._fair.FairQueue`), and
+within a flow to the message that arrived first. Under overload a flow's work that came first
+then finishes first, instead of every message advancing a step at a time together and all of
+them finishing at the end; and a flow that queues a few messages is admitted after at most one
+message of each other waiting flow, not behind their whole backlog. A holder can give its slot
+up while it waits for something outside this process (``Admission.pause``) and take one again
+with its ticket (``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
 
 Pure bookkeeping on anyio events: no tasks, and no yield when a slot is free.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import TracebackType
 
 import anyio
 import msgspec
 
-__all__ = ["Admission", "AdmissionGate", "GateStatistics"]
+from oam_actors.runtime._fair import FairQueue
+
+__all__ = ["Admission", "AdmissionGate", "GateStatistics", "current_flow", "flow"]
+
+_FLOW: ContextVar[str] = ContextVar("oam_actors_flow", default="")
+
+
+@contextmanager
+def flow(key: str) -> Iterator[None]:
+    """Messages queued inside the block (and by tasks started inside it) belong to flow ``key``."""
+    token = _FLOW.set(key)
+    try:
+        yield
+    finally:
+        _FLOW.reset(token)
+
+
+def current_flow() -> str:
+    """The flow a message queued now belongs to (``""``: none set)."""
+    return _FLOW.get()
 
 
 class GateStatistics(msgspec.Struct, frozen=True):
@@ -34,20 +59,17 @@ class GateStatistics(msgspec.Struct, frozen=True):
 
 
 class _Waiter:
-    __slots__ = ("event", "gone", "granted", "ticket")
+    __slots__ = ("event", "gone", "granted")
 
-    def __init__(self, ticket: int) -> None:
-        self.ticket = ticket
+    def __init__(self) -> None:
         self.event = anyio.Event()
         self.granted = False
         self.gone = False
 
-    def __lt__(self, other: _Waiter) -> bool:
-        return self.ticket < other.ticket
-
 
 class AdmissionGate:
-    """At most ``limit`` holders at once; waiters are admitted lowest ticket (earliest arrival) first."""
+    """At most ``limit`` holders at once; waiting flows are admitted in turn, each flow's lowest
+    ticket (earliest arrival) first."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -55,7 +77,7 @@ class AdmissionGate:
         self.limit = limit
         self._tickets = itertools.count()
         self._running = 0
-        self._waiting: list[_Waiter] = []
+        self._waiting: FairQueue[_Waiter] = FairQueue()
         self._live_waiters = 0
         self._admitted = 0
 
@@ -63,16 +85,16 @@ class AdmissionGate:
         """The arrival ticket of a message queued now."""
         return next(self._tickets)
 
-    async def acquire(self, ticket: int) -> None:
-        """Take a slot; waits while all are held. Returns at once, without yielding, when one is
-        free (then nobody waits: a freed slot goes straight to a waiter). Cancellation while
-        waiting leaves no slot taken."""
+    async def acquire(self, ticket: int, flow: str = "") -> None:
+        """Take a slot for ``flow``; waits while all are held. Returns at once, without yielding,
+        when one is free (then nobody waits: a freed slot goes straight to a waiter).
+        Cancellation while waiting leaves no slot taken."""
         if self._running < self.limit and not self._live_waiters:
             self._running += 1
             self._admitted += 1
             return
-        waiter = _Waiter(ticket)
-        heapq.heappush(self._waiting, waiter)
+        waiter = _Waiter()
+        self._waiting.push(flow, ticket, waiter)
         self._live_waiters += 1
         try:
             await waiter.event.wait()
@@ -85,9 +107,9 @@ class AdmissionGate:
             raise
 
     def release(self) -> None:
-        """Give a slot back; the waiter that arrived first gets it."""
+        """Give a slot back; the flow whose turn it is gets it for its earliest waiter."""
         while self._waiting:
-            waiter = heapq.heappop(self._waiting)
+            waiter = self._waiting.pop()
             if not waiter.gone:
                 self._live_waiters -= 1
                 waiter.granted = True
@@ -108,11 +130,12 @@ class Admission:
     Leaving the block gives back the slot if it is held.
     """
 
-    __slots__ = ("_gate", "_held", "_ticket")
+    __slots__ = ("_flow", "_gate", "_held", "_ticket")
 
-    def __init__(self, gate: AdmissionGate | None, ticket: int) -> None:
+    def __init__(self, gate: AdmissionGate | None, ticket: int, flow: str = "") -> None:
         self._gate = gate
         self._ticket = ticket
+        self._flow = flow
         self._held = False
 
     @property
@@ -122,7 +145,7 @@ class Admission:
     async def resume(self) -> None:
         """Hold a slot (a no-op if held already)."""
         if self._gate is not None and not self._held:
-            await self._gate.acquire(self._ticket)
+            await self._gate.acquire(self._ticket, self._flow)
             self._held = True
 
     def pause(self) -> None:

@@ -16,7 +16,7 @@ import anyio
 
 from oam_actors.runtime._actor import HOST, Actor
 from oam_actors.runtime._address import Address
-from oam_actors.runtime._admission import Admission, AdmissionGate
+from oam_actors.runtime._admission import Admission, AdmissionGate, current_flow
 from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped
 from oam_actors.runtime._mailbox import Mailbox
@@ -65,7 +65,8 @@ class ActorCell:
     # -- called by refs and the system, on their own tasks --------------------------------
 
     def enqueue(self, message: Any, *, tell: bool) -> Envelope:
-        envelope = Envelope(message, tell=tell, ticket=0 if self._gate is None else self._gate.next_ticket())
+        gate = self._gate
+        envelope = Envelope(message, tell=tell, ticket=0 if gate is None else gate.next_ticket(), flow=current_flow())
         self.mailbox.put_nowait(envelope)
         return envelope
 
@@ -127,7 +128,7 @@ class ActorCell:
         running = self.mailbox.running
         if running is None:
             raise RuntimeError("admission() is only valid inside this actor's handle()")
-        return Admission(self._gate, running.ticket)
+        return Admission(self._gate, running.ticket, running.flow)
 
     async def _start(self) -> bool:
         try:

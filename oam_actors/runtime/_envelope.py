@@ -29,14 +29,15 @@ class Envelope(Reply):
     """A message, where it stands, and its outcome once done."""
 
     __slots__ = (
-        "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "message", "tell",
-        "ticket",
+        "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "flow", "message",
+        "tell", "ticket",
     )
 
-    def __init__(self, message: Any, *, tell: bool = False, ticket: int = 0) -> None:
+    def __init__(self, message: Any, *, tell: bool = False, ticket: int = 0, flow: str = "") -> None:
         self.message = message
         self.tell = tell
         self.ticket = ticket  # arrival order at the system's admission gate
+        self.flow = flow  # whose work it is there (see ``runtime.flow``)
         self._stage = _Stage.QUEUED
         self._value: Any = None
         self._error: BaseException | None = None

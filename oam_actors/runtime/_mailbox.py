@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped, MailboxFull
 from oam_actors.runtime._statistics import ActorStatistics
+from oam_actors.runtime._yielding import fair_pause
 
 __all__ = ["Mailbox"]
 
@@ -55,8 +55,9 @@ class Mailbox:
     async def get(self) -> Envelope | None:
         """The next envelope, waiting for one; ``None`` once closed and empty. Always yields."""
         if self._queue:
-            # Yield even when work is waiting, so a busy actor cannot starve the others.
-            await anyio.lowlevel.checkpoint()
+            # Yield even when work is waiting, so a busy actor cannot starve the others, nor a
+            # busy flow (connection) the other flows.
+            await fair_pause(self._queue[0].flow)
         while not self._queue:
             if self._closed:
                 return None

@@ -1,0 +1,114 @@
+"""Fair yields: where busy work yields to let others run, flows take turns at the event loop.
+
+Why: asyncio runs every ready task once per round of its loop, so a round lasts as long as all
+the busy tasks' steps together, and a task woken by I/O (a connection's next line) waits a whole
+round. Eight connections keeping 160 sessions busy make a round tens of milliseconds long, and
+each connection gets a share of the loop per *task* it keeps busy, not per connection.
+
+A task that yields only to let others run (a mailbox between two messages, a bridge between two
+batches of lines) calls :func:`fair_pause` with its flow (``runtime.flow``: the connection). While
+few such yields come in one round (:data:`PER_ROUND`), it is a plain checkpoint. Beyond that the
+task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
+:data:`PER_ROUND` waiters go on, flows in turn. A round then holds a bounded amount of busy work
+however many tasks are busy, and every flow gets the same share of it.
+
+One :class:`FairYield` per event loop (the loop is what is shared), found by :func:`fair_pause`
+and :func:`contended`. Its round is driven by a callback the loop runs once per round while
+anything waits (no task of its own); asyncio only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+import anyio
+import anyio.lowlevel
+
+from oam_actors.runtime._fair import FairQueue
+
+__all__ = ["PER_ROUND", "FairYield", "contended", "fair_pause"]
+
+PER_ROUND = 1
+"""Busy yields that go on per round of the event loop before the rest wait their turn."""
+
+
+class _Waiter:
+    __slots__ = ("event", "gone")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.gone = False
+
+
+class FairYield:
+    """The fair yields of one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_round: int = PER_ROUND) -> None:
+        if per_round < 1:
+            raise ValueError(f"per_round must be at least 1, got {per_round}")
+        self.per_round = per_round
+        self._loop = loop
+        self._left = per_round
+        self._waiting: FairQueue[_Waiter] = FairQueue()
+        self._serial = 0
+        self._tick_pending = False
+
+    @property
+    def contended(self) -> bool:
+        """Busy work waits for its turn now."""
+        return len(self._waiting) > 0
+
+    async def pause(self, flow: str) -> None:
+        """Let other tasks run; while the round's yields are spent, wait for ``flow``'s turn."""
+        self._start_round()
+        if self._left > 0 and not self._waiting:
+            self._left -= 1
+            await anyio.lowlevel.checkpoint()
+            return
+        waiter = _Waiter()
+        self._serial += 1
+        self._waiting.push(flow, self._serial, waiter)
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            waiter.gone = True  # cancelled while waiting: its turn goes to the next one
+            raise
+
+    def _start_round(self) -> None:
+        if not self._tick_pending:
+            self._tick_pending = True
+            self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        """A new round: its yields, first to the waiters, flows in turn."""
+        self._tick_pending = False
+        self._left = self.per_round
+        while self._waiting and self._left > 0:
+            waiter = self._waiting.pop()
+            if not waiter.gone:
+                waiter.event.set()
+                self._left -= 1
+        if self._waiting:
+            self._start_round()
+
+
+_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FairYield] = weakref.WeakKeyDictionary()
+
+
+def _current() -> FairYield:
+    loop = asyncio.get_running_loop()
+    fair = _BY_LOOP.get(loop)
+    if fair is None:
+        fair = _BY_LOOP[loop] = FairYield(loop)
+    return fair
+
+
+async def fair_pause(flow: str) -> None:
+    """Yield to other tasks as ``flow``'s busy work, fairly (see the module docstring)."""
+    await _current().pause(flow)
+
+
+def contended() -> bool:
+    """Whether busy work of some flow waits for its turn in this event loop now."""
+    return _current().contended
