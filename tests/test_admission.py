@@ -1,8 +1,9 @@
-"""The admission gate: a bounded number of turns running at once, started in arrival order.
+"""The admission gate: a bounded number of turns running at once, flows (connections) in turn,
+each flow's in arrival order; and the fair queue and fair yields behind it.
 
 Order, never timing: the gate's own bookkeeping on its tickets, and over a bridge the wire log
 (a turn's first event comes after enough earlier turns have answered). The same burst runs on
-RaySystem in test_cluster_ray.py.
+RaySystem in test_cluster_ray.py; flooding connections over real sockets in test_serve_hostile.py.
 """
 
 from __future__ import annotations
@@ -16,9 +17,46 @@ import msgspec
 import pytest
 
 from oam_actors import Bridge
-from oam_actors.runtime import ActorSystem, AdmissionGate, LocalSystem
+from oam_actors.runtime import ActorSystem, AdmissionGate, FairQueue, LocalSystem, fair_pause, flow
 
 HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
+
+
+# --- the fair queue alone (pure) ------------------------------------------------------------------
+
+
+def test_flows_are_served_in_turn_each_lowest_key_first() -> None:
+    queue: FairQueue[str] = FairQueue()
+    for key in range(6):
+        queue.push("flood", key, f"flood-{key}")
+    queue.push("calm", 100, "calm-100")
+    queue.push("flood", -1, "flood-early")  # an earlier arrival (a resumed waiter) goes first in its flow
+    queue.push("calm", 50, "calm-50")
+    assert (len(queue), queue.flows()) == (9, 2)
+    served = [queue.pop() for _ in range(len(queue))]
+    assert served == ["flood-early", "calm-50", "flood-0", "calm-100", "flood-1", "flood-2", "flood-3", "flood-4", "flood-5"]
+    assert (len(queue), queue.flows()) == (0, 0)
+    with pytest.raises(IndexError):
+        queue.pop()
+
+
+def test_a_flow_that_starts_waiting_is_served_after_one_item_of_each_other_flow() -> None:
+    queue: FairQueue[str] = FairQueue()
+    for flow_name in ("a", "b", "c"):
+        for key in range(100):
+            queue.push(flow_name, key, flow_name)
+    queue.pop()  # a
+    queue.push("late", 1000, "late")
+    served = [queue.pop() for _ in range(4)]
+    assert served == ["b", "c", "a", "late"]  # not behind the 297 items the others still hold
+
+
+def test_equal_keys_keep_push_order_and_items_are_never_compared() -> None:
+    queue: FairQueue[object] = FairQueue()
+    first, second = object(), object()  # objects without an order
+    queue.push("f", 1, first)
+    queue.push("f", 1, second)
+    assert [queue.pop(), queue.pop()] == [first, second]
 
 
 # --- the gate alone --------------------------------------------------------------------------------
@@ -83,6 +121,28 @@ async def test_a_waiter_cancelled_in_the_queue_is_skipped() -> None:
         gate.release()  # ... so the slot goes to ticket 2
     assert got == [2]
     assert gate.statistics().running == 1
+
+
+async def test_a_freed_slot_goes_to_the_flows_in_turn_not_to_the_earliest_backlog() -> None:
+    gate = AdmissionGate(1)
+    await gate.acquire(gate.next_ticket(), "flood")
+    admitted: list[str] = []
+
+    async def wait(ticket: int, flow_name: str) -> None:
+        await gate.acquire(ticket, flow_name)
+        admitted.append(flow_name)
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(10):  # a backlog of earlier tickets ...
+            tasks.start_soon(wait, gate.next_ticket(), "flood")
+            await anyio.wait_all_tasks_blocked()
+        tasks.start_soon(wait, gate.next_ticket(), "calm")  # ... then one later ticket of another flow
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(11):
+            gate.release()
+            await anyio.wait_all_tasks_blocked()
+    assert admitted.index("calm") == 1  # one slot of the backlog's flow, then its turn
+    assert gate.statistics() == msgspec.structs.replace(gate.statistics(), running=1, waiting=0, admitted=12)
 
 
 def test_the_limit_is_at_least_one() -> None:
@@ -202,3 +262,24 @@ async def test_a_turn_waiting_for_its_client_gives_its_slot_up() -> None:
         await wire.answer(call["id"], {"opened": True})
         assert (await wire.result(waiting))["text"] == 'Done: {"opened":true}'
         assert system.gate_statistics().running == 0
+
+
+# --- fair yields ------------------------------------------------------------------------------------
+
+
+async def test_busy_flows_share_the_loop_per_flow_not_per_task() -> None:
+    """Ten busy tasks of one flow and one of another, each yielding between steps: under
+    contention the lone task gets as many steps as the whole crowd, not a tenth of them."""
+    steps = {"crowd": 0, "lone": 0}
+
+    async def busy(flow_name: str) -> None:
+        with flow(flow_name):
+            while steps["lone"] < 50:
+                steps[flow_name] += 1
+                await fair_pause(flow_name)
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(10):
+            tasks.start_soon(busy, "crowd")
+        tasks.start_soon(busy, "lone")
+    assert steps["crowd"] <= 3 * steps["lone"], steps  # a plain checkpoint would give the crowd ~10 x

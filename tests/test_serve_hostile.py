@@ -23,9 +23,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 import pytest
 
-from oam_actors import Bridge, BridgeConfig, GameExtension, LocalSystem, ManualClock
+from oam_actors import Bridge, BridgeConfig, GameExtension, LocalSystem, ManualClock, ScriptedModel
+from oam_actors.agent import DelegatingModel, GenerationRequest, Usage
+from oam_actors.bridge import ModelFactory
 from oam_actors.observability.metrics import ServerMetrics
 from oam_actors.transports.hub import Hub, ServePolicy
 from oam_actors.transports.tcp import serve_tcp
@@ -65,12 +68,15 @@ class Server:
 
 
 @asynccontextmanager
-async def tcp_server(config: BridgeConfig | None = None, **policy: Any) -> AsyncIterator[Server]:
+async def tcp_server(
+    config: BridgeConfig | None = None, *, system: LocalSystem | None = None, system_model: ModelFactory | None = None,
+    **policy: Any,
+) -> AsyncIterator[Server]:
     config = config or BridgeConfig(max_connection_bytes=BOUND, max_in_flight=64)
     clock = ManualClock()
-    async with LocalSystem() as system:
+    async with system or LocalSystem() as system:
         hub = Hub(system, ServePolicy(max_line_bytes=LINE, **policy), config=config, clock=clock,
-                  metrics=ServerMetrics(), extensions=lambda: [GameExtension()])
+                  metrics=ServerMetrics(), extensions=lambda: [GameExtension()], system_model=system_model)
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         async with anyio.create_task_group() as tasks:
@@ -347,6 +353,70 @@ async def test_requests_in_flight_are_bounded_in_bytes_too() -> None:
         assert error["data"] == {"code": "busy", "limit": BOUND // 2}
         assert error["message"].startswith(f"The requests in flight on this connection hold too much memory (limit {BOUND // 2} bytes)")
         assert await client.call("session/cancel", {"session": "g"}) == {"session": "g", "cancelled": 5}
+
+
+# --- fair sharing between connections ----------------------------------------------------------------
+
+
+class Turnstile(DelegatingModel):
+    """A system model (capabilities of a scripted one) whose steps start one by one as the test
+    lets them through: ``started``
+    lists the prompts in the order their turns were admitted (with one running slot, a step
+    starts only once the turn before it has finished)."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptedModel.from_wire({"type": "scripted", "steps": []}, path="model"))
+        self.started: list[str] = []
+        self._go = anyio.Event()
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        self.started.append(request.user_prompt)
+        await self._go.wait()
+        self._go = anyio.Event()
+        yield f"Reply to {request.user_prompt}."
+
+    async def let_one_through(self) -> None:
+        self._go.set()
+        await anyio.wait_all_tasks_blocked()
+
+
+async def test_a_connection_is_admitted_ahead_of_another_connections_backlog() -> None:
+    """Two connections pipeline nine turns each over three sessions without reading; with one
+    running slot, a third connection's turn starts after at most one turn of each, not after
+    their eighteen, and its pings, lists and cancels are answered while the slot is taken."""
+    turnstile = Turnstile()
+    async with tcp_server(system=LocalSystem(max_running=1), system_model=lambda: turnstile) as server:
+        system = server.hub.system
+        assert isinstance(system, LocalSystem)
+        flooders = [await server.connect() for _ in range(2)]
+        for number, flooder in enumerate(flooders):
+            for session in range(3):
+                await flooder.call("session/create", {"session": f"f{session}"})
+            await flooder.send_raw(b"".join(
+                b'{"jsonrpc":"2.0","id":%d,"method":"session/respond","params":{"session":"f%d","prompt":"flood %d"}}\n'
+                % (100 + turn, turn % 3, number) for turn in range(9)
+            ))
+        await settle(lambda: system.gate_statistics())
+        assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=1, waiting=5)
+        good = await server.connect()
+        await good.call("session/create", {"session": "good"})
+        await good.call("session/create", {"session": "idle"})
+        turn = await good.request("session/respond", {"session": "good", "prompt": "good"})
+        await settle(lambda: system.gate_statistics())
+        assert system.gate_statistics().waiting == 6
+        # The control plane never waits for a turn, whoever holds the slots.
+        assert await good.call("ping") == {}
+        assert await good.call("session/cancel", {"session": "idle"}) == {"session": "idle", "cancelled": 0}
+        assert [s["session"] for s in (await good.call("session/list"))["sessions"]] == ["good", "idle"]
+        while "good" not in turnstile.started:
+            await turnstile.let_one_through()
+        assert turnstile.started == ["flood 0", "flood 0", "flood 1", "good"]
+        for _ in range(18):
+            await turnstile.let_one_through()
+        assert (await good.response(turn))["result"]["text"] == "Reply to good."
+        assert len(turnstile.started) == 19
+        for number, flooder in enumerate(flooders):  # the flood is answered in full too
+            assert [(await flooder.response(100 + n))["result"]["text"] for n in range(9)] == [f"Reply to flood {number}."] * 9
 
 
 async def delivered() -> None:
