@@ -338,6 +338,25 @@ async def test_a_burst_of_turns_starts_in_arrival_order_on_a_shard(ray_instance:
         assert_started_in_arrival_order(wire.log, ids, 3)
 
 
+async def test_a_connection_is_admitted_ahead_of_another_connections_backlog_on_a_shard(ray_instance: None) -> None:
+    """The flow (connection) of each request travels to the shard's gate: with one running slot,
+    a second connection's turn runs after one more of the first connection's, not after its
+    whole backlog of earlier arrivals. (Each flood turn takes a second, so the order is seen
+    before the next one ends.)"""
+    async with (RaySystem(shards=1, max_running=1) as gated, open_admission_wire(gated) as flood,
+                open_admission_wire(gated) as calm):
+        for session in range(3):
+            slow = [{"text": f"f{session} {n}", "delayMs": 1000} for n in range(3)]
+            await flood.result(await flood.request("session/create", {"session": f"f{session}", "model": {"type": "scripted", "steps": slow}}))
+        await calm.result(await calm.request("session/create", {"session": "c", "model": {"type": "scripted", "steps": [{"text": "calm"}]}}))
+        ids = [await flood.request("session/respond", {"session": f"f{n % 3}", "prompt": "Go."}) for n in range(9)]
+        assert (await calm.result(await calm.request("session/respond", {"session": "c", "prompt": "Go."})))["text"] == "calm"
+        # Arrival order (one gate queue) would have run all nine first.
+        assert [m["result"]["text"] for m in flood.log if m.get("id") in ids and "result" in m] == ["f0 0", "f1 0"]
+        cancels = [await flood.request("session/cancel", {"session": f"f{session}"}) for session in range(3)]
+        assert sum([(await flood.result(cancel))["cancelled"] for cancel in cancels]) == 7
+
+
 async def test_sessions_on_two_shards_keep_every_ordering_guarantee(system: RaySystem) -> None:
     sessions = [f"s{n}" for n in range(8)]
     async with open_wire(system) as wire:

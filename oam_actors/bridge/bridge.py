@@ -30,9 +30,13 @@ Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is
   requests in flight (each its message size plus :data:`REQUEST_OVERHEAD`) and the transport's
   buffered input (``serve(buffered=…)``).
 - Backpressure: after each line, :meth:`serve` reads no further while the pending output is at
-  least an eighth of the bound; the peer's own writes then stall in its socket or pipe. Every
-  :data:`YIELD_EVERY` lines it yields to the event loop, so one connection's flood cannot hold
-  the loop against the others.
+  least an eighth of the bound; the peer's own writes then stall in its socket or pipe.
+- Fairness: every :data:`YIELD_EVERY` lines (:data:`FAIR_YIELD_EVERY` while other connections'
+  busy work waits its turn) the reader yields through ``runtime.fair_pause`` as this bridge's
+  ``flow``, and the work it queues carries that flow to the admission gate: connections take
+  turns at the event loop and at the gate, each connection one share however many sessions it
+  keeps busy. Immediate methods (``ping``, ``session/cancel``, ``session/list``, …) are answered
+  by the reader itself and never wait behind anyone's turns.
 - Queued work (see :meth:`admit`): beyond ``max_in_flight`` requests in flight, or once the
   requests in flight hold half the bound, a request that would queue work is answered at once
   ``-32010 busy`` with ``data.limit``; a full object mailbox answers the same with its ``max_queue``.
@@ -83,6 +87,8 @@ YIELD_EVERY = 16
 FAIR_YIELD_EVERY = 4
 """The same while other connections' busy work waits for its turn (``runtime.contended``)."""
 
+_BRIDGES = itertools.count(1)
+
 LATE_LINES_GRACE = 0.25
 """Seconds the input is still read after ``shutdown`` (ended sooner by end of input)."""
 
@@ -118,6 +124,7 @@ class Bridge:
         self.shared = shared
         self.metrics = metrics
         self.label = label
+        self.flow = f"bridge-{next(_BRIDGES)}"  # this connection at the fair admission gate and yields
         self.registry = MethodRegistry()
         self.outbox = Outbox(write)
         self.aborted: str | None = None  # why abort() ended the connection
@@ -209,7 +216,7 @@ class Bridge:
         self._since_yield += 1
         if self._since_yield >= YIELD_EVERY or (self._since_yield >= FAIR_YIELD_EVERY and contended()):
             self._since_yield = 0
-            await fair_pause(self.label)
+            await fair_pause(self.flow)
 
     # --- limits ------------------------------------------------------------------------------
 
@@ -265,8 +272,8 @@ class Bridge:
     async def receive(self, line: Any) -> None:
         """Handle one inbound line (bytes/str, or a transport's ``LineTooLong`` marker). The work
         it queues is this connection's flow at the admission gate (``runtime.flow``: the
-        connection's ``label``), so connections are admitted in turn."""
-        with flow(self.label):
+        bridge's ``flow``), so connections are admitted in turn."""
+        with flow(self.flow):
             await self._receive(line)
 
     async def _receive(self, line: Any) -> None:
