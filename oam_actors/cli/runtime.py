@@ -6,7 +6,8 @@
 checkpoints (default: in memory). Ray is imported only when ``ray`` is chosen.
 
 ``--max-running-turns`` bounds the turns (``session/respond``, ``npc/talk``) running at once in
-each process that hosts objects (this one, or each shard); more wait and start in arrival order.
+each process that hosts objects (this one, or each shard); more wait and start connection by
+connection in turn, each connection's in arrival order.
 
 Values are checked while parsing (``--shards`` at least 1, ``--address`` ``auto`` or
 ``HOST:PORT``); :func:`system_from_args` raises :class:`UsageError` for options that do not fit
@@ -53,7 +54,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         "environment: OAM_STATE_STORE)")
     parser.add_argument("--max-running-turns", type=positive_int, default=DEFAULT_MAX_RUNNING_TURNS, metavar="N",
                         help="turns running at once per process hosting objects (this one or each shard); "
-                        f"later ones wait and start in arrival order (default {DEFAULT_MAX_RUNNING_TURNS}, "
+                        f"later ones wait, connections in turn, each one's in arrival order (default {DEFAULT_MAX_RUNNING_TURNS}, "
                         "64 per core)")
 
 

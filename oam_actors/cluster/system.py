@@ -332,7 +332,8 @@ class RaySystem(SystemBase):
     here stays open for its owner). ``shard_options`` are extra Ray actor options for the shards
     (``num_cpus``, custom resources, a ``scheduling_strategy`` replacing the round robin).
     ``max_running`` is each shard's admission limit (``LocalSystem(max_running=…)``: a shard is
-    one process, and its gate admits the messages it was sent in the order they arrived).
+    one process, and its gate admits the messages it was sent flow by flow in turn, each flow's in
+    the order they arrived; every ask and tell carries the caller's ``runtime.flow``).
     """
 
     def __init__(

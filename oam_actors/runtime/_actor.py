@@ -121,8 +121,9 @@ class Actor:
         """The ordered message being handled, at its system's admission gate.
 
         ``async with self.admission():`` runs the block once one of the system's running slots
-        is free, waiting messages going in arrival order (the order they were queued, across
-        every actor of the system); ``pause``/``resume`` give the slot up while waiting on
+        is free, waiting flows (``runtime.flow``: who queued the message) in turn and each flow's
+        messages in arrival order (the order they were queued, across every actor of the system);
+        ``pause``/``resume`` give the slot up while waiting on
         something outside. Without a gate (``LocalSystem(max_running=None)``) it never waits.
         Use it for work that must not deadlock on itself: a holder must not wait for another
         message that needs a slot. Raises ``RuntimeError`` outside ``handle``.

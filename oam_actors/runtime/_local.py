@@ -59,7 +59,8 @@ class LocalSystem(SystemBase):
     ``checkpoint``, when given, receives ``(address, actor.snapshot())`` after every committed
     ordered message, before its reply resolves (``Actor.snapshot``); without it nothing is
     snapshotted. ``max_running``, when given, is the admission gate's limit: at most that many
-    handlers inside ``Actor.admission()`` at once, admitted in arrival order (``None``: no gate).
+    handlers inside ``Actor.admission()`` at once, admitted flow by flow in turn, each flow's in
+    arrival order (``None``: no gate; see ``AdmissionGate``).
     """
 
     def __init__(
