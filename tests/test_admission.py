@@ -27,28 +27,44 @@ HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the s
 
 def test_flows_are_served_in_turn_each_lowest_key_first() -> None:
     queue: FairQueue[str] = FairQueue()
-    for key in range(6):
+    for key in range(4):
         queue.push("flood", key, f"flood-{key}")
-    queue.push("calm", 100, "calm-100")
+        queue.push("other", key, f"other-{key}")
     queue.push("flood", -1, "flood-early")  # an earlier arrival (a resumed waiter) goes first in its flow
-    queue.push("calm", 50, "calm-50")
     assert (len(queue), queue.flows()) == (9, 2)
     served = [queue.pop() for _ in range(len(queue))]
-    assert served == ["flood-early", "calm-50", "flood-0", "calm-100", "flood-1", "flood-2", "flood-3", "flood-4", "flood-5"]
+    assert served == ["flood-early", "other-0", "flood-0", "other-1", "flood-1", "other-2", "flood-2", "other-3", "flood-3"]
     assert (len(queue), queue.flows()) == (0, 0)
     with pytest.raises(IndexError):
         queue.pop()
 
 
-def test_a_flow_that_starts_waiting_is_served_after_one_item_of_each_other_flow() -> None:
+def test_a_flow_back_from_idle_is_served_next_then_takes_its_turns() -> None:
     queue: FairQueue[str] = FairQueue()
     for flow_name in ("a", "b", "c"):
         for key in range(100):
             queue.push(flow_name, key, flow_name)
-    queue.pop()  # a
-    queue.push("late", 1000, "late")
-    served = [queue.pop() for _ in range(4)]
-    assert served == ["b", "c", "a", "late"]  # not behind the 297 items the others still hold
+    assert [queue.pop() for _ in range(4)] == ["a", "b", "c", "a"]
+    queue.push("calm", 1000, "calm")
+    queue.push("calm", 1001, "calm")
+    # Not behind the 296 items the others hold: next, then one in each round like the others.
+    assert [queue.pop() for _ in range(5)] == ["calm", "b", "c", "a", "calm"]
+
+
+def test_a_flow_gains_nothing_by_coming_and_going() -> None:
+    """One item at a time, pushed again as soon as it is served (a lone busy task), gets one
+    item per round next to a flow holding a backlog, not every item."""
+    queue: FairQueue[str] = FairQueue()
+    for key in range(20):
+        queue.push("crowd", key, "crowd")
+    queue.push("lone", 0, "lone")
+    served = []
+    for key in range(1, 17):
+        served.append(queue.pop())
+        if served[-1] == "lone":
+            queue.push("lone", key, "lone")
+    assert served.count("lone") == served.count("crowd") == 8
+    assert "lone, lone, lone" not in ", ".join(served)
 
 
 def test_equal_keys_keep_push_order_and_items_are_never_compared() -> None:

@@ -12,7 +12,8 @@ message of each other waiting flow, not behind their whole backlog. A holder can
 up while it waits for something outside this process (``Admission.pause``) and take one again
 with its ticket (``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
 
-Pure bookkeeping on anyio events: no tasks, and no yield when a slot is free.
+Bookkeeping on anyio events: no tasks, and no yield when a slot is free; a waiter handed a slot
+goes on through ``runtime.fair_pause`` as its flow's busy work.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import anyio
 import msgspec
 
 from oam_actors.runtime._fair import FairQueue
+from oam_actors.runtime._yielding import fair_pause
 
 __all__ = ["Admission", "AdmissionGate", "GateStatistics", "current_flow", "flow"]
 
@@ -98,6 +100,9 @@ class AdmissionGate:
         self._live_waiters += 1
         try:
             await waiter.event.wait()
+            # Handed a slot: start as the flow's busy work, fairly (a freed slot must not start
+            # work past the event loop's fair yields).
+            await fair_pause(flow)
         except BaseException:
             if waiter.granted:
                 self.release()  # handed over just as the waiter was cancelled: pass it on

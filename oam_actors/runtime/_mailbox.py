@@ -54,16 +54,18 @@ class Mailbox:
 
     async def get(self) -> Envelope | None:
         """The next envelope, waiting for one; ``None`` once closed and empty. Always yields."""
-        if self._queue:
-            # Yield even when work is waiting, so a busy actor cannot starve the others, nor a
-            # busy flow (connection) the other flows.
+        while True:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._wakeup = anyio.Event()
+                await self._wakeup.wait()
+            # Each message starts as its flow's busy work (``fair_pause``), whether it was waiting
+            # or just arrived: a busy actor cannot starve the others, nor a busy flow
+            # (connection) the other flows.
             await fair_pause(self._queue[0].flow)
-        while not self._queue:
-            if self._closed:
-                return None
-            self._wakeup = anyio.Event()
-            await self._wakeup.wait()
-        return self._queue.popleft()
+            if self._queue:
+                return self._queue.popleft()
 
     def close(self) -> None:
         """Reject further messages and wake the actor task to drain what is queued."""
