@@ -10,7 +10,9 @@ backpressure) and a short `--write-timeout`. Phases:
 3. after: how long until the server had closed every flooder (write timeout), and its memory then.
 
 Prints p50 / p99 latency before and during with their ratio, and the memory before, at its peak
-and after, next to N x the bound. Loopback only; every loop is bounded.
+and after, next to N x the bound. Fair sharing (issue 15) aims at a good client's p50 during the
+flood within GOAL_RATIO x of before; the last line says how far each p50 is from that. Loopback
+only; every loop is bounded.
 
 Run: python3 benchmarks/bench_hostile.py [--flooders 8] [--samples 200] [--turns 40000] [--write-timeout 5]
 """
@@ -29,6 +31,7 @@ from typing import Any
 
 MIB = 1024 * 1024
 BOUND = 32 * MIB  # the server's default --max-connection-bytes
+GOAL_RATIO = 5.0  # a good client's p50 during the flood, at most this many times its p50 before
 
 
 def rss(pid: int) -> int:
@@ -148,11 +151,14 @@ def main() -> None:
     print(f"server RSS: before {rss_before / MIB:.0f} MiB, peak {peak / MIB:.0f} MiB (+{(peak - rss_before) / MIB:.0f} MiB; "
           f"{args.flooders} x bound = {args.flooders * BOUND // MIB} MiB), after {rss_after / MIB:.0f} MiB")
     print(f"flooders closed by the server: {closed}/{args.flooders}, the last {closed_after:.1f} s after the flood began")
+    verdicts = []
     for kind in ("ping", "turn"):
         b50, b99 = percentile(before[kind], 0.5), percentile(before[kind], 0.99)
         d50, d99 = percentile(during[kind], 0.5), percentile(during[kind], 0.99)
         print(f"good client {kind:4}: p50 {1000 * b50:.2f} ms -> {1000 * d50:.2f} ms (x{d50 / b50:.1f}), "
               f"p99 {1000 * b99:.2f} ms -> {1000 * d99:.2f} ms (x{d99 / b99:.1f})")
+        verdicts.append(f"{kind} x{d50 / b50:.1f} {'met' if d50 <= GOAL_RATIO * b50 else 'missed'}")
+    print(f"fair sharing goal (p50 during <= {GOAL_RATIO:g} x before): {', '.join(verdicts)}")
 
 
 if __name__ == "__main__":
