@@ -4,8 +4,9 @@ A system with a gate stamps every ordered message with an arrival ticket and its
 is queued. The flow is whoever queued it: the key set with :func:`flow` around the queueing code
 (a bridge sets its connection's), ``""`` when none is set. A handler that asks for admission
 (``Actor.admission``) holds one of ``limit`` slots while it runs; a slot that frees goes to the
-flows waiting for one in turn (round robin, :class:`~oam_actors.runtime._fair.FairQueue`), and
-within a flow to the message that arrived first. Under overload a flow's work that came first
+flows waiting for one in turn (round robin, a flow that has just started waiting first:
+:class:`~oam_actors.runtime._fair.FairQueue`), and within a flow to the message that arrived
+first. Under overload a flow's work that came first
 then finishes first, instead of every message advancing a step at a time together and all of
 them finishing at the end; and a flow that queues a few messages is admitted after at most one
 message of each other waiting flow, not behind their whole backlog. A holder can give its slot
