@@ -32,7 +32,7 @@ Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is
 - Backpressure: after each line, :meth:`serve` reads no further while the pending output is at
   least an eighth of the bound; the peer's own writes then stall in its socket or pipe.
 - Fairness: every :data:`YIELD_EVERY` lines (:data:`FAIR_YIELD_EVERY` while other connections'
-  busy work waits its turn) the reader yields through ``runtime.fair_pause`` as this bridge's
+  busy work waits its turn) the reader yields through ``runtime.FairYield`` as this bridge's
   ``flow``, and the work it queues carries that flow to the admission gate: connections take
   turns at the event loop and at the gate, each connection one share however many sessions it
   keeps busy. Immediate methods (``ping``, ``session/cancel``, ``session/list``, …) are answered
@@ -61,7 +61,7 @@ from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
 from ..runtime import (
-    ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply, contended, fair_pause,
+    ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply, FairYield, fair_yield,
     flow,
 )
 from . import jsonrpc
@@ -85,7 +85,7 @@ YIELD_EVERY = 16
 """Lines the read loop handles before it lets other connections' tasks run."""
 
 FAIR_YIELD_EVERY = 4
-"""The same while other connections' busy work waits for its turn (``runtime.contended``)."""
+"""The same while other connections' busy work waits for its turn (``FairYield.contended``)."""
 
 _BRIDGES = itertools.count(1)
 
@@ -187,9 +187,11 @@ class Bridge:
                 async def read() -> None:
                     # After shutdown, lines already read are still answered (-32023) until the
                     # next read yields and stop_when_closed ends the loop.
-                    async for line in lines:
-                        await self.receive(line)
-                        await self._pace()
+                    with flow(self.flow):  # once for the whole read loop (see receive)
+                        fair = fair_yield()
+                        async for line in lines:
+                            await self._receive(line)
+                            await self._pace(fair)
                     reader.cancel_scope.cancel()
 
                 async def stop_when_closed() -> None:
@@ -206,7 +208,7 @@ class Bridge:
                 self._close_input()
                 await self._idle.wait()
 
-    async def _pace(self) -> None:
+    async def _pace(self, fair: FairYield) -> None:
         """Between two lines: wait while the peer leaves its output unread; yield now and then."""
         limit = self.config.max_connection_bytes
         if limit is not None and self.outbox.pending_bytes >= limit // 8:
@@ -214,9 +216,9 @@ class Bridge:
             self._since_yield = 0
             return
         self._since_yield += 1
-        if self._since_yield >= YIELD_EVERY or (self._since_yield >= FAIR_YIELD_EVERY and contended()):
+        if self._since_yield >= YIELD_EVERY or (self._since_yield >= FAIR_YIELD_EVERY and fair.contended):
             self._since_yield = 0
-            await fair_pause(self.flow)
+            await fair.pause(self.flow)
 
     # --- limits ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._admission import Admission, AdmissionGate, GateStatistics, current_flow, flow
 from oam_actors.runtime._fair import FairQueue
-from oam_actors.runtime._yielding import contended, fair_pause
+from oam_actors.runtime._yielding import FairYield, fair_pause, fair_yield
 from oam_actors.runtime._crossing import (
     EndpointKind,
     EndpointReferences,
@@ -60,6 +60,7 @@ __all__ = [
     "EndpointReferences",
     "ExcInfo",
     "FairQueue",
+    "FairYield",
     "GateStatistics",
     "HostFailed",
     "Hosting",
@@ -71,12 +72,12 @@ __all__ = [
     "RuntimeErrorBase",
     "SystemBase",
     "SystemState",
-    "contended",
     "current_flow",
     "detached_copy",
     "dumps_state",
     "endpoint_kind",
     "fair_pause",
+    "fair_yield",
     "flow",
     "loads_state",
     "hosting_of",

@@ -13,8 +13,8 @@ task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each 
 flow's). A round then holds a bounded amount of busy work
 however many tasks are busy, and every flow gets the same share of it.
 
-One :class:`FairYield` per event loop (the loop is what is shared), found by :func:`fair_pause`
-and :func:`contended`. Its round is driven by a callback the loop runs once per round while
+One :class:`FairYield` per event loop (the loop is what is shared): :func:`fair_yield`, or
+:func:`fair_pause` for one yield. Its round is driven by a callback the loop runs once per round while
 anything waits (no task of its own); asyncio only.
 """
 
@@ -28,7 +28,7 @@ import anyio.lowlevel
 
 from oam_actors.runtime._fair import FairQueue
 
-__all__ = ["PER_ROUND", "SOLO_PER_ROUND", "FairYield", "contended", "fair_pause"]
+__all__ = ["PER_ROUND", "SOLO_PER_ROUND", "FairYield", "fair_pause", "fair_yield"]
 
 PER_ROUND = 1
 """Busy yields that go on per round of the event loop before the rest wait their turn."""
@@ -101,7 +101,8 @@ class FairYield:
 _BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FairYield] = weakref.WeakKeyDictionary()
 
 
-def _current() -> FairYield:
+def fair_yield() -> FairYield:
+    """The running event loop's fair yields (made on first use)."""
     loop = asyncio.get_running_loop()
     fair = _BY_LOOP.get(loop)
     if fair is None:
@@ -111,9 +112,4 @@ def _current() -> FairYield:
 
 async def fair_pause(flow: str) -> None:
     """Yield to other tasks as ``flow``'s busy work, fairly (see the module docstring)."""
-    await _current().pause(flow)
-
-
-def contended() -> bool:
-    """Whether busy work of some flow waits for its turn in this event loop now."""
-    return _current().contended
+    await fair_yield().pause(flow)
