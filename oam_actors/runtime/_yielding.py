@@ -7,8 +7,8 @@ each connection gets a share of the loop per *task* it keeps busy, not per conne
 
 A task that yields only to let others run (a mailbox between two messages, a bridge between two
 batches of lines) calls :func:`fair_pause` with its flow (``runtime.flow``: the connection). While
-few such yields come in one round (:data:`PER_ROUND`), it is a plain checkpoint. Beyond that the
-task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
+few such yields come in one round (:data:`PER_ROUND`), or the round before was one flow's alone
+(nobody to be fair to), it is a plain checkpoint. Beyond that the task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
 :data:`PER_ROUND` waiters go on, flows in turn (:data:`SOLO_PER_ROUND` when they are all one
 flow's). A round then holds a bounded amount of busy work
 however many tasks are busy, and every flow gets the same share of it.
@@ -58,6 +58,9 @@ class FairYield:
         self._waiting: FairQueue[_Waiter] = FairQueue()
         self._serial = 0
         self._tick_pending = False
+        self._round_flow: str | None = None  # the first flow that yielded this round
+        self._mixed = False  # another flow yielded this round too
+        self._throttled = False  # the last round was mixed: this one's yields are counted
 
     @property
     def contended(self) -> bool:
@@ -67,7 +70,11 @@ class FairYield:
     async def pause(self, flow: str) -> None:
         """Let other tasks run; while the round's yields are spent, wait for ``flow``'s turn."""
         self._start_round()
-        if self._left > 0 and not self._waiting:
+        if self._round_flow is None:
+            self._round_flow = flow
+        elif flow != self._round_flow:
+            self._mixed = True
+        if not self._waiting and (self._left > 0 or not self._throttled):
             self._left -= 1
             await anyio.lowlevel.checkpoint()
             return
@@ -88,6 +95,9 @@ class FairYield:
     def _tick(self) -> None:
         """A new round: its yields, first to the waiters, flows in turn."""
         self._tick_pending = False
+        # One flow alone has nobody to be fair to: rounds where only one flow yields are free.
+        self._throttled = self._mixed or bool(self._waiting)
+        self._round_flow, self._mixed = None, False
         self._left = SOLO_PER_ROUND if self._waiting.flows() == 1 else self.per_round
         while self._waiting and self._left > 0:
             waiter = self._waiting.pop()
