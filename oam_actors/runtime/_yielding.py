@@ -5,17 +5,19 @@ the busy tasks' steps together, and a task woken by I/O (a connection's next lin
 round. Eight connections keeping 160 sessions busy make a round tens of milliseconds long, and
 each connection gets a share of the loop per *task* it keeps busy, not per connection.
 
-A task that yields only to let others run (a mailbox between two messages, a bridge between two
-batches of lines) calls :func:`fair_pause` with its flow (``runtime.flow``: the connection). While
-few such yields come in one round (:data:`PER_ROUND`), or the round before was one flow's alone
-(nobody to be fair to), it is a plain checkpoint. Beyond that the task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
+A task that yields only to let others run (a mailbox before each message, a bridge between two
+batches of lines, a turn handed a freed admission slot) calls :func:`fair_pause` with its flow
+(``runtime.flow``: the connection). It is a plain checkpoint while the round before was one
+flow's alone (nobody to be fair to: a single busy connection runs as fast as without any of
+this), or while few such yields have come this round (:data:`PER_ROUND`). Otherwise the task
+waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
 :data:`PER_ROUND` waiters go on, flows in turn (:data:`SOLO_PER_ROUND` when they are all one
-flow's). A round then holds a bounded amount of busy work
-however many tasks are busy, and every flow gets the same share of it.
+flow's). A round then holds a bounded amount of busy work however many tasks are busy, a flow
+back from idle goes next, and every busy flow gets the same share.
 
 One :class:`FairYield` per event loop (the loop is what is shared): :func:`fair_yield`, or
-:func:`fair_pause` for one yield. Its round is driven by a callback the loop runs once per round while
-anything waits (no task of its own); asyncio only.
+:func:`fair_pause` for one yield. Its rounds are marked by a callback the loop runs once per round
+while anyone yields (no task of its own); asyncio only.
 """
 
 from __future__ import annotations
