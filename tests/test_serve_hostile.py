@@ -6,7 +6,8 @@ backpressured and closed after the write timeout; running work that overflows th
 aborts the connection at once; partial lines and silent connections are reaped; silent
 connections cannot lock everyone out; queued work beyond the per-connection and per-object caps
 is answered at once with ``data.limit``; well-behaved clients next to all this get the same
-answers. WebSocket frame cases with a real ``websockets`` client. The same against a real
+answers, and their turns are admitted ahead of a flooding connection's backlog (order, counted
+at the server's admission gate). WebSocket frame cases with a real ``websockets`` client. The same against a real
 ``oam-actors serve`` subprocess (tiny real timeouts, outcomes only, its resident memory measured)
 is in ``test_serve_hostile_process.py``.
 """

@@ -61,7 +61,7 @@ from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
 from ..runtime import (
-    ActorRef, ActorStopped, ActorSystem, Address, HostFailed, MailboxFull, MessageCancelled, Reply, FairYield, fair_yield,
+    ActorRef, ActorStopped, ActorSystem, Address, FairYield, HostFailed, MailboxFull, MessageCancelled, Reply, fair_yield,
     flow,
 )
 from . import jsonrpc
