@@ -55,8 +55,11 @@ class ActorCell:
         self._on_exit = on_exit
         self._checkpoint = checkpoint
         self._gate = gate
-        self._started = anyio.Event()
-        self._exited = anyio.Event()
+        # Made when someone first waits: most actors are never waited on, and a crowd holds
+        # thousands of idle cells (an anyio Event is about 1 KB with its waiter deque).
+        self._started: anyio.Event | None = None
+        self._exited: anyio.Event | None = None
+        self._has_exited = False
         self._controls: set[anyio.CancelScope] = set()
         self._controls_idle: anyio.Event | None = None
         self._start_error: Exception | None = None
@@ -72,6 +75,8 @@ class ActorCell:
 
     async def control(self, message: Any) -> Any:
         if self.state is CellState.STARTING:
+            if self._started is None:
+                self._started = anyio.Event()
             await self._started.wait()
         if self.state is not CellState.RUNNING:
             raise self._stopped_error()
@@ -100,7 +105,10 @@ class ActorCell:
 
     async def stop(self) -> None:
         self.request_stop()
-        await self._exited.wait()
+        if not self._has_exited:
+            if self._exited is None:
+                self._exited = anyio.Event()
+            await self._exited.wait()
         if self._stop_error is not None:
             raise self._stop_error
 
@@ -139,7 +147,8 @@ class ActorCell:
             return False
         if self.state is CellState.STARTING:
             self.state = CellState.RUNNING
-        self._started.set()
+        if self._started is not None:
+            self._started.set()
         return True
 
     async def _serve(self) -> None:
@@ -210,9 +219,12 @@ class ActorCell:
         self.mailbox.close()
         for envelope in self.mailbox.take_all():
             self.mailbox.drop(envelope, self._stopped_error())
-        self._started.set()
+        if self._started is not None:
+            self._started.set()
         self._on_exit(self)
-        self._exited.set()
+        self._has_exited = True
+        if self._exited is not None:
+            self._exited.set()
 
     def _stopped_error(self) -> ActorStopped:
         error = ActorStopped(self.address)
