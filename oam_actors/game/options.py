@@ -167,6 +167,21 @@ class NPCOptions(msgspec.Struct, frozen=True, kw_only=True):
             return Decoded(cls())
         if not isinstance(value, dict):
             raise invalid_params(f"'{path}' must be an object.")
+        # A crowd is created with the same options thousands of times: decode each text once.
+        try:
+            key = (_encode_key(value), path)
+        except (TypeError, msgspec.EncodeError):  # not JSON (an in-process caller): no sharing
+            return cls._decode(value, path)
+        known = _DECODED.get(key)
+        if known is None:
+            known = cls._decode(value, path)
+            if len(_DECODED) >= _DECODED_LIMIT:
+                _DECODED.clear()
+            _DECODED[key] = known
+        return known
+
+    @classmethod
+    def _decode(cls, value: dict[str, Any], path: str) -> Decoded[NPCOptions]:
         wire = WireObject(value, path)
         warnings = tuple(wire.unknown(_WIRE_KEYS))
         timeout = check_timeout(wire.raw("toolTimeoutSeconds"), wire.location("toolTimeoutSeconds"))
@@ -202,6 +217,12 @@ class NPCOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise invalid_params(f"'{path}.playerOptionCount' must be between 0 and {MAX_PLAYER_OPTIONS}.")
         return Decoded(options, warnings)
 
+
+_encode_key = msgspec.json.Encoder().encode
+# Decoded options by (wire JSON, path); the options and their warnings are immutable, so NPCs
+# created with the same options share them. Cleared when full: a few distinct sets are the norm.
+_DECODED: dict[tuple[bytes, str], Decoded[NPCOptions]] = {}
+_DECODED_LIMIT = 256
 
 _WIRE_KEYS = (
     "toolChoice", "groundingTool", "maxToolRounds", "maxToolCalls", "worldReadable", "worldWritable",
