@@ -161,6 +161,21 @@ def test_memory_tools_reject_unknown_names_and_shapes():
     assert "'options.memoryTools' must be a list" in invalid(lambda: NPCOptions.from_wire({"memoryTools": {}}))
 
 
+def test_equal_options_decode_once_and_keep_their_path():
+    wire = {"playerOptionCount": 1, "emotions": ["happy"], "colour": "red"}
+    first = NPCOptions.from_wire(dict(wire))
+    assert NPCOptions.from_wire(dict(wire)) is first  # a crowd shares one decoded set
+    assert first.value.player_option_count == 1 and first.warnings == ("Unknown parameter 'options.colour' was ignored.",)
+    restored = NPCOptions.from_wire(dict(wire), "state.options")
+    assert restored.value == first.value
+    assert restored.warnings == ("Unknown parameter 'state.options.colour' was ignored.",)
+    # A bad value is refused every time, not remembered as anything.
+    for _ in range(2):
+        assert invalid(lambda: NPCOptions.from_wire({"playerOptionCount": 9})) == (
+            "'options.playerOptionCount' must be between 0 and 4."
+        )
+
+
 def test_options_errors_name_the_key():
     assert invalid(lambda: NPCOptions.from_wire({"replyFormat": "json"})) == (
         "Parameter 'options.replyFormat' must be one of \"automatic\", \"structured\", \"text\"; got 'json'."
