@@ -226,6 +226,14 @@ async def test_requests_are_recorded() -> None:
     assert [(r.kind, r.user_prompt) for r in model.requests] == [(StepKind.RESPOND, "one"), (StepKind.SUMMARY, "two")]
 
 
+async def test_a_client_model_keeps_no_request_log() -> None:
+    # The bridge's models: nobody reads the log there, and a crowd's prompts would pile up.
+    for value, text in (("scripted", "(script exhausted)"), ({"type": "scripted", "steps": [{"text": "a"}]}, "a")):
+        model = ScriptedModel.from_wire(value, record_requests=False)
+        assert await play(model, user_prompt="one") == text
+        assert model.requests == []
+
+
 async def test_availability() -> None:
     availability = await ScriptedModel().availability()
     assert availability.to_wire() == {

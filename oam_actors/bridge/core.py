@@ -179,7 +179,7 @@ def _model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str, list[str]]:
     if isinstance(value, str | dict) and kind == "scripted":
         if not bridge.config.scripted_models:
             raise invalid_params("Scripted models are disabled on this server.")
-        return ScriptedModel.from_wire(value, path="model"), "scripted", []
+        return ScriptedModel.from_wire(value, path="model", record_requests=False), "scripted", []
     if isinstance(value, dict) and isinstance(kind, str) and kind in bridge.config.model_types:
         return bridge.config.model_types[kind](value, "model"), kind, []
     if not isinstance(value, str | dict):

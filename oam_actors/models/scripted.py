@@ -112,7 +112,9 @@ class ScriptStyle(enum.Enum):
 
 class ScriptedModel:
     """A :class:`~oam_actors.agent.LanguageModel` that plays a script. ``requests`` records every
-    request it received (useful in tests)."""
+    request it received (useful in tests) unless ``record_requests`` is false: a client's model
+    (``npc/create`` over the bridge) records nothing, since nobody can read it there and a
+    crowd's prompts would pile up, turn after turn."""
 
     def __init__(
         self,
@@ -121,6 +123,7 @@ class ScriptedModel:
         fallback: ScriptStep | None = None,
         style: ScriptStyle = ScriptStyle.NATIVE,
         capabilities: ModelCapabilities | None = None,
+        record_requests: bool = True,
     ) -> None:
         self._queue: deque[ScriptStep] = deque(steps)
         self._played = 0  # steps consumed whole
@@ -129,13 +132,14 @@ class ScriptedModel:
         self.style = style
         self._capabilities = capabilities or ModelCapabilities(context_size=4096)
         self.requests: list[GenerationRequest] = []
+        self._record_requests = record_requests
 
     @classmethod
-    def from_wire(cls, value: Any, *, path: str = "model") -> ScriptedModel:
+    def from_wire(cls, value: Any, *, path: str = "model", record_requests: bool = True) -> ScriptedModel:
         """``"scripted"`` or ``{"type":"scripted","steps":[…],"fallback"?}``; bad steps raise
         ``invalid_params`` naming the step path (``model.steps[2]``)."""
         if value == "scripted":
-            return cls()
+            return cls(record_requests=record_requests)
         if not isinstance(value, dict):
             raise invalid_params(f"Parameter '{path}' must be a string or an object.")
         raw_steps = value.get("steps")
@@ -145,7 +149,10 @@ class ScriptedModel:
             raise invalid_params(f"Parameter '{path}.steps' must be an array.")
         steps = [_parse_step(step, f"{path}.steps[{i}]") for i, step in enumerate(raw_steps)]
         fallback = value.get("fallback")
-        return cls(steps, fallback=None if fallback is None else _parse_step(fallback, f"{path}.fallback"))
+        return cls(
+            steps, fallback=None if fallback is None else _parse_step(fallback, f"{path}.fallback"),
+            record_requests=record_requests,
+        )
 
     @property
     def capabilities(self) -> ModelCapabilities:
@@ -180,7 +187,8 @@ class ScriptedModel:
                             variant="Scripted", supportedLanguages=["en"])
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
-        self.requests.append(request)
+        if self._record_requests:
+            self.requests.append(request)
         step, piece_text = self._select(request)
         if step.delay_ms:
             await anyio.sleep(step.delay_ms / 1000)
