@@ -29,6 +29,19 @@ Checkpoint = Callable[[Address, bytes], None]
 logger = logging.getLogger("oam_actors.runtime")
 
 
+_scope_type: type[anyio.CancelScope] | None = None
+
+
+def _cancel_scope() -> anyio.CancelScope:
+    """A new cancel scope, made by the running backend's own class (found once: this system runs
+    on asyncio, see ``_yielding``), so a message or control call costs no backend lookup and
+    the scope is not initialised twice (``anyio.CancelScope()`` does both)."""
+    global _scope_type
+    if _scope_type is None:
+        _scope_type = type(anyio.CancelScope())
+    return _scope_type()
+
+
 class CellState(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
@@ -80,7 +93,7 @@ class ActorCell:
             await self._started.wait()
         if self.state is not CellState.RUNNING:
             raise self._stopped_error()
-        with anyio.CancelScope() as scope:
+        with _cancel_scope() as scope:
             self._controls.add(scope)
             try:
                 return await self.actor.handle_control(message)
@@ -164,7 +177,7 @@ class ActorCell:
     async def _handle(self, envelope: Envelope) -> None:
         value: Any = None
         error: Exception | None = None
-        with anyio.CancelScope() as scope:
+        with _cancel_scope() as scope:
             self.mailbox.start(envelope, scope)
             try:
                 value = await self.actor.handle(envelope.message)

@@ -16,7 +16,7 @@ from oam_actors.runtime._address import Address
 from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped, MailboxFull
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._yielding import fair_pause
+from oam_actors.runtime._yielding import FairYield, fair_yield
 
 __all__ = ["Mailbox"]
 
@@ -24,7 +24,9 @@ __all__ = ["Mailbox"]
 class Mailbox:
     """A deque of envelopes bounded by ``max_queue``, plus the one running envelope."""
 
-    __slots__ = ("_cancelled", "_closed", "_failed", "_processed", "_queue", "_wakeup", "address", "max_queue", "running")
+    __slots__ = (
+        "_cancelled", "_closed", "_failed", "_fair", "_processed", "_queue", "_wakeup", "address", "max_queue", "running",
+    )
 
     def __init__(self, address: Address, max_queue: int) -> None:
         if max_queue < 1:
@@ -38,6 +40,7 @@ class Mailbox:
         self._processed = 0
         self._failed = 0
         self._cancelled = 0
+        self._fair: FairYield | None = None  # the actor task's loop's, found on first use
 
     @property
     def closed(self) -> bool:
@@ -63,7 +66,10 @@ class Mailbox:
             # Each message starts as its flow's busy work (``fair_pause``), whether it was waiting
             # or just arrived: a busy actor cannot starve the others, nor a busy flow
             # (connection) the other flows.
-            await fair_pause(self._queue[0].flow)
+            fair = self._fair
+            if fair is None:
+                fair = self._fair = fair_yield()
+            await fair.pause(self._queue[0].flow)
             if self._queue:
                 return self._queue.popleft()
 
