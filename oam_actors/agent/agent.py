@@ -126,8 +126,10 @@ class Agent:
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
         history unchanged.
         """
-        # A turn cancelled before it starts must not consume a model step.
-        await anyio.lowlevel.checkpoint()
+        # A turn cancelled before it starts must not consume a model step. Only the check: the
+        # caller has just yielded (an actor's mailbox does before each message), and the model
+        # step yields anyway, so one more hop of the event loop would buy nothing.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         options = overrides.apply(self.options) if overrides is not None else self.options
         turn = Turn(self, prompt, schema, options, emit, partial_values)
         turn.resume(tool_uses)
