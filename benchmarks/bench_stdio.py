@@ -96,6 +96,7 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
     write_lock = threading.Lock()
     sent_at: dict[int, float] = {}
     latencies: list[float] = []
+    errors: list[int | None] = []
     created = threading.Event()
     finished = threading.Event()
     pending_creates = sessions
@@ -128,8 +129,12 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
                 continue
             if isinstance(request_id, int):
                 with lock:
-                    latencies.append(time.perf_counter() - sent_at.pop(request_id))
-                    if len(latencies) == total:
+                    latency = time.perf_counter() - sent_at.pop(request_id)
+                    if "error" in message:  # refused (e.g. the connection's byte limit): not a turn
+                        errors.append(message["error"].get("code"))
+                    else:
+                        latencies.append(latency)
+                    if len(latencies) + len(errors) == total:
                         finished.set()
                         return
 
@@ -159,14 +164,18 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
     cpu = cpu_seconds(proc.pid) - cpu_before
     proc.stdin.close()  # type: ignore[union-attr]
     proc.wait(60)
-    ordered = sorted(latencies)
+    ordered = sorted(latencies) or [float("nan")]
+    if errors:
+        print(f"  warning: {len(errors)} of {total} turns answered with an error "
+              f"(codes {sorted(set(errors), key=str)}); only the others count", file=sys.stderr)
+    turned = len(latencies)
     return {
         "sessions": sessions,
-        "turns": len(latencies),
-        "turns_per_s": len(latencies) / elapsed,
+        "turns": turned,
+        "turns_per_s": turned / elapsed,
         "p50_ms": 1000 * ordered[len(ordered) // 2],
         "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "server_cpu_us_per_turn": 1e6 * cpu / max(1, len(latencies)),
+        "server_cpu_us_per_turn": 1e6 * cpu / max(1, turned),
     }
 
 
