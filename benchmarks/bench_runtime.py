@@ -1,6 +1,7 @@
 """Asks per second through LocalSystem: one actor, and 1,000 actors asked round-robin.
 
-Run: ``python3 benchmarks/bench_runtime.py [--backend asyncio|trio] [--asks N]``. Not a test.
+Run: ``python3 benchmarks/bench_runtime.py [--asks N]``. Not a test. (LocalSystem runs on anyio's
+asyncio backend: its fair yields are asyncio's.)
 Each scenario keeps a window of asks in flight (as a bridge does), queued with ``ask_nowait``
 and awaited in order.
 """
@@ -60,7 +61,6 @@ async def main(asks: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     parser.add_argument("--asks", type=int, default=100_000)
     args = parser.parse_args()
-    anyio.run(main, args.asks, backend=args.backend)
+    anyio.run(main, args.asks)
