@@ -2,7 +2,7 @@
 simulated phones offered three times its quota.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_crowd_quota.py [--phones 8] [--npcs 1000]
-[--seconds 60] [--load 3] [--time-scale 0.1] [--no-coalesce]``. Not a test.
+[--seconds 60] [--load 3] [--time-scale 0.1] [--no-coalesce] [--reply-format text]``. Not a test.
 
 Every NPC is created with ``npc/create`` on the world ``village`` and acts through the game
 methods of an in-process bridge (the same one ``oam-actors stdio`` runs), whose system model is a
@@ -14,13 +14,15 @@ own actions (never two outstanding) so that together they offer ``--load`` times
 capacity in generations, drawn from 10% ``npc/talk``, 25% ``decision/decide`` (with a
 ``fallbackOptionID``) and 65% ``npc/bark``. Barks carry a ``deadlineSeconds`` of
 ``--bark-deadline`` phone seconds, decisions ``--decision-deadline``; talks have the server's
-dialogue queue time. A request not admitted in time degrades (a repeated bark, the fallback
+dialogue queue time; the NPCs' ``replyFormat`` is ``--reply-format`` (``text`` lets their plain replies
+share generations too). A request not admitted in time degrades (a repeated bark, the fallback
 option, a fallback line) or fails ``rate_limited`` where there is no fallback.
 
 Printed (with the goals of issue 13):
 
 - NPC actions answered by the model per generation (goal >= 3; a generation serves one action
-  unless the model actor coalesces several into one);
+  unless the model actor coalesces several into one), and the generations talks took (every
+  dialogue-priority generation: decide steps, replies, reply batches) per talk;
 - barks answered or degraded within their deadline (latency in phone seconds);
 - player-dialogue (``npc/talk``) failures, goal 0; requests without a response, goal 0;
 - Jain's index over NPCs of actions answered by the model (goal >= 0.95), and of actions answered
@@ -142,7 +144,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
             for n in range(args.npcs):
                 persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
-                await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village"})
+                await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
+                                                    "options": {"replyFormat": args.reply_format}})
             before = pool.statistics_nowait()
             started = time.monotonic()
             until = started + args.seconds
@@ -163,7 +166,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     burst = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
     allowed = sum(most_admissions(args.seconds, limits.window_seconds, d.requests_limit or NANO_QUOTA,
                                   limits.min_interval_seconds) for d in after.devices)
+    dialogue = after.queue_wait["dialogue"].count - before.queue_wait["dialogue"].count
     return {"tally": tally, "generations": after.steps_ok - before.steps_ok, "allowed": allowed, "burst": burst,
+            "dialogue_generations": dialogue,
             "generations_in_load": generations, "offered_rate": args.npcs / period,
             "capacity_rate": capacity_rate, "stats": after,
             "coalescing": model.coalescing_statistics() if isinstance(model, CoalescingModel) else None}
@@ -218,6 +223,9 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
               f"degraded {tally.degraded[kind]:6d}  failed {sum(failed.values()):5d} {failed or ''}")
     print(f"  generations {generations}; NPC actions answered by the model per generation "
           f"{per_generation:.2f}   (goal >= 3)")
+    talks = tally.answered["talk"] + tally.degraded["talk"]
+    print(f"  generations for talks {result['dialogue_generations']} ({result['dialogue_generations'] / (talks or 1):.2f} "
+          f"per talk, replyFormat {args.reply_format})")
     if latency:
         print(f"  bark latency (answered or degraded): p50 {percentile(latency, 50):.1f}, p99 "
               f"{percentile(latency, 99):.1f}, max {latency[-1]:.1f} phone s; within the {args.bark_deadline:g} s "
@@ -249,6 +257,8 @@ def main() -> int:
     parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-coalesce", action="store_true", help="the pool alone, each action its own generation")
+    parser.add_argument("--reply-format", choices=("automatic", "structured", "text"), default="automatic",
+                        help="the NPCs' replyFormat (text: their replies may be coalesced)")
     args = parser.parse_args()
     ok = report(args, anyio.run(run, args))
     print("\nall goals met" if ok else "\nGOALS MISSED")

@@ -84,6 +84,11 @@ class Agent:
         lines.sync(self.history)
         return lines
 
+    @property
+    def turn_entries(self) -> list[Entry]:
+        """The running turn's entries so far: its prompt, then its tool uses (empty between turns)."""
+        return list(self._in_progress)
+
     def reset(self) -> None:
         """Forget the conversation and the context note; keep instructions, tools and policy."""
         self.history = []

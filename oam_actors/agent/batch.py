@@ -1,7 +1,8 @@
 """Items a shared backend may answer together: what a step says about itself so that a coalescing
 backend can pack it with others into one generation.
 
-A short, independent, tool-free step (an NPC's bark, a decision among options) carries a
+A short, independent, tool-free step (an NPC's bark, a decision among options, a plain-text
+reply of an NPC turn) carries a
 :data:`~oam_actors.agent.model.BatchItem` on its
 :class:`~oam_actors.agent.model.GenerationRequest`: who it is for, the situation, and (for a
 decision) the options. A backend that does not coalesce ignores it and runs the request as it is;
@@ -14,23 +15,28 @@ bark's line, a decision's JSON object), so the agent validates it as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 
 from .model import Availability, BatchItem, GenerationRequest, LanguageModel, ModelCapabilities, StepKind, Usage
 
-__all__ = ["ItemModel"]
+__all__ = ["Describe", "ItemModel"]
 
 _DESCRIBED_STEPS = frozenset({StepKind.RESPOND, StepKind.STRUCTURED})
 
 
-class ItemModel:
-    """``model`` with ``item`` on the step it describes: the first attempt of the reply or
-    structured step (repairs and every other step go out as they are). Wrap the model of a
-    one-off, tool-free request only: a bark, a decision without tools."""
+Describe = Callable[[GenerationRequest], BatchItem | None]
+"""The item of one step, built when the step is asked (``None``: it runs alone)."""
 
-    def __init__(self, model: LanguageModel, item: BatchItem) -> None:
+
+class ItemModel:
+    """``model`` with an item on the step it describes: the first attempt of the reply or
+    structured step (repairs and every other step go out as they are). ``item`` is the item
+    itself (a one-off, tool-free request: a bark, a decision without tools) or a function of
+    the step's request (a dialogue turn, whose reply step shows what the turn did so far)."""
+
+    def __init__(self, model: LanguageModel, item: BatchItem | Describe) -> None:
         self.model = model
         self.item = item
 
@@ -43,5 +49,7 @@ class ItemModel:
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         if request.kind in _DESCRIBED_STEPS and not request.is_repair and request.item is None:
-            request = msgspec.structs.replace(request, item=self.item)
+            item = self.item(request) if callable(self.item) else self.item
+            if item is not None:
+                request = msgspec.structs.replace(request, item=item)
         return self.model.stream(request)

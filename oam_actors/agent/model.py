@@ -29,6 +29,7 @@ __all__ = [
     "ItemOption",
     "LanguageModel",
     "ModelCapabilities",
+    "ReplyItem",
     "Resumable",
     "Sampling",
     "StepKind",
@@ -93,7 +94,23 @@ class DecisionItem(msgspec.Struct, frozen=True, kw_only=True, tag="decision"):
     options: tuple[ItemOption, ...] = ()
 
 
-BatchItem = BarkItem | DecisionItem
+class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
+    """A plain-text dialogue reply of ``speaker`` to the player: ``character`` (persona
+    essentials and this turn's context: memory, game state, situation), the whole earlier
+    ``conversation`` and this turn's ``tool_results`` as the step shows them (labelled lines),
+    the player's ``line``, at most ``sentences`` sentences. The answer is the reply text as the
+    step itself would have written it (``[emotion] words``)."""
+
+    speaker: str
+    character: str = ""
+    conversation: tuple[str, ...] = ()
+    tool_results: tuple[str, ...] = ()
+    line: str = ""
+    user_label: str = "Player"
+    sentences: int = 2
+
+
+BatchItem = BarkItem | DecisionItem | ReplyItem
 """What a short, independent step says about itself so that a coalescing backend may answer it
 together with others (:mod:`oam_actors.agent.batch`). A tagged union: it pickles and encodes."""
 

@@ -1,4 +1,4 @@
-"""What a bark or a decision says about itself for a coalescing backend
+"""What a bark, a decision or a plain-text reply says about itself for a coalescing backend
 (:data:`~oam_actors.agent.model.BatchItem`): the essentials of its character and its situation,
 in the few short lines a batch prompt gives each item. Pure."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..agent.model import BarkItem, DecisionItem, ItemOption
+from ..agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem
 from ..agent.tools import compact_json
 from ._text import joined_list, sentence, trimmed_or_none
 from .persona import Persona
 
-__all__ = ["bark_item", "decision_item"]
+__all__ = ["bark_item", "decision_item", "reply_item"]
 
 
-def _character(persona: Persona, *, goals: bool) -> list[str]:
+def _character(persona: Persona, *, goals: bool, knowledge: bool = False) -> list[str]:
     lines = []
     if (role := trimmed_or_none(persona.role)) is not None:
         lines.append(f"Role: {sentence(role)}")
@@ -23,6 +23,11 @@ def _character(persona: Persona, *, goals: bool) -> list[str]:
             lines.append(f"{label}: {sentence(trimmed)}")
     if goals and (joined := joined_list(persona.goals)) is not None:
         lines.append(f"Goals: {joined}")
+    if knowledge:
+        if (background := trimmed_or_none(persona.backstory)) is not None:
+            lines.append(f"Background: {sentence(background)}")
+        if (known := joined_list(persona.knowledge)) is not None:
+            lines.append(f"Knows: {known}")
     return lines
 
 
@@ -50,3 +55,19 @@ def decision_item(actor: Persona | None, situation: str, context: object,
         situation=moment,
         options=tuple(ItemOption(option_id, description.strip()) for option_id, description in options),
     )
+
+
+def reply_item(persona: Persona, extra_instructions: str | None, context_note: str | None,
+               conversation: Sequence[str], tool_results: Sequence[str], line: str, user_label: str) -> ReplyItem | None:
+    """A plain-text reply of ``persona`` to ``line``, or ``None`` when it must run alone: a
+    persona with secrets (their guarded rules are the solo instructions' to keep)."""
+    if persona.secrets:
+        return None
+    lines = _character(persona, goals=True, knowledge=True)
+    if (extra := trimmed_or_none(extra_instructions)) is not None:
+        lines.append(f"Note: {' '.join(extra.split())}")
+    if (note := trimmed_or_none(context_note)) is not None:
+        lines.append(note)
+    return ReplyItem(speaker=persona.name.strip(), character="\n".join(lines), conversation=tuple(conversation),
+                     tool_results=tuple(tool_results), line=line, user_label=user_label,
+                     sentences=persona.sentence_limit)

@@ -43,8 +43,9 @@ from ..agent.events import (
     TurnEvent,
     TurnResult,
 )
-from ..agent.model import LanguageModel
+from ..agent.model import BatchItem, GenerationRequest, LanguageModel, StepKind
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
+from ..agent.prompts import Labels
 from ..agent.schema import Schema
 from ..agent.tools import (
     ErrorOutput,
@@ -68,7 +69,7 @@ from ._dialogue import (
     parse_text_reply,
     partial_text_reply,
 )
-from ._items import bark_item
+from ._items import bark_item, reply_item
 from ._text import single_line, situation_text
 from .memory import MemoryStore, NPCMemory, memory_tools
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -161,6 +162,7 @@ class _Attempt:
     options: NPCOptions
     world_summary: str | None
     situation: str | None
+    coalesce: bool = False  # its plain-text reply step may be answered in a batch
 
     @property
     def may_retry_as_text(self) -> bool:
@@ -327,12 +329,15 @@ class NPC:
         on_commit: Callable[[], None] | None = None,
         queue_seconds: float | None = None,
         partial_values: bool = True,
+        coalesce: bool = True,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
         overrides the NPC's policy for the first step; ``queue_seconds`` caps each model step's
         wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
-        while the reply streams (``Agent.respond``), only its end is emitted. Raises
+        while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
+        coalescing backend may answer a plain-text reply step together with other NPCs' replies
+        (:func:`~._items.reply_item` says when it may). Raises
         :class:`AgentError` for errors no fallback covers; see the module docstring for events
         and commit."""
         await self.run_pending_compaction()
@@ -340,6 +345,8 @@ class NPC:
         if queue_seconds is not None:
             attempt = dataclasses.replace(
                 attempt, agent_options=msgspec.structs.replace(attempt.agent_options, queue_seconds=queue_seconds))
+        if coalesce and attempt.options.reply_format is ReplyFormat.TEXT:
+            attempt = dataclasses.replace(attempt, coalesce=True)
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []
@@ -430,6 +437,8 @@ class NPC:
         agent.instructions = attempt.instructions
         agent.context_note = attempt.note
         agent.options = attempt.agent_options
+        agent.model = ItemModel(self.model, functools.partial(self._reply_item, attempt)) if attempt.coalesce \
+            else self.model
 
         async def forward(event: TurnEvent) -> None:
             if isinstance(event, PartialValue):
@@ -441,7 +450,23 @@ class NPC:
                     records.append(event.record)
                 await _send(emit, [event])
 
-        return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values)
+        try:
+            return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values)
+        finally:
+            agent.model = self.model
+
+    def _reply_item(self, attempt: _Attempt, request: GenerationRequest) -> BatchItem | None:
+        """The reply step's item: the whole conversation and this turn's tool results as the step
+        shows them (an item too large for a batch runs alone: the policy's budget). ``None`` for
+        any other step."""
+        if request.kind is not StepKind.RESPOND:
+            return None
+        agent = self._agent
+        options = agent.options
+        lines = agent.entry_lines(Labels(options.user_label, options.assistant_label))
+        return reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
+                          lines.lines(agent.history), lines.lines(agent.turn_entries[1:]), request.user_prompt,
+                          options.user_label)
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.

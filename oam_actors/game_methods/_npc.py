@@ -31,7 +31,7 @@ __all__ = ["NPC_METHODS"]
 
 _CREATE_KEYS = ("npc", "persona", "tools", "world", "memory", "options", "model")
 _RESTORE_KEYS = ("state", "npc", "tools", "options", "world", "model")
-_TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice", "deadlineSeconds")
+_TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice", "deadlineSeconds", "coalesce")
 _UPDATE_KEYS = ("npc", "persona", "options", "memory", "tools")
 
 
@@ -170,6 +170,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         warnings=warnings,
         outlet=call.bridge,
         deadline=deadline_after(deadline_seconds(params)),
+        coalesce=bool(params.boolean("coalesce", default=True)),
     )
     return game.enqueue(record, ref, message)
 

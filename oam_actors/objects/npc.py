@@ -68,6 +68,7 @@ class Talk(msgspec.Struct, frozen=True, kw_only=True):
     warnings: list[str] = msgspec.field(default_factory=list)
     outlet: Outlet | None = None
     deadline: float | None = None  # wall clock (time.time()), so it holds across processes
+    coalesce: bool = True  # its plain-text reply may share a generation with other NPCs' replies
 
 
 class UpdateNPC(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,6 +222,7 @@ class NPCActor(Actor):
                     on_commit=self.commit,
                     queue_seconds=seconds_left(message.deadline),
                     partial_values=message.stream,
+                    coalesce=message.coalesce,
                 )
             finally:
                 relay.close()

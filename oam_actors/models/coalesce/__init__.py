@@ -5,7 +5,8 @@ Contract
 - ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
   :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
   proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
-  (barks, tool-free decisions; see :mod:`oam_actors.agent.batch`) may be answered together;
+  (barks, tool-free decisions, NPCs' plain-text replies; see :mod:`oam_actors.agent.batch`) may
+  be answered together;
   every other step goes to the backend as it is.
 - Only steps that are already waiting are packed: a step that finds no queued batch with room
   queues at the backend itself, and its batch is made of what waits when the backend admits it
@@ -13,8 +14,8 @@ Contract
   ``linger_seconds`` is set); under pressure batches grow by themselves, up to ``max_items`` and
   the backend's context and output limits.
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
-  numbered lines read leniently per item. Each item is checked on its own (a bark is one line
-  that neither speaks as nor names another character of the batch; a decision names one of its
+  numbered lines read leniently per item. Each item is checked on its own (a bark or a reply is
+  one line that neither speaks as nor names another character of the batch; a decision names one of its
   own options); what its step receives is exactly what it would have received alone (the line,
   the decision's JSON object), so the agent validates it as usual.
 - An item the batch did not answer (missing, invalid, misattributed, cut off) runs alone as the
@@ -32,6 +33,8 @@ from ._model import CoalescingModel, CoalescingStatistics, DefersRequest, open_c
 from ._policy import (
     BARK_TASK,
     DECISION_TASK,
+    REPLY_ITEM_TOKENS,
+    REPLY_TASK,
     Answer,
     CoalesceSettings,
     Unanswered,
@@ -46,6 +49,8 @@ from ._policy import (
 __all__ = [
     "BARK_TASK",
     "DECISION_TASK",
+    "REPLY_ITEM_TOKENS",
+    "REPLY_TASK",
     "Answer",
     "CoalesceSettings",
     "CoalescingModel",

@@ -35,6 +35,7 @@ from ...agent.model import (
     DecisionItem,
     GenerationRequest,
     ModelCapabilities,
+    ReplyItem,
     StepKind,
     estimate_tokens,
 )
@@ -42,6 +43,8 @@ from ...agent.model import (
 __all__ = [
     "BARK_TASK",
     "DECISION_TASK",
+    "REPLY_ITEM_TOKENS",
+    "REPLY_TASK",
     "Answer",
     "CoalesceSettings",
     "Unanswered",
@@ -58,9 +61,15 @@ MAX_OPTIONS = 12
 _BARK_ANSWER_TOKENS = 40  # "3. Name: " and one short sentence
 _DECISION_ANSWER_TOKENS = 48  # "3. option_id | 80 | one short reason"
 _ANSWER_OVERHEAD_TOKENS = 16
+_REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
+_REPLY_SENTENCE_TOKENS = 24
+REPLY_ITEM_TOKENS = 900
+"""A reply whose item (character, whole conversation, tool results) is larger runs alone: a
+batch never shortens an NPC's context."""
 
 BARK_TASK = "Write one line for each character above."
 DECISION_TASK = "Make each decision above."
+REPLY_TASK = "Write the reply of each character above."
 """The last line of a batch prompt (the simulated phone recognises a batch by it)."""
 
 _BARK_SYSTEM = """\
@@ -83,6 +92,19 @@ Rules:
 - Use only an option id listed under that same decision.
 - The reason is one short sentence (at most 12 words) about that decision's own character.
 - Answer with exactly {count} lines, in the order given, one per decision, each written as: <number>. <option id> | <confidence from 0 to 100> | <one short reason>
+Example of the form:
+{example}"""
+
+_REPLY_SYSTEM = """\
+You write what characters in a video game say to the player.
+Each numbered conversation below is separate: a different character, talking with the player somewhere else.
+For each conversation, write that character's reply to the player's last line, in their own voice, using what that conversation says and its tool results where they matter.
+Rules:
+- Keep each reply within the number of sentences given for it, on one line.
+- Begin each reply with the character's current emotion in square brackets, such as [happy] or [angry].
+- Every reply belongs to its own character only: never speak as another character of the list and never name them.
+- No narration, no quotation marks, no tool results in brackets. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. <name>: [<emotion>] <reply>
 Example of the form:
 {example}"""
 
@@ -136,6 +158,9 @@ def combinable(item: BatchItem) -> bool:
     match item:
         case BarkItem(speaker=speaker):
             return bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
+        case ReplyItem(speaker=speaker):
+            return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
+                    and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
         case DecisionItem(options=options):
             ids = [o.id for o in options]
             return (2 <= len(ids) <= MAX_OPTIONS and len({i.casefold() for i in ids}) == len(ids)
@@ -155,7 +180,13 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
 
 
 def _answer_tokens(item: BatchItem) -> int:
+    if isinstance(item, ReplyItem):
+        return _REPLY_LABEL_TOKENS + _REPLY_SENTENCE_TOKENS * max(1, item.sentences)
     return _BARK_ANSWER_TOKENS if isinstance(item, BarkItem) else _DECISION_ANSWER_TOKENS
+
+
+def _reply_tokens(item: ReplyItem) -> int:
+    return estimate_tokens(_reply_block(0, item))
 
 
 def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities, max_items: int) -> int:
@@ -191,6 +222,13 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
         system = _BARK_SYSTEM.format(count=len(barks), example=example)
         blocks = [_bark_block(n, b) for n, b in enumerate(barks, 1)]
         task = BARK_TASK
+    elif isinstance(first.item, ReplyItem):
+        replies = [i for i in items if isinstance(i, ReplyItem)]
+        example = "\n".join(f"{n}. {r.speaker.strip()}: [{emotion}] ..."
+                            for (n, r), emotion in zip(enumerate(replies[:2], 1), ("happy", "neutral"), strict=False))
+        system = _REPLY_SYSTEM.format(count=len(replies), example=example)
+        blocks = [_reply_block(n, r) for n, r in enumerate(replies, 1)]
+        task = REPLY_TASK
     else:
         decisions = [i for i in items if isinstance(i, DecisionItem)]
         example = "\n".join(f"{n}. {d.options[0].id} | {confidence} | ..."
@@ -216,6 +254,18 @@ def _bark_block(number: int, item: BarkItem) -> str:
     if item.character.strip():
         lines.append(item.character.strip())
     lines.append(f"Situation: {item.situation.strip() or 'An ordinary moment.'}")
+    return "\n".join(lines)
+
+
+def _reply_block(number: int, item: ReplyItem) -> str:
+    speaker = item.speaker.strip()
+    limit = max(1, item.sentences)
+    lines = [f"Conversation {number}: {speaker} (at most {limit} {'sentence' if limit == 1 else 'sentences'})"]
+    if item.character.strip():
+        lines.append(item.character.strip())
+    lines.extend(item.conversation)
+    lines.append(f"{item.user_label}: {item.line}")
+    lines.extend(item.tool_results)
     return "\n".join(lines)
 
 
@@ -267,6 +317,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         others = [n for i, n in enumerate(names, 1) if i != number and n and not _names(_own_text(item), n)]
         if isinstance(item, BarkItem):
             results.append(_read_bark(line, item, others))
+        elif isinstance(item, ReplyItem):
+            results.append(_read_reply(line, item, others))
         else:
             assert isinstance(item, DecisionItem)
             results.append(_read_decision(line, item, others))
@@ -299,7 +351,7 @@ def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
 
 
 def _speaker(item: BatchItem | None) -> str:
-    if isinstance(item, BarkItem):
+    if isinstance(item, BarkItem | ReplyItem):
         return item.speaker.strip()
     if isinstance(item, DecisionItem):
         return item.actor.strip()
@@ -309,6 +361,8 @@ def _speaker(item: BatchItem | None) -> str:
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
+    if isinstance(item, ReplyItem):
+        return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
     assert isinstance(item, DecisionItem)
     options = " ".join(f"{o.id} {o.description}" for o in item.options)
     return f"{item.actor}\n{item.character}\n{item.situation}\n{options}"
@@ -352,6 +406,26 @@ def _read_bark(line: str, item: BarkItem, others: list[str]) -> ItemResult:
     if (named := next((o for o in others if _names(text, o)), None)) is not None:
         return Unanswered(Why.MISATTRIBUTED, f"names {named}")
     return Answer(text)
+
+
+_EMOTION_TAG = re.compile(r"^\s*(\[[^\]\n]{1,30}\])\s*(.*)$")
+
+
+def _read_reply(line: str, item: ReplyItem, others: list[str]) -> ItemResult:
+    """A bark's checks (own label or none, names no other character), the emotion tag kept in
+    front as the step alone would write it (``[happy] words``), before or after the label."""
+    tag = ""
+    if (tagged := _EMOTION_TAG.match(line)) is not None:
+        tag, line = tagged.group(1), tagged.group(2)
+    read = _read_bark(line, BarkItem(speaker=item.speaker), others)
+    if not isinstance(read, Answer):
+        return read
+    text = read.text
+    if not tag and (tagged := _EMOTION_TAG.match(text)) is not None:
+        tag, text = tagged.group(1), tagged.group(2).strip()
+        if not text:
+            return Unanswered(Why.INVALID, "an emotion without a reply")
+    return Answer(f"{tag} {text}" if tag else text)
 
 
 def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResult:

@@ -12,7 +12,8 @@ by :mod:`oam_actors.agent.prompts`:
 - **summary** and **reply** steps: short plausible lines that mention the user's topic and this
   turn's tool results.
 - **batches** (:mod:`oam_actors.models.coalesce`): one numbered line per character (a bark in
-  its own name) or per decision (one of its own option ids, a confidence, a reason).
+  its own name, or a reply to its own conversation's last player line, as a reply step would
+  answer it) or per decision (one of its own option ids, a confidence, a reason).
 
 Everything random comes from the ``random.Random`` passed in, so a seeded phone replays exactly.
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from ..coalesce import BARK_TASK, DECISION_TASK
+from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK
 
 __all__ = ["ResponderConfig", "respond", "sample_value"]
 
@@ -84,6 +85,8 @@ def respond(system: str, prompt: str, rng: Random, config: ResponderConfig = Res
         return _barks(prompt, rng)
     if prompt.endswith(DECISION_TASK):
         return _decisions(prompt, rng)
+    if prompt.endswith(REPLY_TASK):
+        return _replies(prompt, rng)
     if "summar" in system.lower():
         return f"Summary: the user asked about {_topic(prompt)}, and the assistant answered."
     return _reply(prompt, rng)
@@ -361,6 +364,7 @@ def _string_end(text: str, at: int) -> int:
 # --- batches -------------------------------------------------------------------------------------
 
 _CHARACTER = re.compile(r"^Character (\d+): (.+)$", re.MULTILINE)
+_CONVERSATION = re.compile(r"^Conversation (\d+): (.+?) \(at most \d+ sentences?\)$")
 _DECISION = re.compile(r"^Decision (\d+)\b.*?^Options: ([^\n]*)$", re.MULTILINE | re.DOTALL)
 
 
@@ -380,9 +384,27 @@ def _decisions(prompt: str, rng: Random) -> str:
 # --- text ----------------------------------------------------------------------------------------
 
 
+def _replies(prompt: str, rng: Random) -> str:
+    """Each numbered conversation's reply, to its own last player line and tool results."""
+    lines = []
+    for block in prompt.split("\n\n"):
+        head, _, body = block.partition("\n")
+        if (match := _CONVERSATION.match(head)) is None:
+            continue
+        name = match.group(2)
+        said = [m.group(2) for m in map(_LABELLED.match, body.splitlines()) if m and m.group(1) != name]
+        topic = _topic_of(said[-1] if said else "")
+        lines.append(f"{match.group(1)}. {name}: [neutral] {_reply_words(topic, body, rng)}")
+    return "\n".join(lines)
+
+
 def _reply(prompt: str, rng: Random) -> str:
-    parts = [rng.choice(_OPENERS), f"About {_topic(prompt)}: I can help with that."]
-    for line in _turn_tool_lines(prompt.rsplit("\n\n", 1)[0])[-2:]:
+    return _reply_words(_topic(prompt), prompt.rsplit("\n\n", 1)[0], rng)
+
+
+def _reply_words(topic: str, conversation: str, rng: Random) -> str:
+    parts = [rng.choice(_OPENERS), f"About {topic}: I can help with that."]
+    for line in _turn_tool_lines(conversation)[-2:]:
         output = line.partition("\u2192")[2].removesuffix("]").strip()
         parts.append(f"{_tool_name(line)} says {output}.")
     parts.append(rng.choice(_CLOSERS))
@@ -402,7 +424,11 @@ def _phrase(hint: str, rng: Random, topic: str) -> str:
 
 def _topic(prompt: str) -> str:
     """The most telling word of the user's last message ("that" when there is none)."""
-    words = re.findall(r"[A-Za-z][A-Za-z'-]+", _last_message(prompt))
+    return _topic_of(_last_message(prompt))
+
+
+def _topic_of(message: str) -> str:
+    words = re.findall(r"[A-Za-z][A-Za-z'-]+", message)
     content = [w for w in words if w.lower().replace("'", "") not in _STOPWORDS]
     return max(content, key=len) if content else "that"
 
