@@ -57,3 +57,27 @@ def test_decide_many_on_a_farm_shares_generations_and_a_bad_coalesce_names_the_f
     assert [r["optionID"] in ("greet", "hide", "shout") for r in result["results"]] == [True] * 8
     assert stats["stepsOk"] < 8 and stats["coalescing"]["answered"] >= 2
     assert bad["code"] == -32602 and "requests[0].coalesce" in bad["message"]
+
+
+def talk_all(bridge: BridgeProcess, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    for npc in NPCS:
+        bridge.call("npc/create", {"npc": npc, "persona": {"name": npc.capitalize(), "role": "a villager"},
+                                   "options": {"replyFormat": "text"}})
+    ids = [bridge.request("npc/talk", {"npc": npc, "line": "Any news today?", **params}) for npc in NPCS]
+    results = [bridge.result(i) for i in ids]
+    return results, bridge.call("model/status")["statistics"]
+
+
+def test_text_replies_of_a_crowd_share_generations_and_opt_out_per_request() -> None:
+    with BridgeProcess(FARM) as bridge:
+        results, stats = talk_all(bridge)
+        assert bridge.close() == 0
+    assert [r["npc"] for r in results] == NPCS and all("today" in r["line"] for r in results)
+    assert not any(r["isFallback"] for r in results)
+    assert stats["stepsOk"] == stats["coalescing"]["generations"] < len(NPCS)
+    with BridgeProcess(FARM) as bridge:
+        results, stats = talk_all(bridge, coalesce=False)
+        bad = bridge.error(bridge.request("npc/talk", {"npc": NPCS[0], "line": "Hi.", "coalesce": "no"}))
+        assert bridge.close() == 0
+    assert all(r["line"] for r in results) and stats["stepsOk"] == len(NPCS)
+    assert bad["code"] == -32602 and "coalesce" in bad["message"]
