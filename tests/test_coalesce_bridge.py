@@ -13,12 +13,20 @@ NPCS = [f"villager{n}" for n in range(12)]
 FARM = ["--model", "farm:2", "--farm-time-scale", "0.05"]
 
 
-def bark_all(bridge: BridgeProcess, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def act_all(bridge: BridgeProcess, method: str, options: dict[str, Any] | None = None,
+            **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Create the NPCs (with ``options``), send ``method`` for each at once; results and the
+    model's statistics."""
     for npc in NPCS:
-        bridge.call("npc/create", {"npc": npc, "persona": {"name": npc.capitalize(), "role": "a villager"}})
-    ids = [bridge.request("npc/bark", {"npc": npc, "situation": "Dawn in the square.", **params}) for npc in NPCS]
+        bridge.call("npc/create", {"npc": npc, "persona": {"name": npc.capitalize(), "role": "a villager"},
+                                   **({"options": options} if options else {})})
+    ids = [bridge.request(method, {"npc": npc, **params}) for npc in NPCS]
     results = [bridge.result(i) for i in ids]
     return results, bridge.call("model/status")["statistics"]
+
+
+def bark_all(bridge: BridgeProcess, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    return act_all(bridge, "npc/bark", situation="Dawn in the square.", **params)
 
 
 def test_barks_of_a_crowd_on_a_farm_share_generations() -> None:
@@ -60,12 +68,7 @@ def test_decide_many_on_a_farm_shares_generations_and_a_bad_coalesce_names_the_f
 
 
 def talk_all(bridge: BridgeProcess, **params: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    for npc in NPCS:
-        bridge.call("npc/create", {"npc": npc, "persona": {"name": npc.capitalize(), "role": "a villager"},
-                                   "options": {"replyFormat": "text"}})
-    ids = [bridge.request("npc/talk", {"npc": npc, "line": "Any news today?", **params}) for npc in NPCS]
-    results = [bridge.result(i) for i in ids]
-    return results, bridge.call("model/status")["statistics"]
+    return act_all(bridge, "npc/talk", {"replyFormat": "text"}, line="Any news today?", **params)
 
 
 def test_text_replies_of_a_crowd_share_generations_and_opt_out_per_request() -> None:

@@ -1,14 +1,13 @@
 """Items a shared backend may answer together: what a step says about itself so that a coalescing
 backend can pack it with others into one generation.
 
-A short, independent, tool-free step (an NPC's bark, a decision among options, a plain-text
-reply of an NPC turn) carries a
-:data:`~oam_actors.agent.model.BatchItem` on its
+A short, independent, tool-free step (an NPC's bark, a decision among options, the plain-text
+reply of an NPC talk) carries a :data:`~oam_actors.agent.model.BatchItem` on its
 :class:`~oam_actors.agent.model.GenerationRequest`: who it is for, the situation, and (for a
 decision) the options. A backend that does not coalesce ignores it and runs the request as it is;
 one that does (:class:`~oam_actors.models.coalesce.CoalescingModel`) answers the item from a
 numbered batch and streams back exactly what the step itself would have been answered with (a
-bark's line, a decision's JSON object), so the agent validates it as usual.
+bark's line, a decision's JSON object, a reply), so the agent validates it as usual.
 
 :class:`ItemModel` marks the one step of a one-off request that the item describes.
 """

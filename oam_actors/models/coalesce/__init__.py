@@ -5,9 +5,9 @@ Contract
 - ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
   :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
   proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
-  (barks, tool-free decisions, NPCs' plain-text replies; see :mod:`oam_actors.agent.batch`) may
-  be answered together;
-  every other step goes to the backend as it is.
+  (barks, tool-free decisions, the plain-text replies of NPC talks; see
+  :mod:`oam_actors.agent.batch`) may be answered together; every other step goes to the
+  backend as it is.
 - Only steps that are already waiting are packed: a step that finds no queued batch with room
   queues at the backend itself, and its batch is made of what waits when the backend admits it
   (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless

@@ -4,8 +4,8 @@ reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
 - :func:`batch_key` says what may be combined: steps carrying a combinable
   :data:`~oam_actors.agent.model.BatchItem` of the same kind, priority and sampling. ``None``
   means "run it alone" (no item, a repair, tools offered, or an item whose answer could not be
-  read back from one line: a decision with an option id holding spaces or ``|``, or too many
-  options).
+  read back from one line or would crowd the batch: a decision with an option id holding spaces
+  or ``|``, too many options, a reply whose conversation is over :data:`REPLY_ITEM_TOKENS`).
 - :func:`pack` counts how many of the waiting steps fit one generation: at most ``max_items``,
   the prompt plus the reserved answer within the backend's context, the answers within its
   output limit.
@@ -14,9 +14,10 @@ reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
 - :func:`read_batch` splits the answer: numbered lines, read leniently (``3. …``, ``3: …``,
   ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
-  that neither speaks as nor names another character of the batch; a decision must name one of
-  its own option ids. The result per item is :class:`Answer` (the text the step itself would
-  have received: the line, or the decision's JSON object) or :class:`Unanswered` with the
+  that neither speaks as nor names another character of the batch (a talk's reply keeps its
+  ``[emotion]`` tag); a decision must name one of its own option ids. The result per item is
+  :class:`Answer` (the text the step itself would have received: the line, the reply, or the
+  decision's JSON object) or :class:`Unanswered` with the
   reason, and the caller runs that step alone.
 """
 
