@@ -463,10 +463,11 @@ class NPC:
             return None
         agent = self._agent
         options = agent.options
-        lines = agent.entry_lines(Labels(options.user_label, options.assistant_label))
+        history = agent.history_lines(Labels(options.user_label, options.assistant_label))
+        conversation = history.text().splitlines()
+        tools = [line for entry in agent.turn_entries[1:] if (line := history.line(entry)) is not None]
         return reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
-                          lines.lines(agent.history), lines.lines(agent.turn_entries[1:]), request.user_prompt,
-                          options.user_label)
+                          conversation, tools, request.user_prompt, options.user_label)
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.
