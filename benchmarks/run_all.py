@@ -53,6 +53,9 @@ BENCHMARKS: list[Entry] = [
     ("farm", "bench_farm.py", [], [], "8 simulated phones, 1,000 NPCs, twice the quota offered"),
     ("crowd_quota", "bench_crowd_quota.py", [], ["--phones", "8", "--npcs", "1000", "--seconds", "60"],
      "1,000 NPCs through the bridge at 3x a farm's quota: actions per generation, deadlines, fairness"),
+    ("crowd_quota_text", "bench_crowd_quota.py", ["--reply-format", "text"],
+     ["--phones", "8", "--npcs", "1000", "--seconds", "60", "--reply-format", "text"],
+     "the same with plain-text NPC replies (`replyFormat: \"text\"`), whose reply steps coalesce too"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -65,7 +68,7 @@ BENCHMARKS: list[Entry] = [
 ]
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
-ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "quota_frontdoors"}
+ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "quota_frontdoors"}
 
 # The same, on a real local model: opt-in (--live).
 LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
