@@ -27,11 +27,21 @@ Contract
   request of service of each other and within an owner. The cost of a ticket is its dominant
   share: one request, or its tokens counted in request equivalents
   (``tokens_per_window / requests_per_window``) when that is more.
-- **Adaptation (AIMD).** A throttle (ML Kit BUSY, HTTP 429) starts a cool-down of ``retry_after``
-  seconds, or an exponential backoff when the backend gave none, and multiplies the learned
-  request limit by ``decrease_factor``, once per cool-down (concurrent failures are one event). An
-  ``observed_limit`` replaces the learned limit instead. Each window that passes with admissions
-  and no throttle adds ``increase_step``, up to the configured limit. A learned limit below the
+- **Adaptation (AIMD with a remembered ceiling).** A throttle (ML Kit BUSY, HTTP 429) starts a
+  cool-down of ``retry_after`` seconds, or an exponential backoff when the backend gave none, and
+  multiplies the learned request limit by ``decrease_factor``, once per cool-down (concurrent
+  failures are one event), or sets it just below the ceiling when it refused a probe. An
+  ``observed_limit`` replaces the learned limit instead. Either way
+  the count the backend refused (``observed_limit + 1``, or the limit in force) becomes the
+  *ceiling* (unless it is the configured limit: a stated limit is trusted, a refusal at it is a
+  lagging window). Each window that passes with admissions and no throttle adds
+  ``increase_step``, up to the configured limit, freely below the ceiling; growing to it is a
+  *probe*, allowed one window after the refusal at first. A probe the backend refuses again
+  doubles the probe windows (up to ``max_probe_windows``), so a known limit costs ever fewer
+  refusals, and the limit grows no further while probing; an admission that found the window
+  holding the ceiling's count, a window after the last throttle, and drew no throttle lifts the
+  ceiling (the backend raised its limit) and resets them; a refusal below the ceiling (a lowered
+  limit) sets a new ceiling at one probe window. A learned limit below the
   configured one is *paced* (admissions ``window / limit`` apart, :mod:`._pacing`), never a cap
   the window must shed down to: after a throttle the backend gets dialogue again at the learned
   rate as soon as the cool-down ends, not once a whole window has passed (work below dialogue
@@ -111,7 +121,8 @@ class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
     backoff_seconds: float = 1.0  # first cool-down after a throttle without retry_after
     max_backoff_seconds: float = 60.0
     decrease_factor: float = 0.8  # multiplicative decrease of the learned request limit
-    increase_step: int = 1  # additive increase per throttle-free window
+    increase_step: int = 1  # additive increase per throttle-free, fully used window
+    max_probe_windows: int = 16  # longest wait, in windows, before probing above a refused count again
     pace_evenly: bool = False  # spread the configured limits evenly over the window
     pacing_margin: float = PACING_MARGIN  # paced this much slower than the rate
 
@@ -130,6 +141,8 @@ class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("decrease_factor must lie strictly between 0 and 1")
         if self.increase_step < 0:
             raise ValueError("increase_step must not be negative")
+        if self.max_probe_windows < 1:
+            raise ValueError("max_probe_windows must be at least 1")
         if not 0 <= self.pacing_margin < 1:
             raise ValueError("pacing_margin must lie in [0, 1)")
 
@@ -194,6 +207,9 @@ class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
     reported_requests: ReportedRate
     reported_tokens: ReportedRate
     header: tuple[int | None, int | None, float] | None = None  # budget: requests, tokens, reset in
+    ceiling: int | None = None  # the request count per window the backend last refused
+    probe_windows: int = 1  # windows between a refusal at the ceiling and the next probe
+    probe_in: float | None = None  # seconds until a probe at the ceiling is allowed
 
     def aged(self, seconds: float) -> QuotaState:
         """The same state ``seconds`` later (it was kept somewhere meanwhile)."""
@@ -210,6 +226,7 @@ class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
             requests_pace=msgspec.structs.replace(self.requests_pace, next_in=self.requests_pace.next_in - seconds),
             tokens_pace=msgspec.structs.replace(self.tokens_pace, next_in=self.tokens_pace.next_in - seconds),
             header=None if header is None or header[2] <= seconds else (header[0], header[1], header[2] - seconds),
+            probe_in=later(self.probe_in),
         )
 
 
@@ -270,6 +287,10 @@ class QuotaPolicy:
         self._streak = 0
         self._limit = limits.requests_per_window
         self._grown_at = -math.inf
+        self._ceiling: int | None = None
+        self._probe_windows = 1
+        self._probe_at = -math.inf
+        self._filled = 0  # what the window held with the last admission, if all of it was accepted
         self._header: _HeaderBudget | None = None
         self._request_pace = Grid()
         self._token_pace = Grid()
@@ -357,18 +378,29 @@ class QuotaPolicy:
         """The backend refused a request for quota (BUSY, 429): cool down and adapt."""
         now = self._advance(now)
         self._throttles += 1
+        refused = self._limit
         if observed_limit is not None:
             self._limit = self._capped(observed_limit)
+            refused = observed_limit + 1
         if now >= self._cool_until:  # a new episode; reports during a cool-down are the same one
             self._streak = self._streak + 1 if now - self._last_throttle < self._limits.window_seconds else 1
-            if observed_limit is None and not self._reported_requests.known:
-                self._decrease_limit()
+            if not self._reported_requests.known:
+                # Nothing learned yet: what the window held was refused.
+                refused = refused if refused is not None else len(self._window)
+                probe = self._ceiling is not None and refused >= self._ceiling
+                if observed_limit is None:
+                    if probe:  # a refused probe: below the ceiling was accepted before
+                        self._limit = self._capped(self._ceiling - 1)
+                    else:
+                        self._decrease_limit()
+                self._remember_ceiling(refused, probe, now)
             pause = retry_after if retry_after is not None else self._backoff()
             self._cool_until = now + max(0.0, pause)
         elif retry_after is not None:
             self._cool_until = max(self._cool_until, now + retry_after)
         self._last_throttle = now
         self._grown_at = now
+        self._filled = 0
         self._update_pace()
 
     def on_rate_limit_headers(
@@ -426,6 +458,9 @@ class QuotaPolicy:
             reported_requests=msgspec.structs.replace(self._reported_requests),
             reported_tokens=msgspec.structs.replace(self._reported_tokens),
             header=None if header is None else (header.requests, header.tokens, header.reset_at - now),
+            ceiling=self._ceiling,
+            probe_windows=self._probe_windows,
+            probe_in=_since(self._probe_at, now),
         )
 
     def restore_quota_state(self, state: QuotaState, now: float) -> None:
@@ -443,6 +478,8 @@ class QuotaPolicy:
         self._last_throttle = _at(state.last_throttle, now)
         self._last_admit = _at(state.last_admit, now)
         self._grown_at = max(self._grown_at, self._last_throttle)
+        self._ceiling, self._probe_windows = state.ceiling, state.probe_windows
+        self._probe_at = _at(state.probe_in, now)
         self._reported_requests = msgspec.structs.replace(state.reported_requests)
         self._reported_tokens = msgspec.structs.replace(state.reported_tokens)
         if state.header is not None:
@@ -573,6 +610,9 @@ class QuotaPolicy:
         if self._header is not None:
             _spend(self._header, ticket.tokens)
         self._grow_limit(now)
+        # No throttle for a window: everything in it was accepted (a refused admission stays
+        # charged until it leaves); this one is, unless a throttle follows.
+        self._filled = len(self._window) if now - self._last_throttle >= self._limits.window_seconds else 0
 
     # -- expiry ----------------------------------------------------------------------------
 
@@ -656,13 +696,37 @@ class QuotaPolicy:
             token_paces.append((self._reported_tokens.interval(margin), self._reported_tokens.window))
         self._token_pace.set_pace(*max(token_paces), margin)
 
+    def _remember_ceiling(self, refused: int, probe: bool, now: float) -> None:
+        """The backend refused ``refused`` admissions per window, a ``probe`` at the ceiling
+        or not (see the module docstring)."""
+        if refused < 1:
+            return
+        configured = self._limits.requests_per_window
+        if probe:  # the ceiling holds
+            self._probe_windows = min(2 * self._probe_windows, self._limits.max_probe_windows)
+        elif configured is None or refused < configured:  # the first refusal, or a lowered limit
+            self._ceiling, self._probe_windows = refused, 1
+        else:
+            return  # refused at the stated limit: a lagging window, not news; it is trusted
+        self._probe_at = now + self._probe_windows * self._limits.window_seconds
+
     def _grow_limit(self, now: float) -> None:
+        if self._ceiling is not None and self._filled >= self._ceiling:
+            self._ceiling, self._probe_windows = None, 1  # the backend took what it once refused
         limit, configured = self._limit, self._limits.requests_per_window
         if limit is None or (configured is not None and limit >= configured):
             return
-        if now - self._grown_at >= self._limits.window_seconds:
-            self._limit = self._capped(limit + self._limits.increase_step)
-            self._grown_at = now
+        if now - self._grown_at < self._limits.window_seconds:
+            return
+        self._grown_at = now
+        ceiling = self._ceiling
+        if ceiling is not None and limit >= ceiling:
+            return  # probing: no further until the backend takes the count it refused
+        grown = self._capped(limit + self._limits.increase_step)
+        if ceiling is not None and grown >= ceiling and now < self._probe_at:
+            grown = max(limit, ceiling - 1)  # up to just below what was refused, no probe yet
+        if grown != limit:
+            self._limit = grown
             self._update_pace()
 
     def _backoff(self) -> float:
