@@ -17,7 +17,7 @@ from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
-from oam_actors.cluster.shard import _latest_checkpoints
+from oam_actors.cluster.shard import Shard, _latest_checkpoints
 from oam_actors.cluster.wire import (
     Ask,
     Done,
@@ -518,6 +518,44 @@ async def test_a_link_sends_batches_and_answers_every_op_it_could_not_send() -> 
     assert decode_ops(received[1]) == [  # one frame: the actor hosted first, then its asks in order
         Spawn(good.address, b"actor", 8, None, []), Ask(2, good.address, b"m1"), Ask(3, good.address, b"m2")
     ]
+
+
+@pytest.mark.parametrize(("driver_node", "family"), [("node-a", "unix"), ("node-b", "tcp")])
+async def test_a_link_reaches_a_shard_on_its_node_over_a_private_unix_socket(driver_node: str, family: str) -> None:
+    shard = Shard(0, "node-a", "127.0.0.1")
+
+    class _Ping:
+        async def remote(self) -> Hello:
+            return await shard.hello()
+
+    class _Handle:
+        ping = _Ping()
+
+    hello = await shard.hello()
+    directory = Path(hello.path).parent
+    assert directory.stat().st_mode & 0o777 == 0o700  # nobody else may connect
+    link = ShardLink(0, _Handle(), load_state=lambda address: None, save_states=lambda states: None,
+                     deliver_out=lambda out: None, unhosted=lambda address, error: None,
+                     replacement=lambda index: None, resolve_reply=lambda reference: reference,
+                     node_id=driver_node)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(link.run)
+            await link.up.wait()
+            waiter = _Waiter(Address("npc", "nobody"))
+            link.send(None, Ask(1, waiter.address, dumps_value("hi")), waiter)
+            await waiter.settled.wait()  # a round trip on the data path
+            assert isinstance(waiter.outcome[1], ActorStopped)
+            assert link._connection is not None
+            peer = link._connection._transport.get_extra_info("peername")
+            assert (peer == hello.path) if family == "unix" else (peer[1] == hello.port)
+            assert not directory.exists()  # removed once its driver came, whichever way it came
+            tasks.cancel_scope.cancel()
+    finally:
+        assert shard._root is not None
+        shard._root.cancel()
+        await asyncio.wait([shard._root])
+    assert not directory.exists()
 
 
 def test_a_batch_keeps_only_each_actors_latest_checkpoint() -> None:

@@ -1,4 +1,5 @@
-"""Length-prefixed frames over one TCP connection: the data path between driver and shard.
+"""Length-prefixed frames over one connection: the data path between driver and shard (a Unix
+socket when both are on one node, TCP otherwise).
 
 A frame is a 4-byte big-endian length and that many bytes (a batch of ops or items, encoded by
 :mod:`.wire`). The first frame a driver sends is the shard's token (from ``ping`` over Ray's

@@ -97,7 +97,8 @@ class ShardLink:
     ``get``/``put_many``; ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
     hears of an actor the shard could not host; ``replacement(index)`` makes a new shard actor
     when Ray says this one is gone for good (its node died); ``resolve_reply`` turns a shared
-    object's reference in a reply into the driver's copy."""
+    object's reference in a reply into the driver's copy. ``node_id`` is the driver's node: a
+    shard on it is reached over its Unix socket, any other over TCP."""
 
     def __init__(
         self,
@@ -110,6 +111,7 @@ class ShardLink:
         unhosted: Callable[[Address, Exception], None],
         replacement: Callable[[int], Any],
         resolve_reply: Resolve,
+        node_id: str | None = None,
     ) -> None:
         self.index = index
         self.handle = handle
@@ -123,6 +125,7 @@ class ShardLink:
         self._unhosted = unhosted
         self._replacement = replacement
         self._resolve_reply = resolve_reply
+        self._node_id = node_id
         self._outbound: list[tuple[Hosted | None, Op | None]] = []
         self._waiters: dict[int, Waiter] = {}
         self._connection: FrameProtocol | None = None  # while up
@@ -165,9 +168,15 @@ class ShardLink:
             self.up = anyio.Event()
 
     async def _serve(self, hello: Hello) -> None:
-        _, connection = await asyncio.get_running_loop().create_connection(
-            lambda: FrameProtocol(lambda payload: self._dispatch(decode_items(payload))), hello.host, hello.port
-        )
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> FrameProtocol:
+            return FrameProtocol(lambda payload: self._dispatch(decode_items(payload)))
+
+        if hello.path and hello.node_id == self._node_id:  # same node: the cheaper Unix socket
+            _, connection = await loop.create_unix_connection(protocol, hello.path)
+        else:
+            _, connection = await loop.create_connection(protocol, hello.host, hello.port)
         try:
             connection.send(hello.token)
             self._connection = connection

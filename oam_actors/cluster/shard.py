@@ -4,14 +4,18 @@ Ray creates, places and restarts it; the one Ray call it serves is ``ping()``, w
 :class:`~oam_actors.cluster.wire.Hello`: its *incarnation* (new after every restart), pid, node,
 and where its data path listens (host, port, token).
 
-The data path is one TCP connection from the driver, framed (:mod:`.frames`); the first frame
-must be the token. Driver → shard: batches of ops, applied in order without awaiting (in the read
+The data path is one connection from the driver, framed (:mod:`.frames`); the first frame
+must be the token. The shard listens on TCP (for a driver on another node) and on a Unix socket in
+a private directory (mode 0700) for a driver on its own node: on loopback a Unix socket skips the
+TCP stack, so each crossing's writes and wake-ups cost less. Once the driver is connected the
+socket and its directory are removed (nothing else may connect, and a killed shard leaves none
+behind unless it dies before its driver came). Driver → shard: batches of ops, applied in order without awaiting (in the read
 callback), so per-object order is the local mailbox's order. Shard → driver: batches of items,
 everything emitted by the time the event loop comes round in one frame, with only the latest
 checkpoint of each actor in it.
 Everything an actor emits (outlet calls, its checkpoint, its reply) is appended to one item list
 synchronously, in the order it happens, so the driver sees an actor's events and checkpoint before
-its reply. TCP keeps both directions in order; Ray calls would not (async actors run calls out of
+its reply. The connection keeps both directions in order; Ray calls would not (async actors run calls out of
 order) and cost about a millisecond each.
 
 Checkpoints that hold a stand-in (a world's subscribers) write it as the endpoint it stands for
@@ -31,6 +35,8 @@ import logging
 import os
 import pickle
 import secrets
+import shutil
+import tempfile
 import uuid
 import weakref
 from collections.abc import Callable
@@ -81,6 +87,8 @@ __all__ = ["Shard", "ShardHost"]
 
 _log = logging.getLogger(__name__)
 
+_MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 107 on Linux, fewer elsewhere
+
 
 class ShardHost:
     """The Ray actor body: one call, ``ping``. Ray wraps every method of an actor class (for
@@ -106,9 +114,11 @@ class Shard:
         self._token = secrets.token_bytes(16)
         self._node_id, self._host = node_id, host
         self._port = 0
+        self._local: tuple[asyncio.AbstractServer, str] | None = None  # the Unix socket, its directory
         self._system: LocalSystem | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
         self._started: anyio.Event | None = None
+        self._root: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._connected = False
         self._connection: FrameProtocol | None = None  # the driver's, while it lasts
         self._context = contextvars.copy_context()
@@ -126,7 +136,8 @@ class Shard:
 
     async def hello(self) -> Hello:
         await self._ensure_started()
-        return Hello(self.incarnation, os.getpid(), self._node_id, self._host, self._port, self._token)
+        path = "" if self._local is None else os.path.join(self._local[1], "data")
+        return Hello(self.incarnation, os.getpid(), self._node_id, self._host, self._port, self._token, path)
 
     # --- hosting -----------------------------------------------------------------------------
 
@@ -135,7 +146,7 @@ class Shard:
             self._started = anyio.Event()
             # The shard's root task: Ray owns this event loop and nothing above us could own
             # the task; it lives as long as the process.
-            asyncio.get_running_loop().create_task(self._host_forever())
+            self._root = asyncio.get_running_loop().create_task(self._host_forever())
         await self._started.wait()
 
     async def _host_forever(self) -> None:
@@ -150,8 +161,19 @@ class Shard:
             server = await loop.create_server(self._new_connection, self._host, 0)
             async with server:
                 self._port = server.sockets[0].getsockname()[1]
-                self._started.set()
-                await anyio.sleep_forever()
+                self._local = await _listen_locally(self._new_connection)
+                try:
+                    self._started.set()
+                    await anyio.sleep_forever()
+                finally:
+                    self._stop_listening_locally()
+
+    def _stop_listening_locally(self) -> None:
+        if self._local is not None:
+            server, directory = self._local
+            self._local = None
+            server.close()
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _new_connection(self) -> FrameProtocol:
         connection = FrameProtocol(
@@ -171,6 +193,7 @@ class Shard:
         else:
             self._connected = True
             self._connection = connection
+            self._stop_listening_locally()  # a shard serves one driver
             self._flush()  # what actors emitted before the driver came
 
     async def _watch(self, connection: FrameProtocol) -> None:
@@ -355,6 +378,22 @@ class Shard:
             self._emit(Done(seq, failure=Failure.of(exc)))
         else:
             self._emit(_done(seq, stopped, None))
+
+
+async def _listen_locally(factory: Callable[[], FrameProtocol]) -> tuple[asyncio.AbstractServer, str] | None:
+    """A Unix socket server in a new private directory, or ``None`` where there cannot be one
+    (the driver then connects over TCP)."""
+    directory = tempfile.mkdtemp(prefix="oam-shard-")  # mode 0700: this user only
+    path = os.path.join(directory, "data")
+    try:
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise OSError(f"socket path {path!r} too long")
+        server = await asyncio.get_running_loop().create_unix_server(factory, path)
+    except (OSError, NotImplementedError) as exc:
+        _log.info("no Unix socket for the data path (%s); TCP only", exc)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    return server, directory
 
 
 def _latest_checkpoints(items: list[Item]) -> list[Item]:

@@ -3,7 +3,8 @@
 Placement: ``shards`` Ray actors (each a ``LocalSystem``, see :mod:`.shard`) host every actor;
 an address goes to shard ``crc32(str(address)) % shards``. Shards belong to this system (their
 owner is this driver process: they end with it) and go round robin over the cluster's nodes.
-Data flows over one TCP connection per shard (:mod:`.link`); Ray places, restarts and finds them.
+Data flows over one connection per shard (:mod:`.link`; a Unix socket when the shard is on this
+node, TCP otherwise); Ray places, restarts and finds them.
 
 The ``ActorSystem`` contract holds with these differences, all because the actor is elsewhere:
 
@@ -372,6 +373,7 @@ class RaySystem(SystemBase):
     async def _open(self) -> None:
         self._connect()
         placements = self._placements()
+        node_id = ray.get_runtime_context().get_node_id()
         self._links = [
             ShardLink(
                 index,
@@ -382,6 +384,7 @@ class RaySystem(SystemBase):
                 unhosted=self._unhosted,
                 replacement=self._replacement,
                 resolve_reply=self._resolve_reply,
+                node_id=node_id,
             )
             for index in range(self.shards)
         ]

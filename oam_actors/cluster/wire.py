@@ -258,7 +258,8 @@ def decode_items(payload: bytes) -> list[Item]:
 
 class Hello(msgspec.Struct, frozen=True, array_like=True):
     """A shard's answer to ``ping``: who it is now (a restart changes ``incarnation``) and where
-    its data path listens (``token`` opens it)."""
+    its data path listens (``token`` opens it): TCP at ``host``:``port``, and, for a driver on
+    the same node (``node_id``), the Unix socket ``path`` ("" if none)."""
 
     incarnation: str
     pid: int
@@ -266,6 +267,7 @@ class Hello(msgspec.Struct, frozen=True, array_like=True):
     host: str
     port: int
     token: bytes
+    path: str = ""
 
 
 # --- values --------------------------------------------------------------------------------------
