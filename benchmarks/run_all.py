@@ -107,7 +107,8 @@ def run_one(script: str, arguments: list[str], timeout: float) -> tuple[str, flo
     return output, time.perf_counter() - started, code
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# thousands commas only in groups of three ("1,000"), so "1, 2" in a list stays two numbers
+_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
 
 
 def merged(outputs: list[str]) -> str:
