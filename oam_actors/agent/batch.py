@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 
 import msgspec
 
-from .model import Availability, BatchItem, GenerationRequest, LanguageModel, ModelCapabilities, StepKind, Usage
+from .model import BatchItem, DelegatingModel, GenerationRequest, LanguageModel, StepKind, Usage
 
 __all__ = ["Describe", "ItemModel"]
 
@@ -29,26 +29,19 @@ Describe = Callable[[GenerationRequest], BatchItem | None]
 """The item of one step, built when the step is asked (``None``: it runs alone)."""
 
 
-class ItemModel:
+class ItemModel(DelegatingModel):
     """``model`` with an item on the step it describes: the first attempt of the reply or
     structured step (repairs and every other step go out as they are). ``item`` is the item
     itself (a one-off, tool-free request: a bark, a decision without tools) or a function of
     the step's request (a dialogue turn, whose reply step shows what the turn did so far)."""
 
     def __init__(self, model: LanguageModel, item: BatchItem | Describe) -> None:
-        self.model = model
+        super().__init__(model)
         self.item = item
-
-    @property
-    def capabilities(self) -> ModelCapabilities:
-        return self.model.capabilities
-
-    async def availability(self) -> Availability:
-        return await self.model.availability()
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
         if request.kind in _DESCRIBED_STEPS and not request.is_repair and request.item is None:
             item = self.item(request) if callable(self.item) else self.item
             if item is not None:
                 request = msgspec.structs.replace(request, item=item)
-        return self.model.stream(request)
+        return super().stream(request)
