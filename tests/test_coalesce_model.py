@@ -408,29 +408,55 @@ async def test_a_waiting_bark_whose_deadline_passes_leaves_the_line_and_degrades
     assert [speakers(b) for b in rig.batches] == [["Gorm", "Tobin"]]
 
 
-# --- fairness: every member is charged, the least served go first --------------------------------
+async def test_items_per_generation_counts_only_the_items_a_generation_answered() -> None:
+    # Gorm's and Mira's barks expire in the queue; Tobin's and Elsa's share one generation.
+    rig = Rig()
+    await rig.warm_up()
+    npcs = crowd(rig.model, NAMES[:4])
+    results = await rig.run([*barking(npcs[:2], queue_seconds=0.5), *barking(npcs[2:])])
+    assert [type(r) for r in results[:2]] == [DeadlinePassed] * 2 and results[2:] == ["Tobin says hello.", "Elsa says hello."]
+    stats = rig.model.coalescing_statistics()
+    assert (stats.items, stats.generations, stats.served, stats.items_per_generation) == (4, 1, 2, 2.0)
+
+
+# --- fairness: every member queues on its own ticket, is charged, the least served go first ------
 
 
 async def test_a_batch_charges_every_member_and_the_next_takes_the_least_served_first() -> None:
     rig = Rig(settings=CoalesceSettings(max_items=3))
     scheduler = rig.model.backend.scheduler
     await rig.warm_up()
-    await rig.run(barking(crowd(rig.model, NAMES[:3])))  # Gorm leads, Mira and Tobin follow
+    await rig.run(barking(crowd(rig.model, NAMES[:3])))  # Gorm is admitted, Mira and Tobin ride along
     service = {name: scheduler.service(f"npc:{name}") for name in NAMES}
     assert service["Gorm"] == service["Mira"] == service["Tobin"] > service["Elsa"]  # each served once
-    # Six wait now, three a batch: Gorm and Elsa lead, the rest follow in arrival order. Elsa,
-    # unserved, is admitted first and takes the unserved followers before the served ones.
+    # Six wait now, three a batch. Elsa, unserved, is admitted first and takes the unserved
+    # before the served ones.
     await rig.run(barking(crowd(rig.model, NAMES[:6])))
     assert [speakers(b) for b in rig.batches[1:]] == [["Elsa", "Brann", "Hild"], ["Gorm", "Mira", "Tobin"]]
+    stats = scheduler.statistics()
+    assert (stats.admitted, stats.taken) == (4, 6)  # the warm-up and three batches; six items rode along
 
 
-async def test_a_scheduled_model_charges_the_built_request_s_other_owners_at_admission() -> None:
-    # The seam a proxy backend uses: whatever the build returns, its co-owners are charged.
-    rig = Rig()
-    scheduler = rig.model.backend.scheduler
-    request = GenerationRequest(kind=StepKind.TEXT, system="", prompt="1.", owner="npc:a",
-                                co_owners=("npc:b", "npc:c"))
-    async for _ in rig.model.backend.stream_when_admitted(request, lambda: request):
-        pass
-    assert scheduler.service("npc:b") == scheduler.service("npc:c") == scheduler.service("npc:a") > \
-        scheduler.service("npc:d")
+async def test_each_member_queues_on_its_own_ticket_so_the_least_served_brings_its_batch_forward() -> None:
+    # Gorm had two steps and Hild one. Then Gorm's bark comes, Hild's step, and the barks of Mira
+    # and Tobin, never served. Mira's own ticket is the first the scheduler admits: her batch
+    # takes Tobin's and Gorm's items out of their queues, all before Hild's step (with one ticket
+    # per batch, the batch waited at Gorm's place, behind Hild).
+    rig = Rig(settings=CoalesceSettings(max_items=3))
+    gorm, mira, tobin = crowd(rig.model, ("Gorm", "Mira", "Tobin"))
+    await rig.warm_up()
+
+    def step(owner: str) -> Callable[[], Awaitable[str]]:
+        async def run() -> str:
+            request = GenerationRequest(kind=StepKind.RESPOND, system="", prompt="A step.", owner=f"npc:{owner}",
+                                        priority="decision")
+            return "".join([p async for p in rig.model.stream(request) if isinstance(p, str)])
+        return run
+
+    for owner in ("Gorm", "Gorm", "Hild"):
+        await rig.run([step(owner)])
+    before = len(rig.backend.requests)
+    await rig.run([*barking([gorm]), step("Hild"), *barking([mira, tobin])])
+    order = rig.backend.requests[before:]
+    assert [speakers(r) if r.kind is StepKind.TEXT else r.owner for r in order] == [
+        ["Mira", "Gorm", "Tobin"], "npc:Hild"]  # Mira leads; the others in the order they came

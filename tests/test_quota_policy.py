@@ -264,17 +264,49 @@ def test_fairness_over_npcs_holds_in_a_ten_window_run_at_two_to_three_times_load
     assert admitted >= 0.9 * capacity  # the headroom kept for dialogue costs little throughput
 
 
-def test_an_npc_served_as_a_batch_member_waits_behind_one_not_served() -> None:
-    # "c" led a batch that answered "a" too: "a" is charged as if admitted, and its own ticket
-    # then goes after "b"'s although it came first. A queued ticket of "a" is re-tagged.
-    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
-    policy.submit(ticket("c", B))
-    assert len(serve_all(policy)) == 1
-    policy.charge_also(["a", "a"])  # two items of the batch were "a"'s
-    assert policy.service("a") == policy.service("c") + 1 > policy.service("b")
+def test_a_ticket_a_batch_answers_leaves_its_queue_charged_at_its_own_place_without_a_slot() -> None:
+    # "c" was admitted and its generation answered "a"'s queued item too: "a"'s ticket leaves the
+    # queue charged as if admitted (so it then waits behind "b"), but the window holds one admission.
+    policy = QuotaPolicy(QuotaLimits(requests_per_window=10, max_concurrency=1))
+    lead, rider = ticket("c", B), ticket("a", B)
+    for t in (lead, rider, ticket("b", B)):
+        policy.submit(t)
+    assert policy.poll(0.0).admitted == (lead,)
+    assert policy.take(rider.id) and not policy.take(rider.id) and not policy.take(lead.id)
+    stats = policy.statistics()
+    assert (stats.admitted, stats.taken, stats.requests_in_window, stats.queued[B]) == (1, 1, 1, 1)
+    assert policy.service("a") == policy.service("c") > policy.service("b")
+    policy.release(lead.id, 0.5)
     policy.submit(ticket("a", B))
+    assert [t.owner for t in serve_all(policy)] == ["b", "a"]
+
+
+def test_a_later_step_of_an_action_costs_its_owner_nothing() -> None:
+    # "talker" took two dialogue steps for one action (a tool round, then the reply), "quiet" one
+    # bark: both are one action behind, so they alternate from there as equals.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    policy.submit(ticket("talker", D))
+    policy.submit(Ticket(id=next(_ids), owner="talker", priority=D, follow_up=True))
+    policy.submit(ticket("quiet", B))
+    assert [t.owner for t in serve_all(policy)] == ["talker", "talker", "quiet"]
+    assert policy.service("talker") == policy.service("quiet")
+
+
+def test_dialogue_of_an_npc_served_much_keeps_who_was_served_how_much_among_the_rest() -> None:
+    # "b" had one bark. Then "rich" speaks ten times to a player while "x"'s bark waits: dialogue
+    # goes first, but its tags must not drag virtual time up, or "b" and "a", coming next, would
+    # both sit at the credit's floor and "b", first in line, would go before "a", never served.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
     policy.submit(ticket("b", B))
-    assert [t.owner for t in serve_all(policy, start=10.0)] == ["b", "a"]
+    serve_all(policy)
+    policy.submit(ticket("x", B))
+    for n in range(10):
+        policy.submit(talk := ticket("rich", D))
+        assert policy.poll(10.0 + n).admitted == (talk,)
+        policy.release(talk.id, 10.0 + n)
+    policy.submit(ticket("b", B))
+    policy.submit(ticket("a", B))
+    assert [t.owner for t in serve_all(policy, start=30.0)] == ["x", "a", "b"]
 
 
 def test_phones_sharing_a_ledger_serve_an_npc_served_elsewhere_after_the_others() -> None:

@@ -125,8 +125,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``owner`` and ``priority`` are hints for quota scheduling; ``queue_seconds`` caps how long the
     step may wait for admission (``None``: the backend's own limit for its priority). ``item``
     describes a short, independent step that a coalescing backend may answer together with others
-    (:mod:`oam_actors.agent.batch`); every other backend ignores it. ``co_owners`` are the other
-    owners one such batch answers for, charged like ``owner`` by fair queuing.
+    (:mod:`oam_actors.agent.batch`); every other backend ignores it. ``follow_up`` marks a later
+    step of a turn (after a tool round, a repair): fair queuing counts an owner's actions, and the
+    turn's first step stood for this one.
     """
 
     kind: StepKind
@@ -146,7 +147,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     priority: str = "dialogue"
     queue_seconds: float | None = None
     item: BatchItem | None = None
-    co_owners: tuple[str, ...] = ()
+    follow_up: bool = False
 
 
 class Usage(msgspec.Struct, frozen=True):

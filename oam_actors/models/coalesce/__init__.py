@@ -8,9 +8,10 @@ Contract
   (barks, tool-free decisions, the plain-text replies of NPC talks; see
   :mod:`oam_actors.agent.batch`) may be answered together; every other step goes to the
   backend as it is.
-- Only steps that are already waiting are packed: a step that finds no queued batch with room
-  queues at the backend itself, and its batch is made of what waits when the backend admits it
-  (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless
+- Only steps that are already waiting are packed: every step queues at the backend on its own
+  ticket (its priority, deadline and place in fair queuing), and the step admitted first takes
+  the others of its kind still waiting, in the order the backend would admit them, out of their
+  queues (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless
   ``linger_seconds`` is set); under pressure batches grow by themselves, up to ``max_items`` and
   the backend's context and output limits.
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
@@ -24,7 +25,7 @@ Contract
   fault) gives each item that error; any other failure runs each item alone. Tool-free steps
   only, so a tool never runs twice.
 - Each step gets exactly one outcome. Cancelling a waiting step removes it from its batch;
-  cancelling the step whose caller leads a batch hands its followers to the next batch.
+  cancelling the step whose caller leads a batch queues its other members again.
 - ``statistics()`` is the backend's record, with :class:`CoalescingStatistics` in its
   ``coalescing`` field when it has one (a device pool's: ``model/status``).
 """

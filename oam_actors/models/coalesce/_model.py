@@ -2,22 +2,23 @@
 that answers several waiting items with one generation (the contract is in the package
 docstring; what may be combined and how the batch reads is :mod:`._policy`).
 
-How a batch forms. Steps of one batch key wait in a line. A step that finds no queued batch with
-room *leads*: it queues at the backend itself, and only when the backend admits it (the seam
-:class:`DefersRequest`) does it take the steps then waiting (up to what :func:`._policy.pack`
-allows) and build the prompt. Free quota means a leader is admitted at once, alone, and its own
-request runs as it is; under pressure leaders wait, the line grows, and batches grow with it.
-Every step runs in its caller's task (no task of our own): cancelling a waiting follower drops it
-from the line; cancelling a leader before admission hands the lead to a follower; cancelling a
-leader mid-batch puts its followers back in the line.
+How a batch forms. Every step queues at the backend on its own ticket (its owner, priority and
+deadline: its own place in fair queuing) and waits in its key's line. The step whose ticket the
+backend admits first *leads*: only then (the seam :class:`DefersRequest`) does it take the steps
+of its line still waiting, in the order the backend would have admitted them (up to what
+:func:`._policy.pack` allows), each out of its own queue (:class:`~oam_actors.models.scheduler.Seat`,
+charged in fair queuing as if admitted, using no quota), and build the prompt. Free quota means a
+step is admitted at once, alone, and its own request runs as it is; under pressure the line
+grows, and batches grow with it. A step whose own deadline passes first expires in its queue,
+as it would alone. Every step runs in its caller's task (no task of our own): cancelling a
+waiting step drops its ticket; cancelling a leader mid-batch queues the others again.
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
-from collections import deque
 import inspect
+import math
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ import msgspec
 
 from ...agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage, estimate_tokens
 from ...clock import Clock, MonotonicClock
-from ...errors import AgentError, DeadlinePassed, ErrorCode
+from ...errors import AgentError, ErrorCode
+from ..scheduler import Seat, SeatTaken
 from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
@@ -47,17 +49,18 @@ _CUT_MARGIN_TOKENS = 2
 class DefersRequest(Protocol):
     """A backend that queues steps and can build a step's request when it is admitted.
 
-    ``stream_when_admitted(request, build)`` queues ``request`` (its owner, priority and token
-    estimate) like :meth:`stream`; once the backend admits it, it calls ``build()`` exactly once
-    and streams the request ``build`` returns in its place (a reroute to another device streams
-    that same request), charging the built request's ``co_owners`` like its owner.
-    ``service(owner)`` is the owner's place in the backend's fair queuing (lower: less served),
-    by which a batch takes its members. :class:`~oam_actors.models.pool.DevicePool` and
+    ``stream_when_admitted(request, build, seat)`` queues ``request`` (its owner, priority and
+    token estimate) like :meth:`stream`, its ticket at ``seat`` while it waits (a reroute moves
+    it); once the backend admits it, it calls ``build()`` exactly once and streams the request
+    ``build`` returns in its place (a reroute to another device streams that same request). A
+    seat taken while queued (another step's batch answers it) raises
+    :class:`~oam_actors.models.scheduler.SeatTaken`. ``service(owner)`` is the owner's place in
+    the backend's fair queuing (lower: less served), by which a batch takes its members. :class:`~oam_actors.models.pool.DevicePool` and
     :class:`~oam_actors.models.pool.ScheduledModel` implement it.
     """
 
     def stream_when_admitted(
-        self, request: GenerationRequest, build: _Build
+        self, request: GenerationRequest, build: _Build, seat: Seat
     ) -> AsyncIterator[str | Usage]: ...
 
     def service(self, owner: str) -> float: ...
@@ -71,7 +74,9 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     """What coalescing did since the model started (``model/status``, camelCase).
 
     ``items``: steps that could be combined; ``generations``: the backend generations they used
-    (batches, steps that ran alone, retries); ``itemsPerGeneration`` is their ratio. ``batches``
+    (batches, steps that ran alone, retries); ``served``: items a generation answered (from a
+    batch, alone, or retried alone; not those that expired in the queue or failed);
+    ``itemsPerGeneration`` is served items per generation. ``batches``
     answered two or more items (``batchedItems`` in all); ``retriedAlone`` items a batch did not
     answer (``missing``, ``invalid``, ``misattributed``, or the batch was refused for its content)
     ran again on their own; ``failed`` items got their batch's error (quota, a device fault, a
@@ -81,6 +86,7 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
 
     items: int = 0
     generations: int = 0
+    served: int = 0
     items_per_generation: float = 0.0
     batches: int = 0
     batched_items: int = 0
@@ -91,11 +97,6 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     misattributed: int = 0
     failed: int = 0
     passthrough: int = 0
-
-
-class _Role(enum.Enum):
-    LEAD = "lead"
-    FOLLOW = "follow"
 
 
 class _Alone:
@@ -117,21 +118,23 @@ class _Failed:
 
 
 @dataclass(frozen=True)
-class _Promoted:
-    """Lead a batch of your own (the leader you waited for left before it was admitted)."""
+class _Requeue:
+    """Queue again (the batch that took the step was abandoned before it answered)."""
 
 
-_PROMOTED = _Promoted()
-_Outcome = _Answered | _Failed | _Alone | _Promoted
+_REQUEUE = _Requeue()
+_Outcome = _Answered | _Failed | _Alone | _Requeue
 
 
 @dataclass(eq=False)
 class _Step:
     request: GenerationRequest
     deadline: float | None = None  # the request's own deadline (``queue_seconds``), on the clock
+    seat: Seat = field(default_factory=Seat)  # its ticket's place at the backend, while queued
+    lingering: anyio.CancelScope | None = None  # its linger before it queues, while it lasts
     outcome: _Outcome | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
-    taken: bool = False  # in a batch being generated
+    taken: bool = False  # in a batch another step's admission answers
     gone: bool = False  # its caller left: nothing to deliver
 
     def settle(self, outcome: _Outcome) -> None:
@@ -141,10 +144,10 @@ class _Step:
 
 @dataclass(eq=False)
 class _Line:
-    """The steps of one batch key waiting for a leader to be admitted, and the leaders queued."""
+    """The steps of one batch key not yet admitted nor taken into a batch (lingering, or queued at
+    the backend on their own tickets), in arrival order."""
 
-    followers: deque[_Step] = field(default_factory=deque)
-    leaders: int = 0  # queued at the backend, not yet admitted
+    waiting: dict[_Step, None] = field(default_factory=dict)
     members: int = 0  # steps of this key not finished (the line is dropped at 0)
 
 
@@ -181,7 +184,7 @@ class CoalescingModel:
     def coalescing_statistics(self) -> CoalescingStatistics:
         counts = dict(self._counts)
         if counts["generations"]:
-            counts["items_per_generation"] = round(counts["items"] / counts["generations"], 3)
+            counts["items_per_generation"] = round(counts["served"] / counts["generations"], 3)
         return CoalescingStatistics(**counts)
 
     # --- one step ------------------------------------------------------------------------------
@@ -201,25 +204,22 @@ class CoalescingModel:
         line.members += 1
         try:
             step = _Step(request, self._deadline(request))
-            role = self._join(line, step)
             while True:
-                if role is _Role.FOLLOW:
-                    await self._wait(line, step)
-                else:
-                    async for piece in self._lead(line, step):
-                        yield piece
-                outcome = step.outcome
-                if not isinstance(outcome, _Promoted):
+                async for piece in self._lead(line, step):
+                    yield piece
+                if not isinstance(step.outcome, _Requeue):
                     break
-                step.outcome, step.wake, role = None, anyio.Event(), _Role.LEAD
                 step.request = self._remaining(step)
+                step.outcome, step.wake, step.seat, step.taken = None, anyio.Event(), Seat(), False
+            outcome = step.outcome
         finally:
             line.members -= 1
             if not line.members:
                 del self._lines[key]
         match outcome:
             case None:
-                return  # it led a batch of one: its own request ran and streamed
+                self._counts["served"] += 1
+                return  # it ran on its own (alone in its batch): its own request streamed
             case _Answered(text=text, usage=usage):
                 yield text
                 yield usage
@@ -230,6 +230,7 @@ class CoalescingModel:
                 self._counts["retried_alone"] += 1
                 async for piece in self._alone(request):
                     yield piece
+                self._counts["served"] += 1
 
     async def _alone(self, request: GenerationRequest, *, count: bool = True) -> AsyncIterator[str | Usage]:
         if count:
@@ -238,83 +239,29 @@ class CoalescingModel:
             async for piece in pieces:
                 yield piece
 
-    def _join(self, line: _Line, step: _Step) -> _Role:
-        """Follow a queued leader with room in its batch, or lead."""
-        if len(line.followers) < line.leaders * (self.settings.max_items - 1):
-            line.followers.append(step)
-            return _Role.FOLLOW
-        line.leaders += 1
-        return _Role.LEAD
-
-    async def _wait(self, line: _Line, step: _Step) -> None:
-        """Until a leader settles the step; a step with a deadline of its own leaves the line when
-        it passes before any batch took it (what the backend would have answered)."""
-        try:
-            while step.outcome is None:
-                if step.deadline is None or step.taken:
-                    await step.wake.wait()
-                elif await self._expired(step) and step.outcome is None and not step.taken:
-                    self._leave(line, step)
-                    raise DeadlinePassed(f"The model's quota had no room within {step.request.queue_seconds:g} s.")
-        except BaseException:
-            if not step.gone:
-                self._leave(line, step)
-            raise
-
-    async def _expired(self, step: _Step) -> bool:
-        """Wait for the step's wake or its deadline; True when the deadline came first."""
-        assert step.deadline is not None
-        expired = False
-        async with anyio.create_task_group() as group:
-
-            async def ring() -> None:
-                nonlocal expired
-                await self._clock.sleep_until(step.deadline or 0.0)
-                expired = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(ring)
-            await step.wake.wait()
-            group.cancel_scope.cancel()
-        return expired
-
     def _deadline(self, request: GenerationRequest) -> float | None:
         return None if request.queue_seconds is None else self._clock.now() + request.queue_seconds
 
     def _remaining(self, step: _Step) -> GenerationRequest:
-        """The request a promoted step leads with: its own deadline counts from when it came."""
+        """The request a step queues again with: its own deadline counts from when it came."""
         if step.deadline is None:
             return step.request
         left = max(step.deadline - self._clock.now(), 0.0)
         return msgspec.structs.replace(step.request, queue_seconds=left)
 
-    def _leave(self, line: _Line, step: _Step) -> None:
-        """A follower's caller left (cancelled)."""
-        step.gone = True
-        if isinstance(step.outcome, _Promoted):
-            line.leaders -= 1  # it was to lead: the line must find another leader
-            self._promote(line)
-        elif not step.taken and step.outcome is None:
-            line.followers.remove(step)
-
-    def _promote(self, line: _Line) -> None:
-        """Make the oldest followers lead while the queued leaders cannot take them all."""
-        while len(line.followers) > line.leaders * (self.settings.max_items - 1):
-            line.leaders += 1
-            line.followers.popleft().settle(_PROMOTED)
-
     # --- leading a batch -----------------------------------------------------------------------
 
     async def _lead(self, line: _Line, step: _Step) -> AsyncIterator[str | Usage]:
-        """Queue at the backend; at admission take the waiting followers. Alone, the step's own
-        pieces are yielded; in a batch, every member's outcome (this step's too) is settled."""
+        """Queue the step at the backend on its own ticket; if that ticket is admitted first,
+        take the steps then waiting and lead their batch (alone, the step's own pieces are
+        yielded; in a batch, every member's outcome, this step's too, is settled); if a batch
+        another step leads takes it first, wait for that batch's outcome."""
         batch: list[_Step] = []
         sent: list[GenerationRequest] = []
 
         def build() -> GenerationRequest:
-            line.leaders -= 1
+            del line.waiting[step]
             batch.extend(self._take(line, step))
-            self._promote(line)
             self._counts["generations"] += 1
             if len(batch) == 1:
                 return step.request
@@ -325,30 +272,41 @@ class CoalescingModel:
 
         pieces: list[str] = []
         usage: Usage | None = None
+        line.waiting[step] = None
         try:
             if self.settings.linger_seconds > 0:
-                await self._clock.sleep_until(self._clock.now() + self.settings.linger_seconds)
-            async with aclosing(self._admitted(step.request, build)) as stream:
-                async for piece in stream:
-                    if not sent:
-                        yield piece
-                    elif isinstance(piece, Usage):
-                        usage = piece
-                    else:
-                        pieces.append(piece)
+                with anyio.CancelScope() as step.lingering:
+                    await self._clock.sleep_until(self._clock.now() + self.settings.linger_seconds)
+                step.lingering = None
+            if not step.taken:
+                async with aclosing(self._admitted(step.request, build, step.seat)) as stream:
+                    async for piece in stream:
+                        if not sent:
+                            yield piece
+                        elif isinstance(piece, Usage):
+                            usage = piece
+                        else:
+                            pieces.append(piece)
+        except SeatTaken:
+            pass  # a batch another step leads answers this one
         except BaseException as exc:
-            if not batch:
-                line.leaders -= 1  # left before admission: a follower takes over
-                self._promote(line)
-            if not sent or not self._batch_failed(line, batch, exc):
+            line.waiting.pop(step, None)
+            if not sent or not self._batch_failed(batch, exc):
                 raise
             return
-        if sent:
+        if step.taken:
+            try:
+                await step.wake.wait()
+            except BaseException:
+                step.gone = True
+                raise
+        elif sent:
             self._split(batch, sent[0], "".join(pieces), usage)
-    def _admitted(self, request: GenerationRequest, build: _Build) -> AsyncIterator[str | Usage]:
+
+    def _admitted(self, request: GenerationRequest, build: _Build, seat: Seat) -> AsyncIterator[str | Usage]:
         backend = self.backend
         if isinstance(backend, DefersRequest):
-            return backend.stream_when_admitted(request, build)
+            return backend.stream_when_admitted(request, build, seat)
         return self._built(build)
 
     async def _built(self, build: _Build) -> AsyncIterator[str | Usage]:
@@ -358,20 +316,28 @@ class CoalescingModel:
                 yield piece
 
     def _take(self, line: _Line, leader: _Step) -> list[_Step]:
-        """The leader and the followers its generation takes: on a fair-queuing backend the
-        least served owners first (then the longest waiting), else the longest waiting."""
+        """The leader and the waiting steps its generation takes, each out of its own queue: on a
+        fair-queuing backend the least served owners first, then the earliest deadline (then the
+        longest waiting), as the backend would admit them; else the longest waiting."""
         room = self.settings.max_items - 1
-        followers = list(line.followers)
+        waiting = [s for s in line.waiting if s.lingering is not None or s.seat.queued]
         backend = self.backend
-        if isinstance(backend, DefersRequest) and len(followers) > room:
+        if isinstance(backend, DefersRequest) and len(waiting) > room:
             # nsmallest is stable: the longest waiting first among owners served alike.
-            followers = heapq.nsmallest(room, followers, key=lambda s: backend.service(s.request.owner or ""))
-        waiting = [leader, *followers[:room]]
-        count = pack([s.request for s in waiting], backend.capabilities, self.settings.max_items)
-        batch = waiting[:count]
+            waiting = heapq.nsmallest(room, waiting, key=lambda s: (
+                math.floor(backend.service(s.request.owner or "")),
+                math.inf if s.deadline is None else s.deadline))
+        candidates = [leader, *waiting[:room]]
+        count = pack([s.request for s in candidates], backend.capabilities, self.settings.max_items)
+        batch = candidates[:count]
         for member in batch[1:]:
-            line.followers.remove(member)
+            del line.waiting[member]
             member.taken = True
+            if member.lingering is not None:
+                member.lingering.cancel()
+            else:
+                taken = member.seat.take()
+                assert taken, "a queued seat is taken at once"
         return batch
 
     def _split(self, batch: list[_Step], sent: GenerationRequest, text: str, usage: Usage | None) -> None:
@@ -385,21 +351,20 @@ class CoalescingModel:
         for member, result in zip(batch, results, strict=True):
             if isinstance(result, Answer):
                 self._counts["answered"] += 1
+                self._counts["served"] += 1
                 member.settle(_Answered(result.text, Usage(share, 0, estimate_tokens(result.text))))
             else:
                 self._counts[result.why.value] += 1
                 member.settle(_ALONE)
 
-    def _batch_failed(self, line: _Line, batch: list[_Step], exc: BaseException) -> bool:
+    def _batch_failed(self, batch: list[_Step], exc: BaseException) -> bool:
         """Settle a failed batch's members; True when the leader, too, runs alone instead of
         raising ``exc``."""
         leader, followers = batch[0], [s for s in batch[1:] if not s.gone]
         if not isinstance(exc, Exception):
-            # The leader's caller left mid-batch (cancelled): its followers wait for the next.
-            for member in reversed(followers):
-                member.taken = False
-                line.followers.appendleft(member)
-            self._promote(line)
+            # The leader's caller left mid-batch (cancelled): the others queue again.
+            for member in followers:
+                member.settle(_REQUEUE)
             return False
         shared = isinstance(exc, AgentError) and exc.code in _SHARED_FAILURES
         for member in followers:

@@ -245,7 +245,6 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
         max_output_tokens=max_output_tokens if max_output_tokens is not None else _output_tokens(requests),
         sampling=first.sampling,
         owner=first.owner,
-        co_owners=tuple(r.owner for r in requests[1:] if r.owner is not None),
         priority=first.priority,
     )
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ...agent.model import DelegatingModel, GenerationRequest, LanguageModel, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
-from ..scheduler import PolicyStatistics, QuotaScheduler
+from ..scheduler import PolicyStatistics, QuotaScheduler, Seat
 from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
 
 __all__ = ["ScheduledModel"]
@@ -43,26 +43,27 @@ class ScheduledModel(DelegatingModel):
         return self.scheduler.service(owner)
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
-        return self._stream(request, None)
+        return self._stream(request, None, None)
 
     def stream_when_admitted(
-        self, request: GenerationRequest, build: Callable[[], GenerationRequest]
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest], seat: Seat
     ) -> AsyncIterator[str | Usage]:
-        """:meth:`stream`, queued as ``request``, running what ``build()`` returns once admitted
-        (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
-        return self._stream(request, build)
+        """:meth:`stream`, queued as ``request`` at ``seat``, running what ``build()`` returns
+        once admitted (the seam :class:`~oam_actors.models.coalesce.DefersRequest`). Raises
+        :class:`~oam_actors.models.scheduler.SeatTaken` when the seat was taken."""
+        return self._stream(request, build, seat)
 
     async def _stream(
-        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None, seat: Seat | None
     ) -> AsyncIterator[str | Usage]:
         priority = priority_of(request.priority)
         tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
-                                        deadline_seconds=deadline) as admission:
+                                        deadline_seconds=deadline, seat=seat,
+                                        follow_up=request.follow_up) as admission:
             if build is not None:
                 request = build()
-                self.scheduler.charge_also(request.co_owners)
             pieces = self._model.stream(request)
             try:
                 async for piece in pieces:

@@ -19,7 +19,7 @@ from ...agent.model import Availability, GenerationRequest, ModelCapabilities, U
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
-from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler
+from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
@@ -58,9 +58,10 @@ class _Step:
     """One model step on its way through the pool (across reroutes)."""
 
     def __init__(self, request: GenerationRequest, priority: Priority, started: float, deadline: float,
-                 build: Callable[[], GenerationRequest] | None = None) -> None:
+                 build: Callable[[], GenerationRequest] | None = None, seat: Seat | None = None) -> None:
         self.request = request
         self.build = build  # makes the request to run, once, at the first admission
+        self.seat = seat  # its place in whichever device's queue it waits in
         self.priority = priority
         self.owner = request.owner or "anonymous"
         self.tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
@@ -70,12 +71,11 @@ class _Step:
         self.failures = 0  # failures other than quota refusals
         self.last_error: DeviceError | None = None
 
-    def admitted(self, scheduler: QuotaScheduler) -> GenerationRequest:
-        """The request to run now that ``scheduler`` admitted the step (built at the first
-        admission, which charges the batch's other owners too; a reroute runs the same one)."""
+    def admitted(self) -> GenerationRequest:
+        """The request to run now that a device admitted the step (built at the first admission;
+        a reroute runs the same one)."""
         if self.build is not None:
             self.request, self.build = self.build(), None
-            scheduler.charge_also(self.request.co_owners)
         return self.request
 
 
@@ -210,21 +210,22 @@ class DevicePool:
         once the step's queue time is used up, ``model_unavailable`` when every device is dead,
         the device's own error when the request itself is refused or text had already streamed.
         """
-        return self._stream(request, None)
+        return self._stream(request, None, None)
 
     def stream_when_admitted(
-        self, request: GenerationRequest, build: Callable[[], GenerationRequest]
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest], seat: Seat
     ) -> AsyncIterator[str | Usage]:
-        """:meth:`stream`, queued as ``request``, running what ``build()`` returns when a device
-        admits it (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
-        return self._stream(request, build)
+        """:meth:`stream`, queued as ``request`` at ``seat``, running what ``build()`` returns
+        when a device admits it (the seam :class:`~oam_actors.models.coalesce.DefersRequest`).
+        Raises :class:`~oam_actors.models.scheduler.SeatTaken` when the seat was taken."""
+        return self._stream(request, build, seat)
 
     async def _stream(
-        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None
+        self, request: GenerationRequest, build: Callable[[], GenerationRequest] | None, seat: Seat | None
     ) -> AsyncIterator[str | Usage]:
         now = self._clock.now()
         priority = priority_of(request.priority)
-        step = _Step(request, priority, now, now + self._queue_seconds(request, priority), build)
+        step = _Step(request, priority, now, now + self._queue_seconds(request, priority), build, seat)
         while True:
             attempt = _Attempt(self._choose(step))
             async with aclosing(self._attempt(step, attempt)) as pieces:
@@ -246,7 +247,7 @@ class DevicePool:
                 return  # the device failed while the step waited: choose again
             self._waits[step.priority].append(self._clock.now() - step.started)
             # Closed explicitly when the agent stops reading, so the phone cancels at once.
-            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted(device.scheduler))))
+            pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted())))
             with self._busy(device):
                 try:
                     async for piece in pieces:
@@ -315,7 +316,8 @@ class DevicePool:
             device.waiting.add(scope)
             try:
                 return await stack.enter_async_context(device.scheduler.admit(
-                    step.owner, step.priority, tokens=step.tokens, deadline_seconds=remaining))
+                    step.owner, step.priority, tokens=step.tokens, deadline_seconds=remaining, seat=step.seat,
+                    follow_up=step.request.follow_up))
             except AgentError as error:
                 self._give_up(step, error)
             finally:

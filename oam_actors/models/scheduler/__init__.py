@@ -24,7 +24,7 @@ from .policy import (
     Ticket,
     TicketTooLarge,
 )
-from .scheduler import Admission, Clock, ManualClock, MonotonicClock, QuotaScheduler
+from .scheduler import Admission, Clock, ManualClock, MonotonicClock, QuotaScheduler, Seat, SeatTaken
 
 __all__ = [
     "Admission",
@@ -42,6 +42,8 @@ __all__ = [
     "QuotaPolicy",
     "QuotaScheduler",
     "QuotaState",
+    "Seat",
+    "SeatTaken",
     "Ticket",
     "TicketTooLarge",
 ]

@@ -10,6 +10,11 @@ and NPC work (decisions and background), ordered here.
   it reaches the top.
 - **Tags.** An owner's head gets the start tag ``max(virtual time - credit, owner's finish tag)``;
   virtual time becomes the tag of each admission, and the owner's finish tag ``start + cost``.
+  Dialogue goes first whatever its tag, so a dialogue admission moves virtual time no further
+  than the tag of the NPC work waiting (an NPC served much that speaks to a player would
+  otherwise drag virtual time up to its own tag and put every NPC served less behind the
+  credit's floor alike, forgetting who was served how much); nor does an item a coalesced
+  batch takes out of its queue.
   The cost is the ticket's dominant share (one request, or its tokens in request equivalents when
   more). The credit (:data:`IDLE_CREDIT` requests) is how far behind an owner may be when it comes
   back: one whose requests expired unserved, or that asks rarely, goes first among owners served
@@ -111,22 +116,11 @@ class Ledger:
         if not account.held and account.finish <= self.vtime - self.credit:
             del self._accounts[owner]
 
-    def charge(self, owner: str, start: float, cost: float) -> None:
-        """``owner`` was admitted at start tag ``start`` (it still holds the ticket)."""
-        self.vtime = max(self.vtime, start)
+    def charge(self, owner: str, start: float, cost: float, *, vtime: float | None = None) -> None:
+        """``owner`` was admitted at start tag ``start`` (it still holds the ticket); virtual time
+        moves on to ``vtime`` (``start`` by default) if that is later."""
+        self.vtime = max(self.vtime, start if vtime is None else vtime)
         account = self._accounts[owner]
-        account.finish = start + cost
-        account.version += 1
-
-    def charge_also(self, owner: str, cost: float) -> None:
-        """``owner`` was served by another owner's admission (an item of a coalesced batch): its
-        finish tag moves on as if it had been admitted itself, so it waits its turn like anyone
-        served."""
-        start = self.start_tag(owner)
-        account = self._accounts.get(owner)
-        if account is None:
-            self._forget_idle()
-            account = self._accounts[owner] = _Account()
         account.finish = start + cost
         account.version += 1
 
@@ -214,12 +208,26 @@ class ClassQueue:
                 return entry
         return None
 
-    def pop_head(self) -> QueueEntry:
-        """Take the entry :meth:`head` returned and charge its owner."""
+    def take(self, entry: QueueEntry) -> None:
+        """Take a queued entry out as served by another's admission (an item of a coalesced
+        batch): its owner is charged at the tag it holds now, as if it had been admitted."""
+        name = entry.ticket.owner
+        # Virtual time stays: the admission that answers it moved it already, and this item was
+        # chosen out of the queue's order.
+        self._ledger.charge(name, self._ledger.start_tag(name), entry.cost, vtime=-math.inf)
+        self.remove(entry)
+
+    def head_tag(self) -> float:
+        """The start tag of :meth:`head` (infinity when the queue is empty)."""
+        return math.inf if self.head() is None else self._heap[0][3]
+
+    def pop_head(self, behind: float = math.inf) -> QueueEntry:
+        """Take the entry :meth:`head` returned and charge its owner; virtual time moves to its
+        tag, or only to ``behind`` when that is lower (the head of a queue served before it)."""
         _, _, _, start, _, _, name, entry, _ = heapq.heappop(self._heap)
         lane = self._lanes[name]
         ledger = self._ledger
-        ledger.charge(name, start, entry.cost)
+        ledger.charge(name, start, entry.cost, vtime=min(start, behind))
         entry.live = False
         self._counts[entry.ticket.priority] -= 1
         ledger.release(name)

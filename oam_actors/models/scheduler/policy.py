@@ -7,9 +7,11 @@ read as the latest one seen. One :class:`QuotaPolicy` guards one backend (a phon
 Contract
 --------
 - **Lifecycle.** A :class:`Ticket` is submitted once and ends exactly once: *admitted* (returned
-  by :meth:`QuotaPolicy.poll`), *cancelled* (:meth:`QuotaPolicy.cancel` returned ``True``) or
-  *expired* (still queued when its deadline passed; :meth:`~QuotaPolicy.poll` returns it with a
-  ``retry_after`` estimate). An admitted ticket runs until :meth:`QuotaPolicy.release`.
+  by :meth:`QuotaPolicy.poll`), *cancelled* (:meth:`QuotaPolicy.cancel` returned ``True``),
+  *taken* (:meth:`QuotaPolicy.take` returned ``True``: another admission's generation answers it,
+  an item of a coalesced batch; charged to its owner like an admission, but no slot of the
+  window) or *expired* (still queued when its deadline passed; :meth:`~QuotaPolicy.poll` returns
+  it with a ``retry_after`` estimate). An admitted ticket runs until :meth:`QuotaPolicy.release`.
 - **Budgets.** Within any rolling window of ``window_seconds``, admissions never exceed the request
   limit (the configured one, or the lower learned one) and their token estimates never exceed
   ``tokens_per_window``; running tickets never exceed ``max_concurrency``; admissions are at least
@@ -26,7 +28,10 @@ Contract
   classes, with a bounded credit for idle owners; earliest deadline first among owners within one
   request of service of each other and within an owner. The cost of a ticket is its dominant
   share: one request, or its tokens counted in request equivalents
-  (``tokens_per_window / requests_per_window``) when that is more.
+  (``tokens_per_window / requests_per_window``) when that is more. Fairness is over actions: a
+  ``follow_up`` ticket (a later step of a turn: a tool round's next step, a repair) costs
+  nothing, since the turn's first step was charged for the action, and an item a coalesced
+  batch answers (:meth:`QuotaPolicy.take`) costs what its own admission would have.
 - **Adaptation (AIMD with a remembered ceiling).** A throttle (ML Kit BUSY, HTTP 429) starts a
   cool-down of ``retry_after`` seconds, or an exponential backoff when the backend gave none, and
   multiplies the learned request limit by ``decrease_factor``, once per cool-down (concurrent
@@ -69,7 +74,6 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
 
 import msgspec
 
@@ -156,6 +160,7 @@ class Ticket(msgspec.Struct, frozen=True, kw_only=True):
     tokens: int = 0  # estimated tokens this request will use
     enqueued_at: float = 0.0
     deadline: float | None = None  # latest admission time; after it the ticket expires
+    follow_up: bool = False  # a later step of an action its owner was charged for: costs nothing
 
 
 class Expiry(msgspec.Struct, frozen=True):
@@ -186,6 +191,7 @@ class PolicyStatistics(msgspec.Struct, frozen=True):
     requests_in_window: int
     tokens_in_window: int
     cooling_down_until: float | None
+    taken: int = 0  # answered by another ticket's admission (items of coalesced batches)
     dialogue_reserve: int = 0  # window slots still kept for dialogue (the reserve less its use)
     pace_seconds: float | None = None  # seconds between admissions while paced
     reported_limit: int | None = None  # requests per reported window, from the headers
@@ -301,6 +307,7 @@ class QuotaPolicy:
         self._admitted = 0
         self._expired = 0
         self._cancelled = 0
+        self._taken = 0
         self._throttles = 0
 
     # -- queue -----------------------------------------------------------------------------
@@ -318,7 +325,7 @@ class QuotaPolicy:
                 f"The request needs {ticket.tokens} tokens; the backend allows {budget} per window."
             )
         serial = next(self._serial)
-        entry = QueueEntry(ticket, self._cost(ticket.tokens), serial)
+        entry = QueueEntry(ticket, 0.0 if ticket.follow_up else self._cost(ticket.tokens), serial)
         self._queued[ticket.id] = entry
         self._classes[ticket.priority].push(entry)
         if ticket.deadline is not None:
@@ -326,12 +333,17 @@ class QuotaPolicy:
         if ticket.priority is Priority.DIALOGUE:
             self._reserve.observe(max(self._now, ticket.enqueued_at))
 
-    def charge_also(self, owners: Sequence[str]) -> None:
-        """An admission just served ``owners`` as well as its ticket's owner (the items of a
-        coalesced batch): each is charged one request, as if it had been admitted alone, so fair
-        queuing sees every NPC's real service. Repeated owners are charged once per item."""
-        for owner in owners:
-            self._ledger.charge_also(owner, self._cost(0))
+    def take(self, ticket_id: int) -> bool:
+        """A queued ticket was answered by another's admission (an item of a coalesced batch,
+        whose generation is the other ticket's): it leaves its queue, charged in fair queuing at
+        its own place as if admitted, and takes no slot of the window. ``False`` if it is not
+        queued (admitted, expired, cancelled)."""
+        entry = self._queued.pop(ticket_id, None)
+        if entry is None:
+            return False
+        self._classes[entry.ticket.priority].take(entry)
+        self._taken += 1
+        return True
 
     def service(self, owner: str) -> float:
         """``owner``'s place in fair queuing: the start tag its next ticket would get (lower is
@@ -431,6 +443,7 @@ class QuotaPolicy:
             admitted=self._admitted,
             expired=self._expired,
             cancelled=self._cancelled,
+            taken=self._taken,
             throttles=self._throttles,
             requests_limit=self._limit,
             requests_in_window=len(self._window),
@@ -510,7 +523,7 @@ class QuotaPolicy:
             ticket = entry.ticket
             late = ticket.deadline is not None and ticket.deadline < now
             if not late and self._can_start(ticket, now):
-                queue.pop_head()
+                queue.pop_head(self._behind(queue))
                 self._start(ticket, now)
                 admitted.append(ticket)
             elif ticket.deadline is not None and ticket.deadline <= now:
@@ -518,6 +531,11 @@ class QuotaPolicy:
             else:
                 break
         return admitted
+
+    def _behind(self, queue: ClassQueue) -> float:
+        """The tag of the NPC work waiting behind ``queue`` (dialogue), for virtual time."""
+        npc_work = self._order[-1]
+        return math.inf if queue is npc_work else npc_work.head_tag()
 
     def _top(self) -> tuple[ClassQueue, QueueEntry] | None:
         for queue in self._order:

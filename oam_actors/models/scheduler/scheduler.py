@@ -2,7 +2,7 @@
 
 Contract
 --------
-- ``async with scheduler.admit(owner, priority, tokens=…, deadline_seconds=…) as admission:``
+- ``async with scheduler.admit(owner, priority, tokens=…, deadline_seconds=…, follow_up=…) as admission:``
   waits its turn, then runs the body holding one admission, which is released when the body
   exits (normally, by exception or by cancellation). Set ``admission.tokens_used`` in the body to
   correct the token estimate.
@@ -12,6 +12,10 @@ Contract
   ``AgentError(CONTEXT_SIZE_EXCEEDED)``.
 - Cancelling a waiting task removes its ticket at once; the next ticket may start at once.
   Cancellation that lands just after admission releases the admission.
+- A ``seat`` (:class:`Seat`) passed to ``admit`` is the waiting step's place while its ticket is
+  queued: :meth:`Seat.take` takes it out as answered by another admission (a coalesced batch's
+  generation, :meth:`QuotaPolicy.take`), and ``admit`` raises :class:`SeatTaken` instead of
+  entering the body.
 - :meth:`QuotaScheduler.throttled` and :meth:`QuotaScheduler.rate_limit_headers` feed the
   backend's answers back (BUSY, 429, headers); see :mod:`.policy` for how the policy adapts.
 - No background task: every call re-runs the policy, and one of the waiting tasks (the
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
@@ -38,7 +42,7 @@ from .headroom import Headroom
 from .ordering import Ledger
 from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, QuotaState, Ticket, TicketTooLarge
 
-__all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler"]
+__all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler", "Seat", "SeatTaken"]
 
 
 class Admission(msgspec.Struct):
@@ -49,16 +53,47 @@ class Admission(msgspec.Struct):
     tokens_used: int | None = None  # set by the body to correct the estimate on release
 
 
+class SeatTaken(Exception):  # noqa: N818 (an outcome, not an error: nothing went wrong)
+    """Raised by ``admit`` for a step whose :class:`Seat` was taken: another admission answers it."""
+
+
+class Seat:
+    """A step's place in a scheduler's queue while its ticket waits there, for a batch that
+    answers it to take it out (one seat per step; a step that moves to another backend takes
+    its seat along)."""
+
+    __slots__ = ("_scheduler", "_ticket")
+
+    def __init__(self) -> None:
+        self._scheduler: QuotaScheduler | None = None
+        self._ticket = 0
+
+    @property
+    def queued(self) -> bool:
+        """Whether the step's ticket waits in a queue now (so :meth:`take` would succeed)."""
+        return self._scheduler is not None
+
+    def take(self) -> bool:
+        """Take the ticket out as answered by another admission; ``False`` when it is not queued."""
+        scheduler = self._scheduler
+        return scheduler is not None and scheduler._take(self._ticket)
+
+    def _bind(self, scheduler: QuotaScheduler | None, ticket: int = 0) -> None:
+        self._scheduler, self._ticket = scheduler, ticket
+
+
 class _Outcome(enum.Enum):
     ADMITTED = "admitted"
     EXPIRED = "expired"
+    TAKEN = "taken"
 
 
 class _Waiter:
-    __slots__ = ("outcome", "retry_after", "ticket", "wake")
+    __slots__ = ("outcome", "retry_after", "seat", "ticket", "wake")
 
-    def __init__(self, ticket: Ticket) -> None:
+    def __init__(self, ticket: Ticket, seat: Seat | None) -> None:
         self.ticket = ticket
+        self.seat = seat
         self.wake = anyio.Event()
         self.outcome: _Outcome | None = None
         self.retry_after = 0.0
@@ -85,18 +120,27 @@ class QuotaScheduler:
         *,
         tokens: int = 0,
         deadline_seconds: float | None = None,
+        seat: Seat | None = None,
+        follow_up: bool = False,
     ) -> AsyncIterator[Admission]:
         """Wait for a turn at the backend, hold it for the body, release it on exit.
 
         Raises :class:`DeadlinePassed` (``rate_limited``) with ``retry_after`` when the deadline passes while
-        queued, ``AgentError(CONTEXT_SIZE_EXCEEDED)`` when ``tokens`` exceed a whole window.
+        queued, ``AgentError(CONTEXT_SIZE_EXCEEDED)`` when ``tokens`` exceed a whole window,
+        :class:`SeatTaken` when ``seat`` was taken while queued.
         """
-        waiter = self._enqueue(owner, priority, tokens, deadline_seconds)
+        waiter = self._enqueue(owner, priority, tokens, deadline_seconds, seat, follow_up)
         try:
             await self._wait_turn(waiter)
         except BaseException:
             self._abandon(waiter)
+            if waiter.outcome is _Outcome.TAKEN:
+                # Answered elsewhere: the step must not queue again (a device pool would, on a
+                # cancellation that evicts it); a caller's cancellation comes back at its next wait.
+                raise SeatTaken() from None
             raise
+        if waiter.outcome is _Outcome.TAKEN:
+            raise SeatTaken()
         if waiter.outcome is _Outcome.EXPIRED:
             raise DeadlinePassed(f"The model's quota had no room within {deadline_seconds:g} s.",
                                  retry_after=waiter.retry_after)
@@ -139,10 +183,6 @@ class QuotaScheduler:
         )
         self._pump()
 
-    def charge_also(self, owners: Sequence[str]) -> None:
-        """The admission just granted served ``owners`` too (see :meth:`QuotaPolicy.charge_also`)."""
-        self._policy.charge_also(owners)
-
     def service(self, owner: str) -> float:
         """``owner``'s place in fair queuing (lower: less served)."""
         return self._policy.service(owner)
@@ -163,17 +203,20 @@ class QuotaScheduler:
     # -- waiting ---------------------------------------------------------------------------
 
     def _enqueue(
-        self, owner: str, priority: Priority, tokens: int, deadline_seconds: float | None
+        self, owner: str, priority: Priority, tokens: int, deadline_seconds: float | None, seat: Seat | None,
+        follow_up: bool,
     ) -> _Waiter:
         now = self._clock.now()
         deadline = None if deadline_seconds is None else now + deadline_seconds
         ticket = Ticket(id=next(self._ids), owner=owner, priority=priority, tokens=tokens,
-                        enqueued_at=now, deadline=deadline)
+                        enqueued_at=now, deadline=deadline, follow_up=follow_up)
         try:
             self._policy.submit(ticket)
         except TicketTooLarge as exc:
             raise AgentError(ErrorCode.CONTEXT_SIZE_EXCEEDED, str(exc)) from exc
-        waiter = self._waiters[ticket.id] = _Waiter(ticket)
+        waiter = self._waiters[ticket.id] = _Waiter(ticket, seat)
+        if seat is not None:
+            seat._bind(self, ticket.id)
         self._pump()
         return waiter
 
@@ -210,11 +253,22 @@ class QuotaScheduler:
         if waiter.outcome is None:
             self._policy.cancel(waiter.ticket.id)
             del self._waiters[waiter.ticket.id]
+            if waiter.seat is not None:
+                waiter.seat._bind(None)
             if self._timekeeper is waiter:
                 self._timekeeper = None
             self._pump()
         elif waiter.outcome is _Outcome.ADMITTED:
             self._release(waiter.ticket.id, None)
+
+    def _take(self, ticket_id: int) -> bool:
+        if not self._policy.take(ticket_id):
+            return False
+        self._settle(ticket_id, _Outcome.TAKEN, 0.0)
+        # No poll: taking a ticket frees no quota, and an admission now would race the batch
+        # that is taking its members (one of them must not start on its own meanwhile).
+        self._mind_the_alarm()
+        return True
 
     def _release(self, ticket_id: int, tokens_used: int | None) -> None:
         self._policy.release(ticket_id, self._clock.now(), tokens_used=tokens_used)
@@ -233,6 +287,8 @@ class QuotaScheduler:
 
     def _settle(self, ticket_id: int, outcome: _Outcome, retry_after: float) -> None:
         waiter = self._waiters.pop(ticket_id)
+        if waiter.seat is not None:
+            waiter.seat._bind(None)
         waiter.outcome = outcome
         waiter.retry_after = retry_after
         waiter.wake.set()
