@@ -490,6 +490,7 @@ class Turn:
             owner=agent.owner,
             priority=options.priority,
             queue_seconds=options.queue_seconds,
+            follow_up=bool(self.steps),
         )
         return request, trimmed
 

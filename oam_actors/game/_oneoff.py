@@ -70,10 +70,12 @@ class OneOffEngine:
         options: AgentOptions,
         emit: EventSink | None,
         model: LanguageModel | None = None,
+        owner: str | None = None,
     ) -> TurnResult:
-        """One fresh turn (on ``model``, default the engine's); its client tool calls are answered
-        through :meth:`submit_tool_result`."""
-        agent = Agent(model or self.model, instructions=instructions, tools=tools, options=options, owner=self.owner)
+        """One fresh turn (on ``model``, default the engine's; for ``owner``, default the
+        engine's); its client tool calls are answered through :meth:`submit_tool_result`."""
+        agent = Agent(model or self.model, instructions=instructions, tools=tools, options=options,
+                      owner=owner or self.owner)
         self._running.add(agent)
         try:
             return await agent.respond(prompt, schema=schema, emit=emit)

@@ -113,6 +113,7 @@ class DecisionRequest:
     fallback_option_id: str | None = None
     queue_seconds: float | None = None  # the longest each model step may wait for quota
     coalesce: bool = True  # a coalescing backend may answer it together with other decisions
+    owner: str | None = None  # whose share of quota it spends (the actor NPC); None: the engine's
 
 
 def parse_decision_options(value: Any, path: str = "options") -> tuple[DecisionOption, ...]:
@@ -212,6 +213,7 @@ class DecisionEngine(OneOffEngine):
                 options=self._decision_options(request),
                 emit=emit,
                 model=self._model_for(request, ids),
+                owner=request.owner,
             )
             return _decision(result, ids)
         except DeadlinePassed:

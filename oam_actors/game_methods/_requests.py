@@ -112,6 +112,7 @@ async def _decision(
         raise invalid_params(f"Missing required parameter '{params.path('options')}'.")
     options = parse_decision_options(params.raw("options"), params.path("options"))
     actor, warnings = await _actor(game, params)
+    raw_actor = params.raw("actor")
     tools, tool_warnings = tools_param(params.raw("tools"), params.path("tools"))
     choice = params.raw("toolChoice")
     fallback = params.string("fallbackOptionID")
@@ -125,6 +126,8 @@ async def _decision(
         fallback_option_id=fallback,
         queue_seconds=queue_seconds,
         coalesce=bool(params.boolean("coalesce", default=coalesce)),
+        # An NPC named by id spends its own share of quota, as its barks and talks do.
+        owner=raw_actor if isinstance(raw_actor, str) else None,
     )
     check_request(request)
     return request, [*warnings, *tool_warnings]
