@@ -154,6 +154,7 @@ async def test_a_tool_round_runs_the_tool_and_commits_the_turn() -> None:
     result = await agent.respond("Price?")
     assert result.text == "Ale is 3."
     assert kinds(result) == ["decide", "decide", "respond"]
+    assert [r.follow_up for r in model.requests] == [False, True, True]  # one action: charged once
     assert [s.completed_tool_rounds for s in result.steps] == [0, 1, 1]
     assert [s.mode for s in result.steps] == [ToolCallingMode.ALLOWED, ToolCallingMode.ALLOWED, ToolCallingMode.DISALLOWED]
     assert result.steps[0].enabled_tools == ("check_menu", "take_order")
