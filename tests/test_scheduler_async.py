@@ -6,7 +6,16 @@ import anyio
 import pytest
 
 from oam_actors import AgentError, ErrorCode
-from oam_actors.models.scheduler import NO_HEADROOM, Headroom, ManualClock, Priority, QuotaLimits, QuotaScheduler
+from oam_actors.models.scheduler import (
+    NO_HEADROOM,
+    Headroom,
+    ManualClock,
+    Priority,
+    QuotaLimits,
+    QuotaScheduler,
+    Seat,
+    SeatTaken,
+)
 
 D, M, B = Priority.DIALOGUE, Priority.DECISION, Priority.BACKGROUND
 
@@ -195,3 +204,34 @@ async def test_cancellation_at_the_admission_checkpoint_releases_it() -> None:
     assert farm.log == []
     stats = farm.scheduler.statistics()
     assert stats.admitted == 1 and stats.running == 0
+
+
+@pytest.mark.parametrize("evicted", [False, True])
+async def test_a_taken_seat_ends_its_wait_without_an_admission_even_if_its_wait_is_cancelled_too(
+        evicted: bool) -> None:
+    # A batch took the rider's item out of the queue. Its wait ends with SeatTaken, never with an
+    # admission, and not with a cancellation either when its waiting was cancelled at the same
+    # moment (a device pool evicting it would otherwise queue it again elsewhere).
+    scheduler = QuotaScheduler(QuotaLimits(max_concurrency=1), clock=ManualClock())
+    seat = Seat()
+    outcome: list[str] = []
+
+    async def ride() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            try:
+                async with scheduler.admit("rider", Priority.BACKGROUND, seat=seat):
+                    outcome.append("admitted")
+            except SeatTaken:
+                outcome.append("taken")
+
+    scopes: list[anyio.CancelScope] = []
+    async with scheduler.admit("lead", Priority.BACKGROUND), anyio.create_task_group() as group:
+        group.start_soon(ride)
+        await anyio.wait_all_tasks_blocked()
+        assert seat.queued and seat.take()
+        assert not seat.queued and not seat.take()
+        if evicted:
+            scopes[0].cancel()
+    stats = scheduler.statistics()
+    assert outcome == ["taken"] and (stats.admitted, stats.taken, stats.cancelled) == (1, 1, 0)

@@ -338,12 +338,7 @@ class QuotaPolicy:
         whose generation is the other ticket's): it leaves its queue, charged in fair queuing at
         its own place as if admitted, and takes no slot of the window. ``False`` if it is not
         queued (admitted, expired, cancelled)."""
-        entry = self._queued.pop(ticket_id, None)
-        if entry is None:
-            return False
-        self._classes[entry.ticket.priority].take(entry)
-        self._taken += 1
-        return True
+        return self._dequeue(ticket_id, served=True)
 
     def service(self, owner: str) -> float:
         """``owner``'s place in fair queuing: the start tag its next ticket would get (lower is
@@ -352,11 +347,19 @@ class QuotaPolicy:
 
     def cancel(self, ticket_id: int) -> bool:
         """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""
+        return self._dequeue(ticket_id, served=False)
+
+    def _dequeue(self, ticket_id: int, *, served: bool) -> bool:
         entry = self._queued.pop(ticket_id, None)
         if entry is None:
             return False
-        self._classes[entry.ticket.priority].remove(entry)
-        self._cancelled += 1
+        queue = self._classes[entry.ticket.priority]
+        if served:
+            queue.take(entry)
+            self._taken += 1
+        else:
+            queue.remove(entry)
+            self._cancelled += 1
         return True
 
     def poll(self, now: float) -> Decision:
