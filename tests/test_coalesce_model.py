@@ -185,6 +185,8 @@ async def test_a_garbage_batch_answer_runs_each_item_alone() -> None:
     assert len(rig.batches) == 1 and len(rig.alone) == 4
     stats = rig.model.coalescing_statistics()
     assert (stats.generations, stats.missing, stats.retried_alone) == (5, 4, 4)
+    assert all(r.follow_up for r in rig.alone)  # each NPC was charged for its bark once, by the batch
+    assert stats.served == 4 and stats.items_per_generation == 0.8
 
 
 async def test_a_cut_off_batch_answer_runs_the_items_it_lost_alone() -> None:

@@ -228,7 +228,8 @@ class CoalescingModel:
                 raise AgentError(error.code, error.message, retry_after=error.retry_after) from error
             case _Alone():
                 self._counts["retried_alone"] += 1
-                async for piece in self._alone(request):
+                # Its batch charged the item's owner for this action already.
+                async for piece in self._alone(msgspec.structs.replace(request, follow_up=True)):
                     yield piece
                 self._counts["served"] += 1
 
