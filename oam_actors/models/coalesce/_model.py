@@ -55,8 +55,9 @@ class DefersRequest(Protocol):
     ``build`` returns in its place (a reroute to another device streams that same request). A
     seat taken while queued (another step's batch answers it) raises
     :class:`~oam_actors.models.scheduler.SeatTaken`. ``service(owner)`` is the owner's place in
-    the backend's fair queuing (lower: less served), by which a batch takes its members. :class:`~oam_actors.models.pool.DevicePool` and
-    :class:`~oam_actors.models.pool.ScheduledModel` implement it.
+    the backend's fair queuing (lower: less served), by which a batch takes its members.
+    :class:`~oam_actors.models.pool.DevicePool` and :class:`~oam_actors.models.pool.ScheduledModel`
+    implement it.
     """
 
     def stream_when_admitted(
@@ -326,7 +327,7 @@ class CoalescingModel:
         if isinstance(backend, DefersRequest) and len(waiting) > room:
             # nsmallest is stable: the longest waiting first among owners served alike.
             waiting = heapq.nsmallest(room, waiting, key=lambda s: (
-                math.floor(backend.service(s.request.owner or "")),
+                math.floor(backend.service(s.request.owner or "anonymous")),
                 math.inf if s.deadline is None else s.deadline))
         candidates = [leader, *waiting[:room]]
         count = pack([s.request for s in candidates], backend.capabilities, self.settings.max_items)
