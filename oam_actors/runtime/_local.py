@@ -1,16 +1,24 @@
-"""``LocalSystem``: every actor in this process, on one anyio task group.
+"""``LocalSystem``: every actor in this process, each on a task of its own.
 
-Each actor gets one task (its actor task) in the system's task group; ordered messages never
-get a task of their own, and control calls run on their caller's task. Nothing here outlives
-the ``async with LocalSystem() as system:`` block.
+Each actor gets one task (its actor task); ordered messages never get a task of their own, and
+control calls run on their caller's task. Nothing here outlives the
+``async with LocalSystem() as system:`` block: leaving it stops every actor, then cancels and
+awaits any actor task still running.
+
+The actor tasks are the event loop's own tasks, owned and awaited by the system rather than by
+an anyio task group: a crowd spawns thousands of actors, and an anyio task costs several times
+an asyncio one to start (and about a kilobyte more to keep: its handle, cancel scope and event).
+The actor task shields nothing and catches its own handlers' errors (``ActorCell``); an error
+escaping it is a bug of this runtime, logged at once and raised when the block is left.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, final
 
 import anyio
-import anyio.abc
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
@@ -21,6 +29,8 @@ from oam_actors.runtime._statistics import ActorStatistics
 from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ExcInfo, SystemBase
 
 __all__ = ["LocalSystem"]
+
+_log = logging.getLogger("oam_actors.runtime")
 
 
 @final
@@ -74,25 +84,44 @@ class LocalSystem(SystemBase):
         self._checkpoint = checkpoint
         self._gate = None if max_running is None else AdmissionGate(max_running)
         self._refs: dict[Address, _LocalRef] = {}
-        self._task_group: anyio.abc.TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._crashes: list[BaseException] = []
 
     async def _open(self) -> None:
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
+        self._loop = asyncio.get_running_loop()
 
     async def _release(self, exc_info: ExcInfo) -> bool | None:
-        assert self._task_group is not None
-        return await self._task_group.__aexit__(*exc_info)
+        # Every actor has been asked to stop (aclose); a task still running was cancelled
+        # from outside meanwhile: cancel it too, and wait for its teardown to resolve its replies.
+        if self._tasks:
+            left = list(self._tasks)
+            for task in left:
+                task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(left)
+        if self._crashes:
+            raise BaseExceptionGroup("actor tasks failed", self._crashes)
+        return None
 
     def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
-        assert self._task_group is not None
+        assert self._loop is not None
         actor.address = address
         actor.system = self
         cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint, self._gate)
         ref = self._refs[address] = _LocalRef(cell)
-        self._task_group.start_soon(cell.run, name=f"actor {address}")
+        task = self._loop.create_task(cell.run())
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
         return ref
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        if (error := task.exception()) is not None:
+            _log.error("an actor task failed", exc_info=error)
+            self._crashes.append(error)
 
     def lookup(self, address: Address) -> ActorRef | None:
         return self._refs.get(address)
