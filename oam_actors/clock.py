@@ -23,8 +23,22 @@ __all__ = ["Clock", "ManualClock", "MonotonicClock", "wire_instant"]
 def wire_instant(moment: dt.datetime | None = None) -> str:
     """``moment`` (default: now) as the protocol writes instants: UTC, whole seconds, ``Z``
     (``2024-05-01T12:00:00Z``)."""
-    moment = dt.datetime.now(dt.UTC) if moment is None else moment.astimezone(dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if moment is None:
+        return _now_instant()
+    return moment.astimezone(dt.UTC).strftime(_INSTANT_FORMAT)
+
+
+_INSTANT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_last_instant: tuple[int, str] = (-1, "")
+
+
+def _now_instant() -> str:
+    # Written once per second at most: a crowd stamps every NPC it creates (``createdAt``).
+    global _last_instant
+    second = int(time.time())
+    if _last_instant[0] != second:
+        _last_instant = (second, time.strftime(_INSTANT_FORMAT, time.gmtime(second)))
+    return _last_instant[1]
 
 
 class Clock(Protocol):

@@ -171,7 +171,11 @@ class Params:
 def is_object_id(text: str) -> bool:
     """Whether ``text`` may name a session, NPC or world: 1-128 code points, no control or format
     characters (each method words its own error)."""
-    return 1 <= len(text) <= 128 and not any(unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+    if not 1 <= len(text) <= 128:
+        return False
+    if text.isascii():  # printable ASCII has no control or format characters
+        return text.isprintable()
+    return not any(unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
 
 
 def preview(value: Any) -> str:
