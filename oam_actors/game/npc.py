@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,7 +72,7 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item
 from ._text import single_line, situation_text
-from .memory import MemoryStore, NPCMemory, memory_tools
+from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Persona, SecretVisibility
 from .world import WorldState
@@ -193,9 +194,12 @@ class NPC:
         self._client_tools = list(tools)
         self._store = MemoryStore(memory or NPCMemory())
         composed = self._compose(self._client_tools, self._options)
+        # The instructions of the inputs they were rendered from: rendered at creation, then
+        # again only when one of those changes, not at every turn.
+        self._instructions: tuple[tuple[Any, ...], str] | None = None
         self._agent = Agent(
             model,
-            instructions=prompting.instructions(
+            instructions=self._instructions_for(
                 persona, self._options, [t.name for t in composed], self._store.memory,
                 text_reply=self._options.reply_format is ReplyFormat.TEXT,
             ),
@@ -400,7 +404,7 @@ class NPC:
             prompt=prompting.turn_prompt(line),
             schema=None if text_reply else self._schema_for(persona, options),
             agent_options=_agent_options(options, persona, choice),
-            instructions=prompting.instructions(persona, options, names, memory, text_reply=text_reply),
+            instructions=self._instructions_for(persona, options, names, memory, text_reply=text_reply),
             note=prompting.context_note(memory, options, world_summary, situation),
             persona=persona,
             options=options,
@@ -413,6 +417,18 @@ class NPC:
         if known is None or known[0] is not persona or known[1] is not options:
             known = self._reply_schema = (persona, options, prompting.reply_schema(persona, options))
         return known[2]
+
+    def _instructions_for(
+        self, persona: Persona, options: NPCOptions, names: list[str], memory: NPCMemory, *, text_reply: bool
+    ) -> str:
+        """``prompting.instructions``, rendered again only when what it reads has changed (of
+        the memory, only whether secrets may be shared)."""
+        visibility = secret_visibility(options.secrets_unlock_at_relationship, memory.relationship)
+        key = (persona, options, tuple(names), visibility, text_reply)
+        known = self._instructions
+        if known is None or known[0] != key:
+            known = self._instructions = (key, prompting.instructions(persona, options, names, memory, text_reply=text_reply))
+        return known[1]
 
     def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
         memory = self._store.memory
@@ -609,27 +625,45 @@ class NPC:
         world = self.world
         if world is None:
             return []
-        readable, writable = options.world_readable, options.world_writable
-
-        async def read(arguments: dict[str, Any]) -> ToolOutput:
-            return _tool_output(read_world_state(world, _path_argument(arguments), readable))
-
-        async def update(arguments: dict[str, Any]) -> ToolOutput:
-            output, _changes = update_world_state(world, _path_argument(arguments), arguments.get("value"), writable)
-            return _tool_output(output)
-
-        tools = []
-        for definition, handler in (
-            (read_tool_definition(world, readable), read),
-            (update_tool_definition(writable), update),
-        ):
-            if definition is not None:
-                schema = _tool_schema(definition["name"], msgspec.json.encode(definition["parameters"]).decode())
-                tools.append(ToolDefinition(definition["name"], definition["description"], schema, handler=handler))
-        return tools
+        key = (world.version, tuple(options.world_readable), tuple(options.world_writable))
+        known = _WORLD_TOOLS.get(world)
+        if known is None or known[0] != key:
+            known = (key, _world_tools(world, key[1], key[2]))
+            _WORLD_TOOLS[world] = known
+        return known[1]
 
     def __repr__(self) -> str:
         return f"NPC({self._persona.name!r}, tools={self.tool_names}, turns={self.turn_count})"
+
+
+# The world tools of a document for the paths an NPC may read and write, as of its version (the
+# read tool lists the top-level keys): a crowd on one world shares them. They hold nothing of an
+# NPC (their handlers close over the document and the paths only) and are immutable.
+_WORLD_TOOLS: weakref.WeakKeyDictionary[WorldState, tuple[tuple[Any, ...], list[ToolDefinition]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _world_tools(world: WorldState, readable: Sequence[str], writable: Sequence[str]) -> list[ToolDefinition]:
+    """The read and update tools of ``world`` for these paths (either absent when no path is
+    given)."""
+
+    async def read(arguments: dict[str, Any]) -> ToolOutput:
+        return _tool_output(read_world_state(world, _path_argument(arguments), readable))
+
+    async def update(arguments: dict[str, Any]) -> ToolOutput:
+        output, _changes = update_world_state(world, _path_argument(arguments), arguments.get("value"), writable)
+        return _tool_output(output)
+
+    tools = []
+    for definition, handler in (
+        (read_tool_definition(world, readable), read),
+        (update_tool_definition(writable), update),
+    ):
+        if definition is not None:
+            schema = _tool_schema(definition["name"], msgspec.json.encode(definition["parameters"]).decode())
+            tools.append(ToolDefinition(definition["name"], definition["description"], schema, handler=handler))
+    return tools
 
 
 @functools.lru_cache(maxsize=16)

@@ -17,11 +17,10 @@ from ..bridge import Call, Deferred
 from ..bridge.core import resolve_model
 from ..bridge.params import Params
 from ..errors import invalid_params
-from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona, WorldState
+from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
 from ..objects import NPCActor
 from ..objects.messages import deadline_after
 from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
-from ..objects.world import WorldShare
 from ..runtime import ActorStopped
 from ._common import deadline_seconds, tools_array, tools_param
 from ._state import NPC as NPC_KIND
@@ -121,7 +120,7 @@ async def _build(
     bridge = game.bridge
     model, model_name = resolve_model(bridge, model_spec)
     tools, tool_warnings = tools_param(tools_raw, tools_path)
-    shared = await _shared_world(game, world) if world is not None else None
+    shared = await game.world_document(world) if world is not None else None
     warnings = [*warnings, *tool_warnings]
     if model_name == "system":
         availability = await model.availability()
@@ -145,12 +144,6 @@ async def _build(
     )
     game.add_npc(npc_id, world)
     return {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings}
-
-
-async def _shared_world(game: GameState, world: str) -> WorldState:
-    # NPCs read and write the document itself: in this process that is the world actor's state.
-    state: WorldState = await game.world_by_id(world).ask_control(WorldShare())
-    return state
 
 
 async def npc_talk(game: GameState, call: Call) -> Any:

@@ -21,11 +21,13 @@ from ..bridge import Deferred
 from ..bridge.params import Params
 from ..clock import wire_instant
 from ..objects import RequestActor
+from ..objects.world import WorldShare
 from ..runtime import ActorRef, Reply
 from ._common import client_id, limit_reached, npc_exists, npc_not_found, world_exists, world_not_found
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
+    from ..game import WorldState
     from ..game import ContentGenerator, DecisionEngine
 
 __all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
@@ -70,12 +72,15 @@ class GameRegistry:
     worlds: dict[str, WorldRecord] = dataclasses.field(default_factory=dict)
     subscriptions: dict[str, SubscriptionRecord] = dataclasses.field(default_factory=dict)
     numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0})
+    # Each world's document as its actor handed it out, with the ref it was asked through.
+    documents: dict[str, tuple[ActorRef, WorldState]] = dataclasses.field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every object (after shutdown has stopped them); counters keep counting."""
         self.npcs.clear()
         self.worlds.clear()
         self.subscriptions.clear()
+        self.documents.clear()
 
 
 class GameState:
@@ -160,6 +165,21 @@ class GameState:
         if ref is None:
             raise world_not_found(world)
         return ref
+
+    async def world_document(self, world: str) -> WorldState:
+        """The world's document, which NPCs on it read and write themselves (``WorldShare``).
+
+        Asked of the world once per ref: ``LocalSystem`` keeps one ref per live actor (a world
+        deleted and created again has a new one), so a crowd on one world asks once; a runtime
+        that makes a new ref per lookup (``RaySystem``, whose answer is a copy) is asked each time.
+        """
+        ref = self.world_by_id(world)
+        known = self.registry.documents.get(world)
+        if known is not None and known[0] is ref:
+            return known[1]
+        document: WorldState = await ref.ask_control(WorldShare())
+        self.registry.documents[world] = (ref, document)
+        return document
 
     # --- records -----------------------------------------------------------------------------
 

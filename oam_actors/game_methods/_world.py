@@ -87,6 +87,7 @@ async def world_delete(game: GameState, call: Call) -> Any:
     for subscription in game.subscriptions_of(world):
         del game.subscriptions[subscription]
     del game.worlds[world]
+    game.registry.documents.pop(world, None)
     # NPCs created with the world keep its document; only the id stops working.
     await game.bridge.system.stop(ref.address)
     return {"world": world, "deleted": True, "endedSubscriptions": ended}
