@@ -21,7 +21,7 @@ from oam_actors.runtime._envelope import Envelope
 from oam_actors.runtime._errors import ActorStopped
 from oam_actors.runtime._mailbox import Mailbox
 
-__all__ = ["ActorCell", "Checkpoint"]
+__all__ = ["ActorCell", "Checkpoint", "new_cancel_scope"]
 
 Checkpoint = Callable[[Address, bytes], None]
 """Where a checkpointing system puts an actor's ``snapshot`` (a state store's ``put``)."""
@@ -32,7 +32,7 @@ logger = logging.getLogger("oam_actors.runtime")
 _scope_type: type[anyio.CancelScope] | None = None
 
 
-def _cancel_scope() -> anyio.CancelScope:
+def new_cancel_scope() -> anyio.CancelScope:
     """A new cancel scope, made by the running backend's own class (found once: this system runs
     on asyncio, see ``_yielding``), so a message or control call costs no backend lookup and
     the scope is not initialised twice (``anyio.CancelScope()`` does both)."""
@@ -93,7 +93,7 @@ class ActorCell:
             await self._started.wait()
         if self.state is not CellState.RUNNING:
             raise self._stopped_error()
-        with _cancel_scope() as scope:
+        with new_cancel_scope() as scope:
             self._controls.add(scope)
             try:
                 return await self.actor.handle_control(message)
@@ -177,7 +177,7 @@ class ActorCell:
     async def _handle(self, envelope: Envelope) -> None:
         value: Any = None
         error: Exception | None = None
-        with _cancel_scope() as scope:
+        with new_cancel_scope() as scope:
             self.mailbox.start(envelope, scope)
             try:
                 value = await self.actor.handle(envelope.message)

@@ -5,11 +5,13 @@ control calls run on their caller's task. Nothing here outlives the
 ``async with LocalSystem() as system:`` block: leaving it stops every actor, then cancels and
 awaits any actor task still running.
 
-The actor tasks are the event loop's own tasks, owned and awaited by the system rather than by
-an anyio task group: a crowd spawns thousands of actors, and an anyio task costs several times
-an asyncio one to start (and about a kilobyte more to keep: its handle, cancel scope and event).
-The actor task shields nothing and catches its own handlers' errors (``ActorCell``); an error
-escaping it is a bug of this runtime, logged at once and raised when the block is left.
+The actor tasks are the event loop's own tasks, each in a cancel scope of the system's, owned
+and awaited by the system rather than by an anyio task group: a crowd spawns thousands of
+actors, and an anyio task costs several times an asyncio one to start (and about a kilobyte more
+to keep: its handle, its own cancel scope and an event). Cancelling goes through those scopes,
+so shielded sections inside an actor are respected as in a task group. The actor task catches
+its handlers' errors (``ActorCell``); an error escaping it is a bug of this runtime, logged at
+once and raised when the block is left.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import anyio
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._admission import AdmissionGate, GateStatistics
-from oam_actors.runtime._cell import ActorCell, Checkpoint
+from oam_actors.runtime._cell import ActorCell, Checkpoint, new_cancel_scope
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
 from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ExcInfo, SystemBase
@@ -85,7 +87,7 @@ class LocalSystem(SystemBase):
         self._gate = None if max_running is None else AdmissionGate(max_running)
         self._refs: dict[Address, _LocalRef] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], anyio.CancelScope] = {}
         self._crashes: list[BaseException] = []
 
     async def _open(self) -> None:
@@ -95,11 +97,11 @@ class LocalSystem(SystemBase):
         # Every actor has been asked to stop (aclose); a task still running was cancelled
         # from outside meanwhile: cancel it too, and wait for its teardown to resolve its replies.
         if self._tasks:
-            left = list(self._tasks)
-            for task in left:
-                task.cancel()
+            left = list(self._tasks.items())
+            for _, scope in left:
+                scope.cancel()
             with anyio.CancelScope(shield=True):
-                await asyncio.wait(left)
+                await asyncio.wait([task for task, _ in left])
         if self._crashes:
             raise BaseExceptionGroup("actor tasks failed", self._crashes)
         return None
@@ -110,13 +112,14 @@ class LocalSystem(SystemBase):
         actor.system = self
         cell = ActorCell(actor, address, max_queue, self._forget, self._checkpoint, self._gate)
         ref = self._refs[address] = _LocalRef(cell)
-        task = self._loop.create_task(cell.run())
-        self._tasks.add(task)
+        scope = new_cancel_scope()
+        task = self._loop.create_task(_run_in(scope, cell), name=f"actor {address}")
+        self._tasks[task] = scope
         task.add_done_callback(self._task_done)
         return ref
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        del self._tasks[task]
         if task.cancelled():
             return
         if (error := task.exception()) is not None:
@@ -144,3 +147,8 @@ class LocalSystem(SystemBase):
         ref = self._refs.get(cell.address)
         if ref is not None and ref._cell is cell:
             del self._refs[cell.address]
+
+
+async def _run_in(scope: anyio.CancelScope, cell: ActorCell) -> None:
+    with scope:
+        await cell.run()
