@@ -345,6 +345,13 @@ def test_a_world_shared_by_several_npcs(bridge: BridgeProcess) -> None:
     # Deleting the world leaves the NPCs their document; only the id is gone.
     bridge.call("world/delete", {"world": "village"})
     assert [e["world"] for e in bridge.call("npc/list")["npcs"]] == ["village", "village"]
+    # A world created again under the id is a new document: NPCs created now use it, not the old one.
+    bridge.call("world/create", {"world": "village", "state": {"player": {"gold": 7}}})
+    lina_steps = [tool_step("read_world_state", path="player.gold"), reply("Seven.")]
+    bridge.call("npc/create", {"npc": "lina", "persona": {"name": "Lina"}, "world": "village",
+                               "options": {"groundingTool": "read_world_state"}, "model": scripted(lina_steps)})
+    assert bridge.call("npc/talk", {"npc": "lina", "line": "Gold?"})["toolCalls"][0]["output"] == 7
+    assert bridge.call("world/get", {"world": "village", "path": "quests"})["exists"] is False
 
 
 def test_limits_and_shutdown() -> None:

@@ -497,6 +497,21 @@ async def test_outer_cancellation_still_resolves_pending_replies() -> None:
     assert [await outcome(r) for r in replies] == [ActorStopped, ActorStopped]
 
 
+async def test_outer_cancellation_lets_a_committed_shielded_message_finish() -> None:
+    with anyio.CancelScope() as outer:
+        async with LocalSystem() as system:
+            committed, ref = spawn_probe(system)
+            other, other_ref = spawn_probe(system, Address("npc", "other"))
+            replies = [ref.ask_nowait(("commit", "g")), other_ref.ask_nowait(("block", "h"))]
+            await committed.entered["g"].wait()
+            await other.entered["h"].wait()
+            outer.cancel()
+            committed.gates["g"].set()  # the shielded wait ends only now, after the cancel
+            await anyio.sleep_forever()
+    assert [await outcome(r) for r in replies] == ["committed g", ActorStopped]
+    assert committed.stopped and other.stopped
+
+
 # -- registry ------------------------------------------------------------------------------------
 
 
