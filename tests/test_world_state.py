@@ -611,3 +611,19 @@ def test_world_state_error_maps_to_world_error() -> None:
         "data": {"code": "world_error", "world": "village", "path": "player.gold.copper"},
     }
     assert caught.value.to_protocol("village", "player.gold.copper ").data()["path"] == "player.gold.copper "
+
+
+def test_derived_values_are_kept_until_the_document_changes() -> None:
+    world = make_world()
+    made: list[int] = []
+
+    def keys() -> list[str]:
+        made.append(world.version)
+        return world.top_level_keys()
+
+    first = world.derived("keys", keys)
+    assert world.derived("keys", keys) is first and made == [0]
+    world.set("player.gold", 12)  # the same value: no change, the version stays
+    assert world.derived("keys", keys) is first and made == [0]
+    world.set("weather", "rain")
+    assert world.derived("keys", keys)[-1] == "weather" and made == [0, 1]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -625,28 +624,21 @@ class NPC:
         world = self.world
         if world is None:
             return []
-        key = (world.version, tuple(options.world_readable), tuple(options.world_writable))
-        known = _WORLD_TOOLS.get(world)
-        if known is None or known[0] != key:
-            known = (key, _world_tools(world, key[1], key[2]))
-            _WORLD_TOOLS[world] = known
-        return known[1]
+        # A crowd on one world shares them: they hold nothing of an NPC (their handlers close
+        # over the document and the paths only) and are immutable.
+        readable, writable = tuple(options.world_readable), tuple(options.world_writable)
+        tools: list[ToolDefinition] = world.derived(
+            ("world tools", readable, writable), lambda: _world_tools(world, readable, writable)
+        )
+        return tools
 
     def __repr__(self) -> str:
         return f"NPC({self._persona.name!r}, tools={self.tool_names}, turns={self.turn_count})"
 
 
-# The world tools of a document for the paths an NPC may read and write, as of its version (the
-# read tool lists the top-level keys): a crowd on one world shares them. They hold nothing of an
-# NPC (their handlers close over the document and the paths only) and are immutable.
-_WORLD_TOOLS: weakref.WeakKeyDictionary[WorldState, tuple[tuple[Any, ...], list[ToolDefinition]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def _world_tools(world: WorldState, readable: Sequence[str], writable: Sequence[str]) -> list[ToolDefinition]:
     """The read and update tools of ``world`` for these paths (either absent when no path is
-    given)."""
+    given), as of its version (the read tool lists the top-level keys)."""
 
     async def read(arguments: dict[str, Any]) -> ToolOutput:
         return _tool_output(read_world_state(world, _path_argument(arguments), readable))

@@ -15,6 +15,8 @@ Contract:
   the document.
 - Observers run synchronously after the change is committed, in registration order, for every
   change whose path is at, inside or above the observed path.
+- :meth:`WorldState.derived` keeps values its readers derive from the document (the world tools
+  of a crowd's NPCs) until the version moves.
 
 Not thread-safe: a WorldState belongs to one owner (the world's actor), which serialises calls.
 """
@@ -30,6 +32,7 @@ import msgspec
 from ..errors import ErrorCode, ProtocolError
 
 __all__ = [
+    "DERIVED_KEPT",
     "MAX_MERGE_DEPTH",
     "MISSING",
     "Change",
@@ -50,6 +53,9 @@ MISSING = msgspec.UNSET
 """The absence of a value (distinct from a stored JSON ``null``, which is ``None``)."""
 
 Missing: TypeAlias = msgspec.UnsetType
+
+DERIVED_KEPT = 64
+"""Values :meth:`WorldState.derived` keeps per version (then it starts again)."""
 
 MAX_MERGE_DEPTH = 64
 """Below this many levels a merge patch object replaces instead of merging (bounds recursion)."""
@@ -193,6 +199,8 @@ class WorldState:
         self._version = version
         self._observers: dict[int, _Observer] = {}
         self._observer_ids = 0
+        self._derived: dict[Any, Any] = {}
+        self._derived_version = version
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -200,6 +208,16 @@ class WorldState:
     def version(self) -> int:
         """How many calls have changed the document."""
         return self._version
+
+    def derived(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept under the hashable ``key`` while the version stays the same: what
+        many readers derive from one document is made once (at most :data:`DERIVED_KEPT` keys)."""
+        if self._derived_version != self._version or len(self._derived) >= DERIVED_KEPT:
+            self._derived = {}
+            self._derived_version = self._version
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the whole document."""
