@@ -44,7 +44,7 @@ import msgspec
 
 from _profiling import load_average, print_top, profiled, python_command
 from oam_actors.cli.runtime import DEFAULT_MAX_RUNNING_TURNS
-from oam_actors.tuning import tune_gc_for_servers
+from oam_actors.runtime import tune_gc_for_servers
 from oam_actors.bridge import Bridge
 from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import LocalSystem

@@ -173,6 +173,24 @@ async def test_each_actor_handles_its_messages_in_order_on_its_shard(system: Ray
         system.spawn(addresses[0], Echo)
 
 
+class Collector(Actor):
+    """Answers its process's garbage-collector thresholds."""
+
+    async def handle(self, message: Any) -> Any:
+        import gc
+
+        return gc.get_threshold()
+
+
+async def test_shards_collect_garbage_as_seldom_as_a_cli_server(system: RaySystem) -> None:
+    from oam_actors.runtime._tuning import GEN0_THRESHOLD
+
+    refs = [system.spawn(address, Collector) for address in spread("gc", 1)]
+    with anyio.fail_after(HANG_GUARD):
+        thresholds = [await ref.ask(None) for ref in refs]
+    assert [threshold[0] for threshold in thresholds] == [GEN0_THRESHOLD, GEN0_THRESHOLD]
+
+
 async def test_control_calls_overtake_a_running_message(system: RaySystem) -> None:
     ref = system.spawn(Address("gate", "control"), Gate)
     first, second = ref.ask_nowait("first"), ref.ask_nowait("second")

@@ -25,7 +25,7 @@ SOURCE = Path(oam_actors.__file__).parent
 # What each layer may import besides itself, and why (DESIGN.md, "Layers": transports → bridge →
 # objects → game → agent; models implement agent's LanguageModel; objects and the ModelActor use
 # runtime; runtime knows no protocol; nothing imports upward; only the CLI exits the process).
-_LEAVES = ("clock", "addresses", "observability", "tuning", "_version")
+_LEAVES = ("clock", "addresses", "observability", "_version")
 _BELOW_BRIDGE = frozenset({"objects", "game", "agent", "models", "runtime", "observability", "errors", "addresses",
                            "clock", "_version"})
 RULES: dict[str, tuple[frozenset[str], str]] = {
@@ -50,7 +50,7 @@ RULES: dict[str, tuple[frozenset[str], str]] = {
     "game_methods": (_BELOW_BRIDGE | {"bridge"}, "the game's methods are a bridge extension"),
     "transports": (_BELOW_BRIDGE | {"bridge", "game_methods"}, "transports → bridge and below"),
     "sim": (
-        _BELOW_BRIDGE | {"bridge", "game_methods", "cluster", "tuning"},
+        _BELOW_BRIDGE | {"bridge", "game_methods", "cluster"},
         "sim drives bridges as a client does, on either runtime; never the CLI",
     ),
     "__main__": (frozenset({"cli"}), "python -m oam_actors runs the CLI"),

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import NoReturn, TypeVar
 
 from .. import __version__
-from ..tuning import tune_gc_for_servers
+from ..runtime import tune_gc_for_servers
 from .argtypes import LOG_LEVELS, UsageError, log_level
 
 __all__ = ["main"]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import gc
 import hmac
 import logging
 import os
@@ -55,6 +54,7 @@ from ..runtime import (
     MailboxFull,
     detached_copy,
     flow,
+    tune_gc_for_servers,
     use_endpoint_references,
 )
 from .endpoints import StandIns, provisional_ids
@@ -107,9 +107,9 @@ class ShardHost:
         if not self._tuned:
             # This process is a server from now on: Ray's worker, every module and the shard's
             # system live as long as it does. Frozen, no full collection walks them again (one
-            # of a driver's ~80,000 such objects took 47-290 ms here).
-            gc.collect()
-            gc.freeze()
+            # of a driver's ~80,000 such objects took 47-290 ms here), and the young generation
+            # is collected as seldom as in a CLI server (its actors make little cyclic garbage).
+            tune_gc_for_servers()
             self._tuned = True
         return hello
 

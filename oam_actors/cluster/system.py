@@ -399,7 +399,7 @@ class RaySystem(SystemBase):
         # Ray's driver state (its modules, workers' handles, the links) lives as long as this
         # system: moved out of the collector's way, full collections no longer walk it (one took
         # ~47 ms in a benchmark's driver). The thresholds stay the program's choice (the CLI
-        # tunes them, oam_actors.tuning).
+        # tunes them: runtime.tune_gc_for_servers; shards tune themselves).
         gc.collect()
         gc.freeze()
 

@@ -44,6 +44,7 @@ from oam_actors.runtime._local import LocalSystem
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
 from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, ExcInfo, SystemBase, SystemState
+from oam_actors.runtime._tuning import tune_gc_for_servers
 
 __all__ = [
     "DEFAULT_MAX_QUEUE",
@@ -84,6 +85,7 @@ __all__ = [
     "register_endpoint",
     "register_hosted",
     "register_shared",
+    "tune_gc_for_servers",
     "use_endpoint_references",
 ]
 

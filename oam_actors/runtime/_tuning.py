@@ -1,4 +1,5 @@
-"""Process-level tuning for long-running servers.
+"""Process-level tuning for long-running servers (a CLI server, and every shard process of a
+remote runtime).
 
 An actor server holds many long-lived objects (agents, transcripts, mailboxes: about 16 KB per
 idle NPC) and makes little cyclic garbage (most of it is freed by reference counting). CPython's
