@@ -4,7 +4,11 @@ boundary (errors, actors, messages, frames), the outlet relay, placement and che
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,7 @@ from oam_actors.cluster import SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
-from oam_actors.cluster.shard import Shard, _latest_checkpoints
+from oam_actors.cluster.shard import Shard, _latest_checkpoints, sweep_stale_directories
 from oam_actors.cluster.wire import (
     Ask,
     Done,
@@ -564,3 +568,24 @@ def test_a_batch_keeps_only_each_actors_latest_checkpoint() -> None:
     assert _latest_checkpoints(items) == [Saved(npc, b"1"), Done(1), Saved(world, b"2"), Done(2)]
     once = [Saved(npc, b"1"), Done(1)]
     assert _latest_checkpoints(once) is once
+
+
+def test_a_start_up_sweep_removes_only_socket_directories_whose_shard_is_gone(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(gone.stdout)  # exited: its number is free (reused only by chance, and then kept)
+    stale_empty = tmp_path / f"oam-shard-{dead_pid}-abc"
+    stale_socket = tmp_path / f"oam-shard-{dead_pid}-def"
+    served = tmp_path / f"oam-shard-{dead_pid}-ghi"  # its number is free here, but someone listens
+    mine = tmp_path / f"oam-shard-{os.getpid()}-jkl"
+    unrelated = [tmp_path / "oam-shard-abcdefgh", tmp_path / f"other-{dead_pid}-x"]
+    for directory in (stale_empty, stale_socket, served, mine, *unrelated):
+        directory.mkdir()
+    with socket.socket(socket.AF_UNIX) as closed, socket.socket(socket.AF_UNIX) as listening:
+        closed.bind(str(stale_socket / "data"))  # bound, never listening: what a killed shard leaves
+        listening.bind(str(served / "data"))
+        listening.listen()
+        removed = sweep_stale_directories(str(tmp_path))
+    assert sorted(removed) == sorted([str(stale_empty), str(stale_socket)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        path.name for path in (served, mine, *unrelated))

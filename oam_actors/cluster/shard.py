@@ -8,8 +8,8 @@ The data path is one connection from the driver, framed (:mod:`.frames`); the fi
 must be the token. The shard listens on TCP (for a driver on another node) and on a Unix socket in
 a private directory (mode 0700) for a driver on its own node: on loopback a Unix socket skips the
 TCP stack, so each crossing's writes and wake-ups cost less. Once the driver is connected the
-socket and its directory are removed (nothing else may connect, and a killed shard leaves none
-behind unless it dies before its driver came). Driver → shard: batches of ops, applied in order without awaiting (in the read
+socket and its directory are removed (nothing else may connect); a shard killed before its
+driver came leaves its directory behind, and the next shard started on the node removes it. Driver → shard: batches of ops, applied in order without awaiting (in the read
 callback), so per-object order is the local mailbox's order. Shard → driver: batches of items,
 everything emitted by the time the event loop comes round in one frame, with only the latest
 checkpoint of each actor in it.
@@ -36,6 +36,7 @@ import os
 import pickle
 import secrets
 import shutil
+import socket
 import tempfile
 import uuid
 import weakref
@@ -89,6 +90,7 @@ __all__ = ["Shard", "ShardHost"]
 _log = logging.getLogger(__name__)
 
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 107 on Linux, fewer elsewhere
+_DIRECTORY_PREFIX = "oam-shard-"  # then the shard's pid, "-", and mkdtemp's random part
 
 
 class ShardHost:
@@ -392,8 +394,10 @@ class Shard:
 
 async def _listen_locally(factory: Callable[[], FrameProtocol]) -> tuple[asyncio.AbstractServer, str] | None:
     """A Unix socket server in a new private directory, or ``None`` where there cannot be one
-    (the driver then connects over TCP)."""
-    directory = tempfile.mkdtemp(prefix="oam-shard-")  # mode 0700: this user only
+    (the driver then connects over TCP). The directory is named after this process, so the next
+    shard on this node can tell it is stale if this one dies before its driver comes."""
+    sweep_stale_directories(tempfile.gettempdir())
+    directory = tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{os.getpid()}-")  # mode 0700: this user only
     path = os.path.join(directory, "data")
     try:
         if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
@@ -404,6 +408,54 @@ async def _listen_locally(factory: Callable[[], FrameProtocol]) -> tuple[asyncio
         shutil.rmtree(directory, ignore_errors=True)
         return None
     return server, directory
+
+
+def sweep_stale_directories(parent: str) -> list[str]:
+    """Remove the socket directories in ``parent`` left by this user's shards that died before
+    their driver connected: those whose process is gone and whose socket, if any, nobody
+    listens on (a process of the same number in another pid namespace may still serve it).
+    Returns the directories removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid_text, _, rest = entry.name.removeprefix(_DIRECTORY_PREFIX).partition("-")
+        if not (entry.name.startswith(_DIRECTORY_PREFIX) and pid_text.isdigit() and rest):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if _alive(int(pid_text)) or _listening(os.path.join(entry.path, "data")):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+def _listening(path: str) -> bool:
+    """Whether something accepts connections on the Unix socket ``path``."""
+    if not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def _latest_checkpoints(items: list[Item]) -> list[Item]:
