@@ -29,11 +29,21 @@ from oam_actors import AgentError, Bridge, ErrorCode, GameExtension
 from oam_actors.bridge import BridgeConfig
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
-from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem, RemoteModel, SqliteStore, host_model, shard_of, stop_model
+from oam_actors.cluster import (
+    LOCAL_RAY_OPTIONS,
+    ClusterModel,
+    RaySystem,
+    RemoteModel,
+    SqliteStore,
+    host_model,
+    shard_of,
+    stop_model,
+)
 from oam_actors.cluster.models import model_running
 from oam_actors.agent import ModelCapabilities
 from oam_actors.models.device import PhoneConfig, SimulatedPhone
 from oam_actors.models.device_backends import DeviceBackends
+from oam_actors.models.setup import ModelConfig, create_model_setup
 from oam_actors.runtime import (
     Actor,
     ActorExists,
@@ -660,3 +670,24 @@ async def test_a_device_sessions_name_is_one_model_actor_for_sessions_on_every_s
     assert bad["error"]["code"] == -32602 and "model.urls" in bad["error"]["message"]
     assert "pickle" not in bad["error"]["message"]
 
+
+
+async def test_sessions_naming_the_servers_own_phones_use_its_pools_model_actor(system: RaySystem) -> None:
+    phone_config = PhoneConfig(first_token_latency_s=0.0, tokens_per_s=0.0, tool_call_rate=0.0)
+    async with SimulatedPhone(phone_config) as phone:
+        setup = create_model_setup(ModelConfig(devices=(phone.url,), coalesce=None), host=ClusterModel)
+        async with setup.resources, setup.hosted:
+            config = BridgeConfig(model_types=setup.model_types)
+            async with open_wire(system, config=config) as wire:
+                sessions = spread("session", 1)  # one on each shard
+                for address in sessions:
+                    await wire.call("session/create", {"session": address.id, "model": {
+                        "type": "device", "urls": [phone.url + "/"]}})
+                turns = [wire.request("session/respond", {"session": a.id, "prompt": "Ale?"}) for a in sessions]
+                answers = [await wire.response(turn) for turn in turns]
+            assert setup.status_model is not None
+            with anyio.fail_after(HANG_GUARD):
+                statistics = await setup.status_model().statistics()
+    assert [a.get("error") for a in answers] == [None] * 2
+    assert not model_running(f"device:{phone.url}")  # no second pool for the same phone
+    assert statistics is not None and statistics.steps_ok == 2 == phone.statistics().admitted

@@ -98,3 +98,22 @@ async def test_sessions_naming_one_phone_share_the_one_pool_started_on_first_use
         statistics = await pool.statistics()
     assert all(reply["text"] for reply in replies)
     assert statistics.steps_ok == 2 == phone.statistics().admitted  # type: ignore[attr-defined]
+
+
+async def test_sessions_naming_the_servers_own_phones_share_the_servers_pool() -> None:
+    async with SimulatedPhone(PHONE) as phone:
+        setup = create_model_setup(ModelConfig(devices=(phone.url,)))
+        async with setup.resources, LocalSystem() as system:
+            named = setup.model_types["device"](device(phone.url.upper() + "/"), "model")  # another spelling
+            assert setup.system_model is not None and named is setup.system_model()
+            config = BridgeConfig(model_types=setup.model_types)
+            async with BridgeClient(lambda write: Bridge(system, write, config=config,
+                                                         system_model=setup.system_model)) as client:
+                await client.request("session/create", {"session": "guard", "model": device(phone.url)})
+                await client.request("session/create", {"session": "smith"})  # the system model
+                replies = [await client.request("session/respond", {"session": s, "prompt": "Ale?"})
+                           for s in ("guard", "smith")]
+            assert setup.status_model is not None
+            statistics = await setup.status_model().statistics()
+    assert all(reply["text"] for reply in replies)
+    assert statistics.steps_ok == 2 == phone.statistics().admitted  # type: ignore[attr-defined]

@@ -11,7 +11,9 @@ bearer token (``--device-token-env``), never one from the protocol.
 in any order) is one :class:`SharedDeviceModel`: one :class:`~oam_actors.models.pool.DevicePool`,
 whose per-phone schedulers every session and NPC using it queues in. The pool is started on
 first use (probing its phones) and runs until :class:`DeviceBackends` is left; at most
-:data:`MAX_DEVICE_POOLS` sets per server (``-32055`` beyond).
+:data:`MAX_DEVICE_POOLS` sets per server (``-32055`` beyond). A model naming exactly the server's
+own ``--device`` phones is the server's pool (:meth:`DeviceBackends.share`), on either runtime:
+its phones have one scheduler, not two competing for their quotas.
 
 On a runtime that moves actors (``RaySystem``) a :class:`SharedDeviceModel` is *hosted*
 (``runtime.register_hosted``): one named model actor per set of phones (``device:URL,…``) for
@@ -33,7 +35,7 @@ import anyio.abc
 import msgspec
 
 from ..addresses import is_loopback
-from ..agent.model import Availability, GenerationRequest, ModelCapabilities, Usage
+from ..agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
 from ..errors import AgentError, ErrorCode, ProtocolError, invalid_params
 from ..runtime import Hosting, register_hosted
 
@@ -63,13 +65,21 @@ class DeviceBackends:
         self._token = token
         self._queue_seconds = queue_seconds
         self._models: dict[tuple[str, ...], SharedDeviceModel] = {}
+        self._server_pools: dict[tuple[str, ...], Callable[[], LanguageModel]] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def allow_host(self, host: str) -> None:
         """Let protocol clients name phones on ``host``."""
         self._allowed.add(host.lower())
 
-    def from_wire(self, value: dict[str, Any], path: str = "model") -> SharedDeviceModel:
+    def share(self, urls: Iterable[str], model: Callable[[], LanguageModel]) -> None:
+        """Models naming exactly the phones at ``urls`` (in any spelling and order) are
+        ``model()``, the server's system model over its own pool of them."""
+        from .pool import canonical_urls
+
+        self._server_pools[canonical_urls(list(urls))] = model
+
+    def from_wire(self, value: dict[str, Any], path: str = "model") -> LanguageModel:
         """The model of a ``{"type": "device", "urls": […]}`` object; raises ``invalid_params``
         naming the field (or ``limit_reached`` past :data:`MAX_DEVICE_POOLS` sets)."""
         from .pool import PoolConfig, PoolConfigError, canonical_urls
@@ -92,6 +102,8 @@ class DeviceBackends:
                     f"Parameter '{path}.urls' names host '{host}', which this server does not allow (allowed: "
                     "loopback, the hosts of its --device phones, and hosts given with --device-allow-host)."
                 )
+        if (server_pool := self._server_pools.get(normalized)) is not None:
+            return server_pool()
         model = self._models.get(normalized)
         if model is None:
             if len(self._models) >= MAX_DEVICE_POOLS:
@@ -102,7 +114,7 @@ class DeviceBackends:
             model = self._models[normalized] = SharedDeviceModel(normalized, config, self._open)
         return model
 
-    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], SharedDeviceModel]]:
+    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], LanguageModel]]:
         """``BridgeConfig.model_types`` entries: ``device``."""
         return {DEVICE_TYPE: self.from_wire}
 

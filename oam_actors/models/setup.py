@@ -10,7 +10,7 @@ device pool instead. Sessions may also name proxy models themselves (``{"type": 
 the provider types are registered on one shared, pooled HTTP client, and every model naming one
 backend (provider, base URL, model, key variable; the proxy system model too) queues in that
 backend's one quota scheduler. They may name phones too (``{"type": "device", "urls": […]}``,
-:mod:`oam_actors.models.device_backends`): one pool per set of phones, started on first use. ``rpm``, ``tpm`` and ``max_concurrency`` are the limits the
+:mod:`oam_actors.models.device_backends`): one pool per set of phones, started on first use (the server's own pool for its ``devices``). ``rpm``, ``tpm`` and ``max_concurrency`` are the limits the
 operator bought per proxy backend: each scheduler starts from them, paced evenly over the minute,
 and takes the stricter of them and what the provider's headers report.
 
@@ -203,8 +203,12 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
             if config.coalesce is not None:  # coalesced in the model actor, where every shard's steps meet
                 opener = functools.partial(open_coalesced, opener, config.coalesce)
             cluster = host(f"system:{pool.label}", opener)
+            if config.devices:  # sessions naming the same phones use the same pool
+                devices.share(config.devices, cluster.model)
             return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
         model_of_pool = _coalesced(pool.model, config.coalesce)
+        if config.devices:
+            devices.share(config.devices, model_of_pool)
         return ModelSetup(model_of_pool, types, backends, devices, pool=pool, status_model=model_of_pool)
     assert proxy is not None
     # The backend's one shared model (and quota scheduler), which sessions naming it get too,
