@@ -141,6 +141,7 @@ class NPCActor(Actor):
         self.world = world
         self.tools_wire = tools_wire
         self.default_tool_timeout = default_tool_timeout
+        self._options_wire: tuple[NPCOptions, dict[str, Any]] | None = None  # options seldom change
 
     @property
     def npc_id(self) -> str:
@@ -166,8 +167,11 @@ class NPCActor(Actor):
 
     def snapshot(self) -> bytes:
         npc = self.npc
+        options = npc.options
+        if self._options_wire is None or self._options_wire[0] is not options:
+            self._options_wire = (options, options.to_wire())
         return msgspec.json.encode(NPCCheckpoint(
-            npc.save_state().to_wire(), npc.options.to_wire(), self.tools_wire, npc.compaction_pending,
+            npc.save_state().to_wire(), self._options_wire[1], self.tools_wire, npc.compaction_pending,
             model_progress(npc.model),
         ))
 

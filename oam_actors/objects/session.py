@@ -54,13 +54,26 @@ def object_id(address: Address) -> str:
 
 def model_progress(model: LanguageModel) -> Any:
     """What a checkpoint keeps of ``model``'s own progress (``None``: it has none)."""
-    return model.progress() if isinstance(model, Resumable) else None
+    return model.progress() if _resumable(model) else None
 
 
 def resume_model(model: LanguageModel, progress: Any) -> None:
     """Bring a freshly built ``model`` to the ``progress`` a checkpoint kept."""
-    if progress is not None and isinstance(model, Resumable):
+    if progress is not None and _resumable(model):
         model.resume(progress)
+
+
+_RESUMABLE: dict[type, bool] = {}
+
+
+def _resumable(model: LanguageModel) -> bool:
+    # isinstance of a runtime-checkable protocol looks up each of its members every time (tens
+    # of microseconds, on every checkpoint); models get their methods from their class.
+    cls = type(model)
+    known = _RESUMABLE.get(cls)
+    if known is None:
+        known = _RESUMABLE[cls] = isinstance(model, Resumable)
+    return known
 
 
 class SessionState(msgspec.Struct, frozen=True):
