@@ -373,7 +373,16 @@ class _ValueUnpickler(_Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if name == "_referenced" and module == __name__:
             return self._resolve
-        return super().find_class(module, name)
+        # Looked up once per process: pickle imports the module and walks the name each time
+        # (a few microseconds per global; a message is a class or two of structs).
+        key = (module, name)
+        found = _FOUND.get(key, _FOUND)
+        if found is _FOUND:
+            found = _FOUND[key] = super().find_class(module, name)
+        return found
+
+
+_FOUND: dict[tuple[str, str], Any] = {}
 
 
 def dumps_actor(actor: Actor, reference: Reference, substitute: Substitute | None = None) -> bytes:
