@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
@@ -589,3 +590,37 @@ def test_a_start_up_sweep_removes_only_socket_directories_whose_shard_is_gone(tm
     assert sorted(removed) == sorted([str(stale_empty), str(stale_socket)])
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
         path.name for path in (served, mine, *unrelated))
+
+
+def test_a_session_checkpoint_is_the_whole_state_however_its_history_changed() -> None:
+    from oam_actors.agent import Agent, TextOutput
+    from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
+    from oam_actors.models import ScriptedModel
+    from oam_actors.objects.session import SessionActor, SessionState, model_progress
+
+    agent = Agent(ScriptedModel.from_wire({"type": "scripted", "steps": [{"text": "hi"}]}))
+    session = SessionActor(agent, None, model_name="scripted")  # type: ignore[arg-type]
+
+    def check() -> None:
+        whole = SessionState(agent.instructions, agent.context_note, [], agent.history, model_progress(agent.model))
+        assert session.snapshot() == msgspec.json.encode(whole)
+
+    check()  # empty
+    for n in range(3):  # turns appended
+        agent.history.extend([PromptEntry(f"q{n}"), ResponseEntry(f"a{n}", {"n": n} if n else None)])
+        check()
+    agent.history = [ResponseEntry("summary"), *agent.history[-2:]]  # compacted: a new list
+    check()
+    agent.history[0] = PromptEntry("changed in place")  # same length, same list
+    check()
+    agent.history.append(ToolUseEntry(ToolCall("call-1", "open_gate", {"gate": "north"}), TextOutput("opened")))
+    check()
+    del agent.history[1:]  # shorter
+    check()
+    agent.reset()
+    check()
+    restored = SessionActor(Agent(ScriptedModel.from_wire({"type": "scripted", "steps": [{"text": "hi"}]})), None,  # type: ignore[arg-type]
+                            model_name="scripted")
+    agent.history.extend([PromptEntry("q"), ResponseEntry("a")])
+    restored.restore(session.snapshot())
+    assert restored.agent.history == agent.history and restored.snapshot() == session.snapshot()
