@@ -35,6 +35,7 @@ __all__ = ["ScriptCall", "ScriptStep", "ScriptStyle", "ScriptedModel", "StepForm
 
 _AGENT_WIRE_NAMES = [code.wire for code in AGENT_CODES]
 _FALLBACK_TEXT = "(script exhausted)"
+_RESPOND_ENVELOPE = '{"action":"respond","arguments":{}}'
 
 
 class StepForm(enum.Enum):
@@ -195,15 +196,21 @@ class ScriptedModel:
         if step.form is StepForm.ERROR:
             assert step.error is not None
             raise AgentError(step.error, step.text)
+        deciding = request.kind is StepKind.DECIDE or request.kind is StepKind.TOOL_ARGUMENTS
+        if deciding and piece_text is not None:
+            # A mapped tool call (or respond) is one compact JSON value that the agent reads
+            # whole before anything is shown: one piece is the same text, and a cancel at the
+            # step's event lands here, as it did between pieces.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            yield piece_text
+            return
         text = piece_text if piece_text is not None else _render(step, request)
-        # A decision is read whole before anything is shown, so its pieces need no event-loop
-        # hop between them, only the cancellation check (a cancel lands where it did); a reply
-        # or a structured value streams to the client piece by piece, as a real model's would.
-        streamed = request.kind is not StepKind.DECIDE and request.kind is not StepKind.TOOL_ARGUMENTS
-        between = anyio.lowlevel.checkpoint if streamed else anyio.lowlevel.checkpoint_if_cancelled
+        # Every piece is followed by a cancellation check, so a cancel at an event (a text delta,
+        # a partial value) lands right after it; no event-loop hop between pieces: a scripted
+        # model waits for nothing, and each hop would cost the whole turn a trip through the loop.
         for piece in _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3):
             yield piece
-            await between()
+            await anyio.lowlevel.checkpoint_if_cancelled()
 
     # --- selection ---------------------------------------------------------------------------
 
@@ -228,13 +235,14 @@ class ScriptedModel:
         if head is not None and head.form is StepForm.ERROR:
             return self._next_step(), None
         if head is None or head.form is not StepForm.TOOL_CALLS:
-            quiet = ScriptStep.say("", chunks=1)  # the delay of an answer applies at the reply step
-            return quiet, _compact({"action": "respond", "arguments": {}}) if kind is StepKind.DECIDE else "{}"
+            # The delay of an answer applies at the reply step.
+            return _QUIET, _RESPOND_ENVELOPE if kind is StepKind.DECIDE else "{}"
         call = self._take_call()
-        delayed = msgspec.structs.replace(head, calls=(call,))
+        # The head step carries the delay (played with its first call only: the rest of its calls
+        # stay at the head without one).
         if kind is StepKind.DECIDE:
-            return delayed, _compact({"action": call.name, "arguments": call.arguments})
-        return delayed, _compact(call.arguments)
+            return head, _compact({"action": call.name, "arguments": call.arguments})
+        return head, _compact(call.arguments)
 
 
     def _next_step(self) -> ScriptStep:
@@ -253,6 +261,9 @@ class ScriptedModel:
         else:
             self._next_step()
         return call
+
+
+_QUIET = ScriptStep.say("", chunks=1)
 
 
 def _compact(value: Any) -> str:
