@@ -10,6 +10,7 @@ a cancelled turn leaves no trace. External (client) tools make the turn wait for
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,9 +35,12 @@ DEFAULT_SUMMARY_INSTRUCTIONS = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _ExternalSlot:
-    event: anyio.Event
+    """An external call's answer. ``answered`` is a bare future of the running loop (the
+    runtimes run on asyncio): a turn waits on it with one timer, no event or cancel scope."""
+
+    answered: asyncio.Future[None]
     output: ToolOutput | None = None
 
 
@@ -154,7 +158,8 @@ class Agent:
         if slot is None or slot.output is not None:
             return False
         slot.output = output
-        slot.event.set()
+        if not slot.answered.done():  # a timeout may have woken the turn first
+            slot.answered.set_result(None)
         return True
 
     @property
@@ -163,7 +168,7 @@ class Agent:
         return [call_id for call_id, slot in self._external.items() if slot.output is None]
 
     def _open_external(self, call_id: str) -> _ExternalSlot:
-        slot = _ExternalSlot(anyio.Event())
+        slot = _ExternalSlot(asyncio.get_running_loop().create_future())
         self._external[call_id] = slot
         return slot
 

@@ -18,6 +18,7 @@ the history or cancelled, never both.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -310,8 +311,18 @@ class Turn:
         slot = self.agent._open_external(call.id)
         try:
             await self._emit(ToolCallStarted(call, "client"))
-            with anyio.move_on_after(timeout if timeout else math.inf):
-                await slot.event.wait()
+            answered = slot.answered
+            if answered.done():
+                await anyio.lowlevel.checkpoint()
+            else:
+                # The deadline is a timer that wakes the turn as an answer would (cheaper than a
+                # cancel scope per wait); a cancelled turn stops waiting where it awaits.
+                timer = answered.get_loop().call_later(timeout, _wake, answered) if timeout else None
+                try:
+                    await answered
+                finally:
+                    if timer is not None:
+                        timer.cancel()
             if slot.output is not None:
                 return slot.output, None
             message = f"Tool '{tool.name}' timed out after {format_duration(timeout)}."
@@ -608,6 +619,11 @@ class _ReplyReader(_Reader):
         final = self._cleaner.final()
         await self._display.show(final)
         return final
+
+
+def _wake(answered: asyncio.Future[None]) -> None:
+    if not answered.done():
+        answered.set_result(None)
 
 
 def _unexpected_model_error(exc: Exception, request: GenerationRequest, attempt: int) -> AgentError:
