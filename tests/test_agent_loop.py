@@ -790,6 +790,17 @@ async def test_the_reply_is_cleaned_while_streaming_and_at_the_end() -> None:
     assert shown(texts) == result.text
 
 
+async def test_without_text_deltas_the_reply_is_cleaned_the_same_and_nothing_streams() -> None:
+    for deltas in (True, False):
+        model = envelope(ScriptStep.say('Mira: Welcome, friend! [check_menu → {"ale":3}]', chunks=8))
+        events = Events()
+        agent = Agent(model, options=AgentOptions(assistant_label="Mira"))
+        result = await agent.respond("Hi", emit=events, text_deltas=deltas)
+        assert result.text == "Welcome, friend!"
+        assert bool(events.of(TextDelta)) is deltas
+        assert len(events.of(ModelStep)) == 1
+
+
 def shown(texts: list[TextDelta]) -> str:
     """What a client displays: each reset replaces, each other delta appends."""
     display = ""

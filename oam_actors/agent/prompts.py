@@ -110,13 +110,14 @@ def build_prompt(
     plain_task: str | None = None,
     render_response: ResponseRenderer | None = None,
     history_text: str | None = None,
+    tool_lines: Sequence[str] | None = None,
 ) -> str:
     """The step prompt.
 
     ``plain_task`` (reply steps only) allows the plain-first-request form: with no history, no tool
     use and a non-blank prompt, the prompt is the user's text followed by ``plain_task`` if any.
-    ``history_text``, when the caller has it, is ``history`` already rendered
-    (:meth:`HistoryLines.text`).
+    ``history_text`` and ``tool_lines``, when the caller has them, are ``history`` and
+    ``turn_tool_uses`` already rendered (:meth:`HistoryLines.text`, :meth:`HistoryLines.line`).
     """
     if plain_task is not None and not history and not turn_tool_uses and prompt.strip():
         return f"{prompt}\n\n{plain_task}" if plain_task else prompt
@@ -126,7 +127,7 @@ def build_prompt(
     lines = ["Conversation:", history_text] if history_text else ["Conversation:"]
     if prompt.strip():
         lines.append(f"{labels.user}: {prompt}")
-    lines.extend(_tool_line(use) for use in turn_tool_uses)
+    lines.extend(tool_lines if tool_lines is not None else map(_tool_line, turn_tool_uses))
     return "\n".join(lines) + "\n\n" + task
 
 

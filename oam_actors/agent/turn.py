@@ -106,6 +106,7 @@ class Turn:
     options: AgentOptions
     emit: Callable[[TurnEvent], Any] | None
     partial_values: bool = True
+    text_deltas: bool = True
     steps: list[StepInfo] = field(default_factory=list)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_uses: list[ToolUseEntry] = field(default_factory=list)
@@ -114,9 +115,10 @@ class Turn:
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
     _shown: prompts.HistoryLines | None = field(default=None, init=False, repr=False)
-    _use_tokens: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
+    _uses: _ToolUses = field(default_factory=lambda: _ToolUses(0, (), 0, ()), init=False, repr=False)
     _specs: dict[str, ToolSpec] = field(default_factory=dict, init=False, repr=False)
     _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
+    _stable: _Stable | None = field(default=None, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
         """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
@@ -405,12 +407,12 @@ class Turn:
         self.steps.append(step)
         await self._emit(ModelStep(step))
         retry = self.options.retry
-        display = _ReplyDisplay(self._emit) if stream_reply else None
+        display = _ReplyDisplay(self._emit) if stream_reply and self.text_deltas else None
         attempt = 0
         while True:
             attempt += 1
             try:
-                text, usage = await self._generate(request, self._reader(request, display, stream_partial))
+                text, usage = await self._generate(request, self._reader(request, display, stream_reply, stream_partial))
             except AgentError as exc:
                 error = exc
             except (anyio.get_cancelled_exc_class(), OamError):
@@ -428,11 +430,15 @@ class Turn:
             if display is not None:
                 display.restart()
 
-    def _reader(self, request: GenerationRequest, display: _ReplyDisplay | None, stream_partial: bool) -> _Reader:
-        """How one attempt's text is shown while it streams: as the reply, as partial JSON values,
-        or not at all (decide steps stop at the first complete JSON value)."""
-        if display is not None:
-            return _ReplyReader(display, ReplyCleaner(self.options.assistant_label))
+    def _reader(
+        self, request: GenerationRequest, display: _ReplyDisplay | None, stream_reply: bool, stream_partial: bool
+    ) -> _Reader:
+        """How one attempt's text is shown while it streams: as the reply (on ``display``, or
+        cleaned only at the end without one), as partial JSON values, or not at all (decide
+        steps stop at the first complete JSON value)."""
+        if stream_reply:
+            cleaner = ReplyCleaner(self.options.assistant_label)
+            return _ReplyReader(display, cleaner) if display is not None else _CleanReader(cleaner)
         if stream_partial:
             return _PartialReader(self._emit)
         return _Reader(stop_at_json=request.stop_at_json)
@@ -454,39 +460,43 @@ class Turn:
         return await reader.finish(), usage
 
     def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
+        total = self.usage
         if usage is None:
-            usage = Usage(estimate_tokens(request.system) + estimate_tokens(request.prompt), 0, estimate_tokens(text))
-        self.usage.input_tokens += usage.input_tokens
-        self.usage.cached_input_tokens += usage.cached_input_tokens
-        self.usage.output_tokens += usage.output_tokens
+            total.input_tokens += estimate_tokens(request.system) + estimate_tokens(request.prompt)
+            total.output_tokens += estimate_tokens(text)
+            return
+        total.input_tokens += usage.input_tokens
+        total.cached_input_tokens += usage.cached_input_tokens
+        total.output_tokens += usage.output_tokens
 
     def _request(
         self, kind: StepKind, task: str, *, is_repair: bool, tools: list[ToolDefinition]
     ) -> tuple[GenerationRequest, int]:
-        agent = self.agent
         options = self.options
+        stable = self._stable_parts()
         history = self._history_lines()
-        labels = history.labels
-        system = agent.system_text
+        uses = self._tool_uses()
         trimmed = 0
         if options.trim_history and history.count:
-            fixed = estimate_tokens(system) + estimate_tokens(self.prompt) + estimate_tokens(task) + self._tool_use_tokens()
-            budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
-            trimmed = history.hidden(fixed_tokens=fixed, budget=budget, minimum_recent_turns=options.minimum_recent_turns)
+            fixed = stable.fixed_tokens + estimate_tokens(task) + uses.tokens
+            trimmed = history.hidden(
+                fixed_tokens=fixed, budget=stable.budget, minimum_recent_turns=options.minimum_recent_turns
+            )
         plain_task = task if kind is StepKind.STRUCTURED else "" if kind is StepKind.RESPOND else None
         prompt = prompts.build_prompt(
-            history=agent.history if history.count - trimmed else (),
+            history=self.agent.history if history.count - trimmed else (),
             prompt=self.prompt,
             turn_tool_uses=self.tool_uses,
             task=task,
-            labels=labels,
+            labels=history.labels,
             plain_task=plain_task,
             history_text=history.text(trimmed),
+            tool_lines=uses.lines,
         )
         deciding = kind is StepKind.DECIDE or kind is StepKind.TOOL_ARGUMENTS
         request = GenerationRequest(
             kind=kind,
-            system=system,
+            system=stable.system,
             prompt=prompt,
             temperature=options.decision_temperature if deciding else options.temperature,
             max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
@@ -494,16 +504,27 @@ class Turn:
             stop_at_json=deciding,
             is_repair=is_repair,
             user_prompt=self.prompt,
-            tool_outputs=tuple(u.output.model_text() for u in self.tool_uses),
+            tool_outputs=uses.outputs,
             tools=self._tool_specs(tools),
             tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
-            owner=agent.owner,
+            owner=self.agent.owner,
             priority=options.priority,
             queue_seconds=options.queue_seconds,
             follow_up=bool(self.steps),
         )
         return request, trimmed
+
+    def _stable_parts(self) -> _Stable:
+        """What every step of this turn shares: the system text, the tokens of it and the
+        prompt, and the input budget (the agent's settings do not change while a turn runs)."""
+        stable = self._stable
+        if stable is None:
+            agent, options = self.agent, self.options
+            system = agent.system_text
+            budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
+            stable = self._stable = _Stable(system, estimate_tokens(system) + estimate_tokens(self.prompt), budget)
+        return stable
 
     def _history_lines(self) -> prompts.HistoryLines:
         """The agent's history as this turn's steps show it (caught up once per turn: the history
@@ -514,14 +535,17 @@ class Turn:
             lines = self._shown = self.agent.history_lines(labels)
         return lines
 
-    def _tool_use_tokens(self) -> int:
-        """The tokens of this turn's tool lines so far (counted again only when one is added)."""
-        count, tokens = self._use_tokens
-        if count != len(self.tool_uses):
-            lines = self._history_lines()
-            tokens = sum(estimate_tokens(lines.line(u) or "") for u in self.tool_uses)
-            self._use_tokens = (len(self.tool_uses), tokens)
-        return tokens
+    def _tool_uses(self) -> _ToolUses:
+        """This turn's tool uses as the steps show them (rendered again only when one is added)."""
+        uses = self._uses
+        if uses.count != len(self.tool_uses):
+            shown = self._history_lines()
+            lines = tuple(shown.line(u) or "" for u in self.tool_uses)
+            uses = self._uses = _ToolUses(
+                len(lines), lines, sum(estimate_tokens(line) for line in lines),
+                tuple(u.output.model_text() for u in self.tool_uses),
+            )
+        return uses
 
     def _tool_specs(self, tools: list[ToolDefinition]) -> tuple[ToolSpec, ...]:
         """The offered tools as a request carries them; each tool's spec is built once per turn."""
@@ -534,6 +558,21 @@ class Turn:
     async def _emit(self, event: TurnEvent) -> None:
         if self.emit is not None:
             await self.emit(event)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stable:
+    system: str
+    fixed_tokens: int  # of the system text and the user's prompt
+    budget: int  # input tokens a step may use
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolUses:
+    count: int
+    lines: tuple[str, ...]
+    tokens: int
+    outputs: tuple[str, ...]  # each output's model text
 
 
 class _ReplyDisplay:
@@ -600,6 +639,18 @@ class _PartialReader(_Reader):
             self._last = partial
             await self._emit(PartialValue(partial))
         return False
+
+
+class _CleanReader(_Reader):
+    """A reply step nobody watches: the text is cleaned once, at the end."""
+
+    def __init__(self, cleaner: ReplyCleaner) -> None:
+        super().__init__()
+        self._cleaner = cleaner
+
+    async def finish(self) -> str:
+        self._cleaner.push(self.text)
+        return self._cleaner.final()
 
 
 class _ReplyReader(_Reader):

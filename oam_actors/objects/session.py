@@ -211,6 +211,7 @@ class SessionActor(Actor):
                     emit=relay,
                     on_commit=self.commit,
                     partial_values=message.stream,
+                    text_deltas=message.stream,
                 )
             finally:
                 relay.close()
