@@ -101,8 +101,10 @@ def _normal_key(text: str) -> str:
     return "".join(char for char in text.lower() if char.isalnum())
 
 
+@functools.lru_cache(maxsize=4096)
 def _normal_words(text: str) -> str:
-    """``takeOrder`` / ``Check Menu`` / ``TAKE-ORDER`` → ``take_order`` / ``check_menu``."""
+    """``takeOrder`` / ``Check Menu`` / ``TAKE-ORDER`` → ``take_order`` / ``check_menu``
+    (memoised: every decide step compares the same tool names)."""
     split = _CAMEL_HUMP.sub(r"\1_\2", text).strip().lower()
     return _WORD_SEPARATORS.sub("_", split)
 
