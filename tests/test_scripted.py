@@ -178,6 +178,28 @@ async def test_text_is_streamed_in_chunks(text: str, chunks: int, expected: list
     assert await pieces(ScriptedModel([ScriptStep.say(text, chunks=chunks)])) == expected
 
 
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_only_watched_pieces_let_the_event_loop_run_between_them(streamed: bool) -> None:
+    model = ScriptedModel([ScriptStep.say("abcdef", chunks=3)])
+    others_ran: list[bool] = []
+    seen: list[bool] = []
+
+    async def other() -> None:
+        others_ran.append(True)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(other)
+        async for _ in model.stream(request(streamed=streamed)):
+            seen.append(bool(others_ran))
+    assert seen == ([False, True, True] if streamed else [False, False, False])
+
+
+async def test_a_decision_is_one_piece() -> None:
+    model = ScriptedModel([ScriptStep.tool_calls(ScriptCall("open_gate", {"gate": "north"}))])
+    assert await pieces(model, StepKind.DECIDE) == ['{"action":"open_gate","arguments":{"gate":"north"}}']
+    assert await pieces(model, StepKind.DECIDE) == ['{"action":"respond","arguments":{}}']
+
+
 async def test_the_default_is_three_chunks() -> None:
     assert await pieces(wire({"text": "Hello, traveller"})) == ["Hello,", " trave", "ller"]
 

@@ -127,7 +127,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     describes a short, independent step that a coalescing backend may answer together with others
     (:mod:`oam_actors.agent.batch`); every other backend ignores it. ``follow_up`` marks a later
     step of a turn (after a tool round, a repair): fair queuing counts an owner's actions, and the
-    turn's first step stood for this one.
+    turn's first step stood for this one. ``streamed`` says that the step's pieces are
+    shown as they come (a reply or partial values the caller watches); a backend that produces
+    its text at once (the scripted model) lets the event loop run between pieces only then.
     """
 
     kind: StepKind
@@ -148,6 +150,7 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     queue_seconds: float | None = None
     item: BatchItem | None = None
     follow_up: bool = False
+    streamed: bool = False
 
 
 class Usage(msgspec.Struct, frozen=True):

@@ -402,12 +402,13 @@ class Turn:
         stream_partial: bool = False,
     ) -> str:
         """Run one model step (emitting ``modelStep`` first), retrying transient failures."""
-        request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools)
+        streamed = (stream_reply and self.text_deltas) or stream_partial
+        request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools, streamed=streamed)
         step = StepInfo(len(self.steps), self.rounds, mode, enabled, trimmed, kind, is_repair)
         self.steps.append(step)
         await self._emit(ModelStep(step))
         retry = self.options.retry
-        display = _ReplyDisplay(self._emit) if stream_reply and self.text_deltas else None
+        display = _ReplyDisplay(self._emit) if stream_reply and streamed else None
         attempt = 0
         while True:
             attempt += 1
@@ -470,7 +471,7 @@ class Turn:
         total.output_tokens += usage.output_tokens
 
     def _request(
-        self, kind: StepKind, task: str, *, is_repair: bool, tools: list[ToolDefinition]
+        self, kind: StepKind, task: str, *, is_repair: bool, tools: list[ToolDefinition], streamed: bool
     ) -> tuple[GenerationRequest, int]:
         options = self.options
         stable = self._stable_parts()
@@ -512,6 +513,7 @@ class Turn:
             priority=options.priority,
             queue_seconds=options.queue_seconds,
             follow_up=bool(self.steps),
+            streamed=streamed,
         )
         return request, trimmed
 

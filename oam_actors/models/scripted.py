@@ -205,12 +205,14 @@ class ScriptedModel:
             yield piece_text
             return
         text = piece_text if piece_text is not None else _render(step, request)
-        # Every piece is followed by a cancellation check, so a cancel at an event (a text delta,
-        # a partial value) lands right after it; no event-loop hop between pieces: a scripted
-        # model waits for nothing, and each hop would cost the whole turn a trip through the loop.
+        # Pieces someone watches stream as a real model's would, with the event loop running
+        # between them; unwatched pieces (a client that does not stream) only check for
+        # cancellation: a scripted model waits for nothing, and each hop costs the turn a trip
+        # through the loop. Either way a cancel at an event lands right after it.
+        between = anyio.lowlevel.checkpoint if request.streamed else anyio.lowlevel.checkpoint_if_cancelled
         for piece in _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3):
             yield piece
-            await anyio.lowlevel.checkpoint_if_cancelled()
+            await between()
 
     # --- selection ---------------------------------------------------------------------------
 
