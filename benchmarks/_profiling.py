@@ -6,6 +6,11 @@ own process is profiled with :func:`profiled`. Either way the top entries are pr
 figures (cProfile slows the process down: figures from a profiled run are not the benchmark's).
 
 A saved profile can be read again: ``python3 -m pstats PATH`` (``sort tottime``, ``stats 30``).
+Call counts are the evidence to compare two versions by on a shared machine (times under
+cProfile move with the load, counts do not): divide by the turns run, e.g. for the stdio server
+``python3 benchmarks/bench_stdio.py --sessions 100 --turns 5000 --profile stdio.prof``. cProfile
+counts every resumption of a coroutine as a call, so ``ncalls`` of a turn's coroutines (and of
+``Context.run``: task steps) per turn count its trips through the event loop.
 """
 
 from __future__ import annotations

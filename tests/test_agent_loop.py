@@ -801,6 +801,14 @@ async def test_without_text_deltas_the_reply_is_cleaned_the_same_and_nothing_str
         assert len(events.of(ModelStep)) == 1
 
 
+async def test_a_step_is_streamed_only_when_its_pieces_are_watched() -> None:
+    cases = [({"emit": Events()}, True), ({"emit": Events(), "text_deltas": False}, False), ({}, False)]
+    for kwargs, streamed in cases:
+        model = envelope(ScriptStep.say("Hello."))
+        await Agent(model).respond("Hi", **kwargs)
+        assert [r.streamed for r in model.requests] == [streamed]
+
+
 def shown(texts: list[TextDelta]) -> str:
     """What a client displays: each reset replaces, each other delta appends."""
     display = ""

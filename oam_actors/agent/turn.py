@@ -117,7 +117,9 @@ class Turn:
     _shown: prompts.HistoryLines | None = field(default=None, init=False, repr=False)
     _uses: _ToolUses = field(default_factory=lambda: _ToolUses(0, (), 0, ()), init=False, repr=False)
     _specs: dict[str, ToolSpec] = field(default_factory=dict, init=False, repr=False)
-    _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
+    _decide_offers: dict[bool, tuple[str, tuple[str, ...], dict[str, ToolDefinition]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
     _stable: _Stable | None = field(default=None, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
@@ -192,15 +194,13 @@ class Turn:
     # --- decide and toolArguments steps ------------------------------------------------------
 
     async def _decide(self, tools: list[ToolDefinition], *, allow_respond: bool) -> Any:
-        names = [t.name for t in tools]
-        by_name = {t.name: t for t in tools}
         mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
         # The same for every round of this turn (the tools and the prompt do not change).
-        task = self._decide_tasks.get(allow_respond)
-        if task is None:
-            task = self._decide_tasks[allow_respond] = prompts.decide_task(
-                tools, allow_respond=allow_respond, last_message=self.prompt
-            )
+        offer = self._decide_offers.get(allow_respond)
+        if offer is None:
+            task = prompts.decide_task(tools, allow_respond=allow_respond, last_message=self.prompt)
+            offer = self._decide_offers[allow_respond] = (task, tuple(t.name for t in tools), {t.name: t for t in tools})
+        task, names, by_name = offer
 
         def interpret(text: str) -> Any:
             envelope = parse_envelope(text, names, allow_respond=allow_respond)
@@ -210,7 +210,7 @@ class Turn:
                 return _Failed(envelope.problem)
             return self._conform(by_name[envelope.tool], envelope.candidates, dedupe=allow_respond or self.rounds > 0)
 
-        return await self._with_repair(StepKind.DECIDE, mode, tuple(names), task, interpret, tools=tools)
+        return await self._with_repair(StepKind.DECIDE, mode, names, task, interpret, tools=tools)
 
     async def _tool_arguments(self, tool: ToolDefinition) -> Any:
         task = prompts.tool_arguments_task(tool)
@@ -402,7 +402,8 @@ class Turn:
         stream_partial: bool = False,
     ) -> str:
         """Run one model step (emitting ``modelStep`` first), retrying transient failures."""
-        streamed = (stream_reply and self.text_deltas) or stream_partial
+        # Whether anyone watches the pieces as they come (a backend may stream them differently).
+        streamed = self.emit is not None and ((stream_reply and self.text_deltas) or stream_partial)
         request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools, streamed=streamed)
         step = StepInfo(len(self.steps), self.rounds, mode, enabled, trimmed, kind, is_repair)
         self.steps.append(step)
@@ -413,7 +414,7 @@ class Turn:
         while True:
             attempt += 1
             try:
-                text, usage = await self._generate(request, self._reader(request, display, stream_reply, stream_partial))
+                text, usage = await self._generate(request, self._reader(request, display, stream_reply, streamed))
             except AgentError as exc:
                 error = exc
             except (anyio.get_cancelled_exc_class(), OamError):
@@ -432,7 +433,7 @@ class Turn:
                 display.restart()
 
     def _reader(
-        self, request: GenerationRequest, display: _ReplyDisplay | None, stream_reply: bool, stream_partial: bool
+        self, request: GenerationRequest, display: _ReplyDisplay | None, stream_reply: bool, streamed: bool
     ) -> _Reader:
         """How one attempt's text is shown while it streams: as the reply (on ``display``, or
         cleaned only at the end without one), as partial JSON values, or not at all (decide
@@ -440,7 +441,7 @@ class Turn:
         if stream_reply:
             cleaner = ReplyCleaner(self.options.assistant_label)
             return _ReplyReader(display, cleaner) if display is not None else _CleanReader(cleaner)
-        if stream_partial:
+        if streamed:
             return _PartialReader(self._emit)
         return _Reader(stop_at_json=request.stop_at_json)
 

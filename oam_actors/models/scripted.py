@@ -196,23 +196,24 @@ class ScriptedModel:
         if step.form is StepForm.ERROR:
             assert step.error is not None
             raise AgentError(step.error, step.text)
-        deciding = request.kind is StepKind.DECIDE or request.kind is StepKind.TOOL_ARGUMENTS
-        if deciding and piece_text is not None:
-            # A mapped tool call (or respond) is one compact JSON value that the agent reads
-            # whole before anything is shown: one piece is the same text, and a cancel at the
-            # step's event lands here, as it did between pieces.
-            await anyio.lowlevel.checkpoint_if_cancelled()
+        text = piece_text if piece_text is not None else _render(step, request)
+        if request.streamed:
+            # Pieces someone watches stream as a real model's would, with the event loop running
+            # between them (a cancel at one's event lands right after it).
+            for piece in _pieces(step, text):
+                yield piece
+                await anyio.lowlevel.checkpoint()
+            return
+        # Nobody watches: nothing runs between the pieces that could cancel the step, so one
+        # check (for a cancel at the step's own event) does, and no hop (a scripted model waits
+        # for nothing; each hop costs the turn a trip through the loop). A mapped tool call is
+        # one compact JSON value the agent reads whole: one piece is the same text.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if piece_text is not None and (request.kind is StepKind.DECIDE or request.kind is StepKind.TOOL_ARGUMENTS):
             yield piece_text
             return
-        text = piece_text if piece_text is not None else _render(step, request)
-        # Pieces someone watches stream as a real model's would, with the event loop running
-        # between them; unwatched pieces (a client that does not stream) only check for
-        # cancellation: a scripted model waits for nothing, and each hop costs the turn a trip
-        # through the loop. Either way a cancel at an event lands right after it.
-        between = anyio.lowlevel.checkpoint if request.streamed else anyio.lowlevel.checkpoint_if_cancelled
-        for piece in _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3):
+        for piece in _pieces(step, text):
             yield piece
-            await between()
 
     # --- selection ---------------------------------------------------------------------------
 
@@ -285,6 +286,10 @@ def _render(step: ScriptStep, request: GenerationRequest) -> str:
             .replace("{toolOutput}", outputs[-1] if outputs else "")
         )
     raise AssertionError(f"unplayable step {step.form}")
+
+
+def _pieces(step: ScriptStep, text: str) -> list[str]:
+    return _chunks(text, step.chunks if step.form in (StepForm.TEXT, StepForm.TEMPLATE) else 3)
 
 
 def _chunks(text: str, n: int) -> list[str]:
