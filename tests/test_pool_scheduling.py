@@ -16,7 +16,7 @@ from oam_actors import AgentError, ErrorCode
 from oam_actors.models.pool import DeviceState
 from oam_actors.models.scheduler import QuotaLimits
 
-from test_pool_errors import CONFIG, Farm, ask, farm, generate, phone
+from test_pool_errors import CONFIG, Farm, ask, farm, generate, phone, until
 
 PACED = msgspec.structs.replace(CONFIG, limits=QuotaLimits(max_concurrency=1, min_interval_seconds=1.0))
 
@@ -121,3 +121,31 @@ async def test_steps_queued_on_a_phone_that_stops_serving_move_to_another_and_it
         f.phones[0].set_foreground(True)
         await f.pool.probe()
         assert f.pool.statistics_nowait().devices[0].state is DeviceState.READY
+
+
+async def test_a_phone_whose_window_emptied_while_nobody_asked_it_takes_the_next_step() -> None:
+    # The chooser reads each phone's window from its scheduler; a phone nobody polled must not
+    # go on counting admissions that have left its window, or it looks full for good: no step
+    # is sent to it, so nothing polls it, while the steps queue on phones that really are full.
+    windowed = msgspec.structs.replace(CONFIG, limits=QuotaLimits(window_seconds=10.0, requests_per_window=2,
+                                                                  max_concurrency=1))
+    async with farm(phone(), phone(), config=windowed) as f:
+        for _ in range(2):
+            await generate(f.pool, ask(owner="npc:a"))  # phone 1's window: full from t = 0 to 10
+        f.clock.advance(5.0)
+        for _ in range(2):
+            await generate(f.pool, ask(owner="npc:b"))  # phone 2's window: full from t = 5 to 15
+        assert f.admitted() == [2, 2]
+        f.clock.advance(7.0)  # t = 12: phone 1 is free again, phone 2 (npc:b's home) is not
+        done = anyio.Event()
+
+        async def step() -> None:
+            await generate(f.pool, ask(owner="npc:b"))
+            done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(step)
+            await until(lambda: done.is_set() or f.pool.statistics_nowait().queued)
+            served_at_once, queued = done.is_set(), [d.queued for d in f.pool.statistics_nowait().devices]
+            f.clock.advance(3.0)  # lets a step wrongly queued on phone 2 finish (the test fails anyway)
+    assert (served_at_once, queued, f.admitted()) == (True, [0, 0], [3, 2])

@@ -438,8 +438,13 @@ class QuotaPolicy:
         if self._reported_tokens.observe(limit_tokens, reset_tokens) or learned:
             self._update_pace()
 
-    def statistics(self) -> PolicyStatistics:
-        """Counters and gauges as of the latest call."""
+    def statistics(self, now: float | None = None) -> PolicyStatistics:
+        """Counters and gauges as of ``now`` (the rolling window slid to it), or of the latest
+        call. A backend nobody polled for a while has shed admissions from its window since: a
+        snapshot of the latest call would still count them, and a device pool choosing by room
+        would go on seeing a long idle phone as full."""
+        if now is not None:
+            self._advance(now)
         return PolicyStatistics(
             queued=tuple(self._classes[p].queued(p) for p in Priority),
             running=len(self._running),

@@ -197,8 +197,8 @@ class QuotaScheduler:
         self._pump()
 
     def statistics(self) -> PolicyStatistics:
-        """The policy's counters and gauges."""
-        return self._policy.statistics()
+        """The policy's counters and gauges now (its window slid to the clock's time)."""
+        return self._policy.statistics(self._clock.now())
 
     # -- waiting ---------------------------------------------------------------------------
 
