@@ -5,12 +5,14 @@ disconnects, garbage and unreachable phones."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import anyio.abc
+import h11
 import httpx
 import pytest
 
@@ -66,6 +68,40 @@ async def test_a_generation_streams_text_then_its_usage() -> None:
     assert "About cost: I can help with that." in text
     assert pieces[-1] == Usage(input_tokens=estimate_tokens("You are Gorm.") + estimate_tokens(ASK.prompt),
                                output_tokens=estimate_tokens(text))
+
+
+async def body_chunks(url: str, request: dict[str, Any]) -> list[bytes]:
+    """The chunks of a ``/v1/generate`` answer as the phone wrote them (h11 marks where each
+    begins, however TCP cut them up)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps(request).encode()
+    http = h11.Connection(h11.CLIENT)
+    async with await anyio.connect_tcp(host, int(port)) as stream:
+        await stream.send(http.send(h11.Request(method="POST", target="/v1/generate", headers=[
+            ("Host", host), ("Content-Type", "application/json"), ("Content-Length", str(len(body)))])) or b"")
+        await stream.send((http.send(h11.Data(data=body)) or b"") + (http.send(h11.EndOfMessage()) or b""))
+        chunks: list[bytes] = []
+        while not isinstance(event := http.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                http.receive_data(await stream.receive())
+            elif isinstance(event, h11.Data):
+                if event.chunk_start or not chunks:
+                    chunks.append(b"")
+                chunks[-1] += event.data
+    return chunks
+
+
+async def test_without_a_token_rate_the_whole_answer_leaves_in_one_write() -> None:
+    # A write per word costs a turn of both event loops per word: under load a long answer (a
+    # coalesced batch) then held the phone, one generation at a time, for many pacing intervals.
+    ask = {"prompt": "What is on the menu today, and what does the ale cost?", "systemInstruction": "You are Gorm."}
+    async with phone() as (running, _):
+        at_once = await body_chunks(running.url, ask)
+    async with phone(PhoneConfig(time_scale=0.001, tokens_per_s=1000.0)) as (running, _):
+        paced = await body_chunks(running.url, ask)
+    lines = at_once[0].splitlines()
+    assert len(at_once) == 1 and len(lines) > 3 and b'"type":"done"' in lines[-1].replace(b" ", b"")
+    assert len(paced) == len(lines) and b"".join(paced) == at_once[0]  # the same text, a word at a time
 
 
 async def test_the_same_seed_streams_the_same_text() -> None:

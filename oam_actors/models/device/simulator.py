@@ -465,8 +465,13 @@ class _Http:
             ("Content-Type", "application/x-ndjson"), ("Cache-Control", "no-store"),
             (PROTOCOL_HEADER, PROTOCOL_VERSION)]))
 
-    async def send_line(self, line: bytes) -> None:
-        await self.send(h11.Data(data=line + b"\n"))
+    async def send_lines(self, lines: list[bytes], *, end: bool = False) -> None:
+        """``lines`` as one chunk of the body (NDJSON), and the body's end with it if ``end``."""
+        data = self.conn.send(h11.Data(data=b"".join(line + b"\n" for line in lines))) if lines else b""
+        if end:
+            data = (data or b"") + (self.conn.send(h11.EndOfMessage()) or b"")
+        if data:
+            await self.stream.send(data)
 
     def next_cycle(self) -> bool:
         """Ready the connection for the next request; False when it must close."""
@@ -634,16 +639,24 @@ class SimulatedPhone:
         return respond(system, request.prompt, rng, responder)
 
     async def _play(self, http: _Http, events: list[StreamEvent | Fault]) -> bool:
-        """Send ``events``; True when the stream is to hang where it stopped."""
+        """Send ``events``; True when the stream is to hang where it stopped. Without a token
+        rate (``tokens_per_s=0``) the text is all there at once and goes out in one write (up to
+        a fault): a write per word would cost a turn of both event loops per word, so a long
+        answer (a coalesced batch) would hold the phone for as many turns as it has words."""
+        paced = self.config.tokens_per_s > 0
+        ready: list[bytes] = []
         for event in events:
-            if event is Fault.DISCONNECT:
-                raise _Close
-            if event is Fault.HANG:
+            if event is Fault.DISCONNECT or event is Fault.HANG:
+                await http.send_lines(ready)
+                if event is Fault.DISCONNECT:
+                    raise _Close
                 return True
-            await http.send_line(_GARBAGE if isinstance(event, Fault) else encode(event))
-            if isinstance(event, TextEvent) and self.config.tokens_per_s > 0:
+            ready.append(_GARBAGE if isinstance(event, Fault) else encode(event))
+            if paced and isinstance(event, TextEvent):
+                await http.send_lines(ready)
+                ready = []
                 await self._sleep(estimate_tokens(event.text) / self.config.tokens_per_s)
-        await http.send(h11.EndOfMessage())
+        await http.send_lines(ready, end=True)
         return False
 
     async def _refuse(self, http: _Http, refusal: Refusal) -> None:
