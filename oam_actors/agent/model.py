@@ -33,6 +33,7 @@ __all__ = [
     "Resumable",
     "Sampling",
     "StepKind",
+    "ToolChoiceItem",
     "ToolSpec",
     "Usage",
     "estimate_tokens",
@@ -110,7 +111,25 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     sentences: int = 2
 
 
-BatchItem = BarkItem | DecisionItem | ReplyItem
+class ToolChoiceItem(msgspec.Struct, frozen=True, kw_only=True, tag="decide"):
+    """The decide step of an NPC talk: what ``speaker`` does next, one of ``tools`` (the
+    catalog lines the step shows, ``- name: description Arguments: {...}``, with
+    ``- respond: ...`` when answering without a tool is allowed) for the conversation a
+    :class:`ReplyItem` shows. ``names`` are the tools' names. The answer is the step envelope
+    the step itself would have written (``{"action": ..., "arguments": {...}}``)."""
+
+    speaker: str
+    character: str = ""
+    conversation: tuple[str, ...] = ()
+    tool_results: tuple[str, ...] = ()
+    line: str = ""
+    user_label: str = "Player"
+    tools: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    allow_respond: bool = True
+
+
+BatchItem = BarkItem | DecisionItem | ReplyItem | ToolChoiceItem
 """What a short, independent step says about itself so that a coalescing backend may answer it
 together with others (:mod:`oam_actors.agent.batch`). A tagged union: it pickles and encodes."""
 

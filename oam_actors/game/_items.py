@@ -1,4 +1,4 @@
-"""What a bark, a decision or a plain-text reply says about itself for a coalescing backend
+"""What a bark, a decision, a plain-text reply or a talk's tool choice says about itself for a coalescing backend
 (:data:`~oam_actors.agent.model.BatchItem`): the essentials of its character and its situation,
 in the few short lines a batch prompt gives each item. Pure."""
 
@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem
+from ..agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem, ToolChoiceItem
 from ..agent.tools import compact_json
 from ._text import joined_list, sentence, trimmed_or_none
 from .persona import Persona
 
-__all__ = ["bark_item", "decision_item", "reply_item"]
+__all__ = ["bark_item", "decision_item", "reply_item", "tool_choice_item"]
+
+_CATALOG = "Available tools:"  # the decide task's catalog heading (agent.prompts.decide_task)
+_RESPOND_OPTION = "- respond:"
 
 
 def _character(persona: Persona, *, goals: bool, knowledge: bool = False) -> list[str]:
@@ -71,3 +74,21 @@ def reply_item(persona: Persona, extra_instructions: str | None, context_note: s
     return ReplyItem(speaker=persona.name.strip(), character="\n".join(lines), conversation=tuple(conversation),
                      tool_results=tuple(tool_results), line=line, user_label=user_label,
                      sentences=persona.sentence_limit)
+
+
+def tool_choice_item(reply: ReplyItem, prompt: str, names: Sequence[str]) -> ToolChoiceItem | None:
+    """The decide step of the talk ``reply`` describes (the same character and conversation):
+    the tool catalog its ``prompt`` shows, for the tools ``names``; ``None`` (run alone) when
+    the prompt shows none."""
+    lines = prompt.splitlines()
+    if _CATALOG not in lines or not names:
+        return None
+    catalog = []
+    for line in lines[lines.index(_CATALOG) + 1:]:
+        if not line.startswith("- "):
+            break
+        catalog.append(line)
+    return ToolChoiceItem(speaker=reply.speaker, character=reply.character, conversation=reply.conversation,
+                          tool_results=reply.tool_results, line=reply.line, user_label=reply.user_label,
+                          tools=tuple(catalog), names=tuple(names),
+                          allow_respond=any(line.startswith(_RESPOND_OPTION) for line in catalog))

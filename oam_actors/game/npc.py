@@ -69,7 +69,7 @@ from ._dialogue import (
     parse_text_reply,
     partial_text_reply,
 )
-from ._items import bark_item, reply_item
+from ._items import bark_item, reply_item, tool_choice_item
 from ._text import single_line, situation_text
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -162,7 +162,7 @@ class _Attempt:
     options: NPCOptions
     world_summary: str | None
     situation: str | None
-    coalesce: bool = False  # its plain-text reply step may be answered in a batch
+    coalesce: bool = False  # its decide steps and plain-text reply step may be answered in a batch
 
     @property
     def may_retry_as_text(self) -> bool:
@@ -339,8 +339,8 @@ class NPC:
         wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
-        coalescing backend may answer a plain-text reply step together with other NPCs' replies
-        (:func:`~._items.reply_item` says when it may). Raises
+        coalescing backend may answer its decide steps and a plain-text reply step together with
+        other NPCs' (:func:`~._items.reply_item` says when it may). Raises
         :class:`AgentError` for errors no fallback covers; see the module docstring for events
         and commit."""
         await self.run_pending_compaction()
@@ -348,7 +348,7 @@ class NPC:
         if queue_seconds is not None:
             attempt = dataclasses.replace(
                 attempt, agent_options=msgspec.structs.replace(attempt.agent_options, queue_seconds=queue_seconds))
-        if coalesce and attempt.options.reply_format is ReplyFormat.TEXT:
+        if coalesce:
             attempt = dataclasses.replace(attempt, coalesce=True)
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
@@ -472,17 +472,20 @@ class NPC:
 
     def _reply_item(self, attempt: _Attempt, request: GenerationRequest) -> BatchItem | None:
         """The reply step's item: the whole conversation and this turn's tool results as the step
-        shows them (an item too large for a batch runs alone: the policy's budget). ``None`` for
-        any other step."""
-        if request.kind is not StepKind.RESPOND:
+        shows them (an item too large for a batch runs alone: the policy's budget); a decide
+        step's: the same, with the tools it offers. ``None`` for any other step."""
+        if request.kind is not StepKind.RESPOND and request.kind is not StepKind.DECIDE:
             return None
         agent = self._agent
         options = agent.options
         history = agent.history_lines(Labels(options.user_label, options.assistant_label))
         conversation = history.text().splitlines()
         tools = [line for entry in agent.turn_entries[1:] if (line := history.line(entry)) is not None]
-        return reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
-                          conversation, tools, request.user_prompt, options.user_label)
+        reply = reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
+                           conversation, tools, request.user_prompt, options.user_label)
+        if request.kind is StepKind.DECIDE:
+            return None if reply is None else tool_choice_item(reply, request.prompt, [t.name for t in request.tools])
+        return reply
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.

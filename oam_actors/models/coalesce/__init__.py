@@ -5,7 +5,7 @@ Contract
 - ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
   :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
   proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
-  (barks, tool-free decisions, the plain-text replies of NPC talks; see
+  (barks, tool-free decisions, the decide steps and plain-text replies of NPC talks; see
   :mod:`oam_actors.agent.batch`) may be answered together; every other step goes to the
   backend as it is.
 - Only steps that are already waiting are packed: every step queues at the backend on its own
@@ -22,8 +22,9 @@ Contract
 - An item the batch did not answer (missing, invalid, misattributed, cut off) runs alone as the
   normal step, with its usual repair: one extra attempt per affected item, never a wrong answer
   for another character. A batch that fails for a reason every item shares (rate limit, device
-  fault) gives each item that error; any other failure runs each item alone. Tool-free steps
-  only, so a tool never runs twice.
+  fault) gives each item that error; any other failure runs each item alone. A batch only
+  chooses (a talk's decide step answers with its envelope, and its own turn runs the tool
+  once); no tool runs inside a batch, so a tool never runs twice.
 - Each step gets exactly one outcome. Cancelling a waiting step removes it from its batch;
   cancelling the step whose caller leads a batch queues its other members again.
 - ``statistics()`` is the backend's record, with :class:`CoalescingStatistics` in its
@@ -36,6 +37,7 @@ from ._policy import (
     DECISION_TASK,
     REPLY_ITEM_TOKENS,
     REPLY_TASK,
+    TOOL_CHOICE_TASK,
     Answer,
     CoalesceSettings,
     Unanswered,
@@ -52,6 +54,7 @@ __all__ = [
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
+    "TOOL_CHOICE_TASK",
     "Answer",
     "CoalesceSettings",
     "CoalescingModel",

@@ -3,9 +3,10 @@ reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
 
 - :func:`batch_key` says what may be combined: steps carrying a combinable
   :data:`~oam_actors.agent.model.BatchItem` of the same kind, priority and sampling. ``None``
-  means "run it alone" (no item, a repair, tools offered, or an item whose answer could not be
-  read back from one line or would crowd the batch: a decision with an option id holding spaces
-  or ``|``, too many options, a reply whose conversation is over :data:`REPLY_ITEM_TOKENS`).
+  means "run it alone" (no item, a repair, tools offered to a step that is not a talk's tool
+  choice, or an item whose answer could not be read back from one line or would crowd the
+  batch: a decision with an option id holding spaces or ``|``, too many options or tools, a
+  reply or tool choice whose conversation is over :data:`REPLY_ITEM_TOKENS`).
 - :func:`pack` counts how many of the waiting steps fit one generation: at most ``max_items``,
   the prompt plus the reserved answer within the backend's context, the answers within its
   output limit.
@@ -15,7 +16,8 @@ reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
   ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
   that neither speaks as nor names another character of the batch (a talk's reply keeps its
-  ``[emotion]`` tag); a decision must name one of its own option ids. The result per item is
+  ``[emotion]`` tag); a decision must name one of its own option ids; a talk's tool choice must
+  be a step envelope naming one of its own tools (or respond where it may). The result per item is
   :class:`Answer` (the text the step itself would have received: the line, the reply, or the
   decision's JSON object) or :class:`Unanswered` with the
   reason, and the caller runs that step alone.
@@ -30,6 +32,8 @@ from collections.abc import Hashable, Sequence
 
 import msgspec
 
+from ...agent.envelope import Call, Respond, parse_envelope
+from ...agent.lenient_json import find_json
 from ...agent.model import (
     BarkItem,
     BatchItem,
@@ -38,6 +42,7 @@ from ...agent.model import (
     ModelCapabilities,
     ReplyItem,
     StepKind,
+    ToolChoiceItem,
     estimate_tokens,
 )
 
@@ -46,6 +51,7 @@ __all__ = [
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
+    "TOOL_CHOICE_TASK",
     "Answer",
     "CoalesceSettings",
     "Unanswered",
@@ -64,6 +70,7 @@ _DECISION_ANSWER_TOKENS = 48  # "3. option_id | 80 | one short reason"
 _ANSWER_OVERHEAD_TOKENS = 16
 _REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
 _REPLY_SENTENCE_TOKENS = 24
+_TOOL_CHOICE_ANSWER_TOKENS = 64  # '3. {"action": "check_menu", "arguments": {"item": "ale"}}'
 REPLY_ITEM_TOKENS = 900
 """A reply whose item (character, whole conversation, tool results) is larger runs alone: a
 batch never shortens an NPC's context."""
@@ -71,6 +78,7 @@ batch never shortens an NPC's context."""
 BARK_TASK = "Write one line for each character above."
 DECISION_TASK = "Make each decision above."
 REPLY_TASK = "Write the reply of each character above."
+TOOL_CHOICE_TASK = "Choose the next step of each character above."
 """The last line of a batch prompt (the simulated phone recognises a batch by it)."""
 
 _BARK_SYSTEM = """\
@@ -106,6 +114,17 @@ Rules:
 - Every reply belongs to its own character only: never speak as another character of the list and never name them.
 - No narration, no quotation marks, no tool results in brackets. Never say you are an AI.
 - Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. <name>: [<emotion>] <reply>
+Example of the form:
+{example}"""
+
+
+_TOOL_CHOICE_SYSTEM = """\
+You decide what characters in a video game do next while they talk with the player.
+Each numbered conversation below is separate: a different character, talking with the player somewhere else, with its own tools.
+For each conversation, pick that character's next step: a tool of its own list when it does what the player asks or looks up what they want to know, or respond when no tool fits or the conversation already has what is needed.
+Rules:
+- Use only a tool listed under that same conversation, with arguments that fit its Arguments.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. {{"action": "<tool name or respond>", "arguments": {{...}}}}
 Example of the form:
 {example}"""
 
@@ -162,6 +181,11 @@ def combinable(item: BatchItem) -> bool:
         case ReplyItem(speaker=speaker):
             return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
                     and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
+        case ToolChoiceItem(speaker=speaker, names=names, tools=tools):
+            return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker and bool(names)
+                    and len(tools) <= MAX_OPTIONS and all(_OPTION_ID.fullmatch(n) for n in names)
+                    and "respond" not in {n.casefold() for n in names}
+                    and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
         case DecisionItem(options=options):
             ids = [o.id for o in options]
             return (2 <= len(ids) <= MAX_OPTIONS and len({i.casefold() for i in ids}) == len(ids)
@@ -172,8 +196,10 @@ def combinable(item: BatchItem) -> bool:
 def batch_key(request: GenerationRequest) -> Hashable | None:
     """What ``request`` may share a generation with, or ``None`` to run it alone."""
     item = request.item
-    if item is None or request.is_repair or request.tools or not combinable(item):
+    if item is None or request.is_repair or not combinable(item):
         return None
+    if request.tools and not isinstance(item, ToolChoiceItem):
+        return None  # only a tool choice offers tools: the batch answers with its envelope
     return (type(item).__name__, request.priority, request.temperature, request.sampling)
 
 
@@ -181,13 +207,16 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
 
 
 def _answer_tokens(item: BatchItem) -> int:
+    if isinstance(item, ToolChoiceItem):
+        return _TOOL_CHOICE_ANSWER_TOKENS
     if isinstance(item, ReplyItem):
         return _REPLY_LABEL_TOKENS + _REPLY_SENTENCE_TOKENS * max(1, item.sentences)
     return _BARK_ANSWER_TOKENS if isinstance(item, BarkItem) else _DECISION_ANSWER_TOKENS
 
 
-def _reply_tokens(item: ReplyItem) -> int:
-    return estimate_tokens(_reply_block(0, item))
+def _reply_tokens(item: ReplyItem | ToolChoiceItem) -> int:
+    block = _tool_choice_block(0, item) if isinstance(item, ToolChoiceItem) else _reply_block(0, item)
+    return estimate_tokens(block)
 
 
 def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities, max_items: int) -> int:
@@ -223,6 +252,14 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
         system = _BARK_SYSTEM.format(count=len(barks), example=example)
         blocks = [_bark_block(n, b) for n, b in enumerate(barks, 1)]
         task = BARK_TASK
+    elif isinstance(first.item, ToolChoiceItem):
+        choices = [i for i in items if isinstance(i, ToolChoiceItem)]
+        example = "\n".join(f'{n}. {{"action": "{action}", "arguments": {{}}}}'
+                            for (n, c), action in zip(enumerate(choices[:2], 1), ("respond", choices[0].names[0]),
+                                                      strict=False))
+        system = _TOOL_CHOICE_SYSTEM.format(count=len(choices), example=example)
+        blocks = [_tool_choice_block(n, c) for n, c in enumerate(choices, 1)]
+        task = TOOL_CHOICE_TASK
     elif isinstance(first.item, ReplyItem):
         replies = [i for i in items if isinstance(i, ReplyItem)]
         example = "\n".join(f"{n}. {r.speaker.strip()}: [{emotion}] ..."
@@ -266,6 +303,18 @@ def _reply_block(number: int, item: ReplyItem) -> str:
     lines.extend(item.conversation)
     lines.append(f"{item.user_label}: {item.line}")
     lines.extend(item.tool_results)
+    return "\n".join(lines)
+
+
+def _tool_choice_block(number: int, item: ToolChoiceItem) -> str:
+    lines = [f"Conversation {number}: {item.speaker.strip()}"]
+    if item.character.strip():
+        lines.append(item.character.strip())
+    lines.extend(item.conversation)
+    lines.append(f"{item.user_label}: {item.line}")
+    lines.extend(item.tool_results)
+    lines.append("Tools:" if item.allow_respond else "Tools (one must be used now):")
+    lines.extend(item.tools)
     return "\n".join(lines)
 
 
@@ -319,6 +368,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
             results.append(_read_bark(line, item, others))
         elif isinstance(item, ReplyItem):
             results.append(_read_reply(line, item, others))
+        elif isinstance(item, ToolChoiceItem):
+            results.append(_read_tool_choice(line, item, others))
         else:
             assert isinstance(item, DecisionItem)
             results.append(_read_decision(line, item, others))
@@ -351,7 +402,7 @@ def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
 
 
 def _speaker(item: BatchItem | None) -> str:
-    if isinstance(item, BarkItem | ReplyItem):
+    if isinstance(item, BarkItem | ReplyItem | ToolChoiceItem):
         return item.speaker.strip()
     if isinstance(item, DecisionItem):
         return item.actor.strip()
@@ -361,7 +412,7 @@ def _speaker(item: BatchItem | None) -> str:
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
-    if isinstance(item, ReplyItem):
+    if isinstance(item, ReplyItem | ToolChoiceItem):
         return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
     assert isinstance(item, DecisionItem)
     options = " ".join(f"{o.id} {o.description}" for o in item.options)
@@ -426,6 +477,23 @@ def _read_reply(line: str, item: ReplyItem, others: list[str]) -> ItemResult:
         if not text:
             return Unanswered(Why.INVALID, "an emotion without a reply")
     return Answer(f"{tag} {text}" if tag else text)
+
+
+def _read_tool_choice(line: str, item: ToolChoiceItem, others: list[str]) -> ItemResult:
+    """The step envelope of one of the item's own tools (or respond, where it may), read as the
+    decide step reads it; its arguments must not name another character of the batch."""
+    choice = parse_envelope(line, item.names, allow_respond=item.allow_respond)
+    if isinstance(choice, Respond):
+        return Answer('{"action":"respond","arguments":{}}')
+    if not isinstance(choice, Call):
+        return Unanswered(Why.INVALID, choice.problem)
+    found = find_json(line)
+    arguments = msgspec.json.encode(found if isinstance(found, dict) else {}).decode()
+    if (named := next((o for o in others if _names(arguments, o)), None)) is not None:
+        return Unanswered(Why.MISATTRIBUTED, f"names {named}")
+    if not isinstance(found, dict):  # a bare tool name: no arguments (the step repairs it if it needs some)
+        return Answer(msgspec.json.encode({"action": choice.tool, "arguments": {}}).decode())
+    return Answer(msgspec.json.encode(found).decode())
 
 
 def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResult:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK
+from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK, TOOL_CHOICE_TASK
 
 __all__ = ["ResponderConfig", "respond", "sample_value"]
 
@@ -72,6 +72,8 @@ class ResponderConfig:
 
 def respond(system: str, prompt: str, rng: Random, config: ResponderConfig = ResponderConfig()) -> str:
     """The whole answer to one request."""
+    if prompt.endswith(TOOL_CHOICE_TASK):
+        return _tool_choices(prompt, rng, config)
     if _TOOLS_MARK in prompt:
         return _decide(prompt, rng, config)
     if _ARGUMENTS_MARK in prompt:
@@ -104,22 +106,44 @@ class _Tool:
 def _decide(prompt: str, rng: Random, config: ResponderConfig) -> str:
     tools, allow_respond = _catalog(prompt)
     used = {_tool_name(line) for line in _turn_tool_lines(prompt.split(_TOOLS_MARK, 1)[0])}
-    repair = _REPAIR_MARK in prompt
-    if not tools or (allow_respond and used and _MUST_USE_MARK not in prompt):
+    envelope = _step(tools, allow_respond and _MUST_USE_MARK not in prompt, used, _topic(prompt), rng, config)
+    if _REPAIR_MARK not in prompt and rng.random() < config.malformed_rate:
+        return _malformed(envelope, rng)
+    return _dumps(envelope)
+
+
+def _tool_choices(prompt: str, rng: Random, config: ResponderConfig) -> str:
+    """Each numbered conversation's next step, from its own tool list, as the decide step
+    would choose it alone."""
+    lines = []
+    for block in prompt.split("\n\n"):
+        head, _, body = block.partition("\n")
+        if (match := _CHOICE.match(head)) is None:
+            continue
+        conversation, _, catalog = body.partition("\nTools")
+        heading, _, listed = catalog.partition("\n")
+        tools, allow_respond = _catalog("\n".join([_TOOLS_MARK, *listed.splitlines()]))
+        used = {_tool_name(line) for line in _turn_tool_lines(conversation)}
+        said = [m.group(2) for m in map(_LABELLED.match, conversation.splitlines()) if m and m.group(1) != match.group(2)]
+        step = _step(tools, allow_respond and "must" not in heading, used, _topic_of(said[-1] if said else ""), rng, config)
+        lines.append(f"{match.group(1)}. {_dumps(step)}")
+    return "\n".join(lines)
+
+
+def _step(tools: list[_Tool], allow_respond: bool, used: set[str], topic: str, rng: Random,
+          config: ResponderConfig) -> dict[str, Any]:
+    """A step envelope: respond once this turn used a tool (where it may), else a tool at the
+    tool-call rate (always when it must), a fresh one first."""
+    if not tools or (allow_respond and used):
         action = None
-    elif _MUST_USE_MARK in prompt or not allow_respond or rng.random() < config.tool_call_rate:
+    elif not allow_respond or rng.random() < config.tool_call_rate:
         fresh = [t for t in tools if t.name not in used]
         action = rng.choice(fresh or tools)
     else:
         action = None
     if action is None:
-        envelope = {"action": "respond", "arguments": {}}
-    else:
-        arguments = sample_value(action.arguments, rng, topic=_topic(prompt))
-        envelope = {"action": action.name, "arguments": arguments}
-    if not repair and rng.random() < config.malformed_rate:
-        return _malformed(envelope, rng)
-    return _dumps(envelope)
+        return {"action": "respond", "arguments": {}}
+    return {"action": action.name, "arguments": sample_value(action.arguments, rng, topic=topic)}
 
 
 def _catalog(prompt: str) -> tuple[list[_Tool], bool]:
@@ -364,6 +388,7 @@ def _string_end(text: str, at: int) -> int:
 # --- batches -------------------------------------------------------------------------------------
 
 _CHARACTER = re.compile(r"^Character (\d+): (.+)$", re.MULTILINE)
+_CHOICE = re.compile(r"^Conversation (\d+): (.+)$")
 _CONVERSATION = re.compile(r"^Conversation (\d+): (.+?) \(at most \d+ sentences?\)$")
 _DECISION = re.compile(r"^Decision (\d+)\b.*?^Options: ([^\n]*)$", re.MULTILINE | re.DOTALL)
 
