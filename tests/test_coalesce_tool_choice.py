@@ -12,7 +12,7 @@ from typing import Any
 
 from oam_actors import GenerationRequest, ScriptStep, ScriptStyle, ScriptedModel, StepKind
 from oam_actors.agent import ToolDefinition
-from oam_actors.agent.model import BarkItem, ToolChoiceItem, ToolSpec
+from oam_actors.agent.model import BarkItem, ReplyItem, ToolChoiceItem, ToolSpec
 from oam_actors.agent.schema import Schema
 from oam_actors.game import NPC, Persona
 from oam_actors.game.options import NPCOptions, ReplyFormat
@@ -44,8 +44,9 @@ RESPOND = '{"action": "respond", "arguments": {}}'
 
 def choice(name: str, *, tools: tuple[str, ...] = CATALOG, names: tuple[str, ...] = ("check_stock",),
            **fields: Any) -> GenerationRequest:
-    item = ToolChoiceItem(speaker=name, character="Role: a villager.", line="Any ale left?", tools=tools,
-                          names=names, allow_respond=any(t.startswith("- respond:") for t in tools))
+    talk = ReplyItem(speaker=name, character="Role: a villager.", line="Any ale left?")
+    item = ToolChoiceItem(talk=talk, tools=tools, names=names,
+                          allow_respond=any(t.startswith("- respond:") for t in tools))
     return GenerationRequest(kind=StepKind.DECIDE, system=f"You play {name}.", prompt="Available tools:", item=item,
                              tools=tuple(ToolSpec(n, "", STOCK) for n in names), **fields)
 

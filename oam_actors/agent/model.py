@@ -112,18 +112,13 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
 
 
 class ToolChoiceItem(msgspec.Struct, frozen=True, kw_only=True, tag="decide"):
-    """The decide step of an NPC talk: what ``speaker`` does next, one of ``tools`` (the
-    catalog lines the step shows, ``- name: description Arguments: {...}``, with
-    ``- respond: ...`` when answering without a tool is allowed) for the conversation a
-    :class:`ReplyItem` shows. ``names`` are the tools' names. The answer is the step envelope
-    the step itself would have written (``{"action": ..., "arguments": {...}}``)."""
+    """The decide step of an NPC talk: what the NPC of ``talk`` (its character and conversation,
+    as its reply would show them) does next, one of ``tools`` (the catalog lines the step shows,
+    ``- name: description Arguments: {...}``, with ``- respond: ...`` when answering without a
+    tool is allowed). ``names`` are the tools' names. The answer is the step envelope the step
+    itself would have written (``{"action": ..., "arguments": {...}}``)."""
 
-    speaker: str
-    character: str = ""
-    conversation: tuple[str, ...] = ()
-    tool_results: tuple[str, ...] = ()
-    line: str = ""
-    user_label: str = "Player"
+    talk: ReplyItem
     tools: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     allow_respond: bool = True

@@ -86,7 +86,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "loopback and the hosts of --device (repeatable; environment: OAM_DEVICE_ALLOW_HOSTS, "
                         "comma-separated)")
     parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=True,
-                        help="a pool or proxy system model answers waiting barks and tool-free decisions "
+                        help="a pool or proxy system model answers waiting barks, tool-free decisions and talk steps "
                         "together, several per generation (default: on)")
     parser.add_argument("--coalesce-batch", type=positive_int, default=CoalesceSettings().max_items, metavar="N",
                         help="--coalesce: items per generation at most (default 6; 1 turns coalescing off)")

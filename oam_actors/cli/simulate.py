@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", action="append", type=priority_deadline, metavar="PRIORITY=SECONDS",
                         help="the server's default deadline of a priority, as for stdio (repeatable)")
     parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=defaults.coalesce,
-                        help="farm, devices, proxy: barks and tool-free decisions share generations, as on "
+                        help="farm, devices, proxy: barks, tool-free decisions and talk steps share generations, as on "
                              "the servers (default on)")
     parser.add_argument("--seed", metavar="N", type=int, default=defaults.seed, help=f"random seed (default {defaults.seed})")
     parser.add_argument("--report-dir", default=defaults.report_dir, metavar="DIR",

@@ -88,7 +88,5 @@ def tool_choice_item(reply: ReplyItem, prompt: str, names: Sequence[str]) -> Too
         if not line.startswith("- "):
             break
         catalog.append(line)
-    return ToolChoiceItem(speaker=reply.speaker, character=reply.character, conversation=reply.conversation,
-                          tool_results=reply.tool_results, line=reply.line, user_label=reply.user_label,
-                          tools=tuple(catalog), names=tuple(names),
+    return ToolChoiceItem(talk=reply, tools=tuple(catalog), names=tuple(names),
                           allow_respond=any(line.startswith(_RESPOND_OPTION) for line in catalog))

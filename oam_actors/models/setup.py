@@ -33,7 +33,7 @@ proxy's API key is read from the model actor's environment. A set of phones sess
 its own model actor the same way (hosted on first use, shared by every shard and front door).
 ``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
 A pool or proxy system model is coalesced (``coalesce``, on by default;
-:mod:`oam_actors.models.coalesce`): barks and tool-free decisions that wait for it share
+:mod:`oam_actors.models.coalesce`): barks, tool-free decisions and talk steps that wait for it share
 generations; on Ray that happens in the model actor.
 
 A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
@@ -112,7 +112,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The deadlines by priority (dialogue, decision, background): how long a model step may wait
     for the pool's or the proxy's quota (``None``: 20, 60 and 120 s)."""
     coalesce: CoalesceSettings | None = msgspec.field(default_factory=CoalesceSettings)
-    """A pool or proxy system model answers barks and tool-free decisions that wait for it
+    """A pool or proxy system model answers barks, tool-free decisions and talk steps that wait for it
     together (:mod:`oam_actors.models.coalesce`); ``None`` turns it off."""
     rpm: int | None = None  # requests per minute per proxy backend, as the operator bought them
     tpm: int | None = None  # tokens per minute per proxy backend

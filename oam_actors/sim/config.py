@@ -39,7 +39,7 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     """The server's default deadline by priority (``--deadline PRIORITY=SECONDS``), over the
     defaults dialogue 20 s, decision 60 s, background 120 s."""
     coalesce: bool = True
-    """A pool or proxy system model coalesces barks and tool-free decisions (``--no-coalesce``
+    """A pool or proxy system model coalesces barks, tool-free decisions and talk steps (``--no-coalesce``
     turns it off), with the servers' default settings."""
     rpm: int | None = None
     tpm: int | None = None

@@ -365,7 +365,7 @@ def _coalescing_pairs(coalescing: dict[str, Any] | None) -> list[tuple[str, Any]
     if coalescing is None:
         return [("coalescing", "off")]
     return [
-        ("coalescable steps (barks, tool-free decisions)", coalescing["items"]),
+        ("coalescable steps (barks, tool-free decisions, talk steps)", coalescing["items"]),
         ("generations they used", coalescing["generations"]),
         ("steps answered from a batch", coalescing["answered"]),
         ("batches of two or more (steps in them)", f"{coalescing['batches']} ({coalescing['batchedItems']})"),

@@ -181,7 +181,8 @@ def combinable(item: BatchItem) -> bool:
         case ReplyItem(speaker=speaker):
             return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
                     and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
-        case ToolChoiceItem(speaker=speaker, names=names, tools=tools):
+        case ToolChoiceItem(talk=talk, names=names, tools=tools):
+            speaker = talk.speaker
             return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker and bool(names)
                     and len(tools) <= MAX_OPTIONS and all(_OPTION_ID.fullmatch(n) for n in names)
                     and "respond" not in {n.casefold() for n in names}
@@ -295,24 +296,25 @@ def _bark_block(number: int, item: BarkItem) -> str:
 
 
 def _reply_block(number: int, item: ReplyItem) -> str:
-    speaker = item.speaker.strip()
     limit = max(1, item.sentences)
-    lines = [f"Conversation {number}: {speaker} (at most {limit} {'sentence' if limit == 1 else 'sentences'})"]
+    return "\n".join(_talk_lines(f"{number}: {item.speaker.strip()} "
+                                 f"(at most {limit} {'sentence' if limit == 1 else 'sentences'})", item))
+
+
+def _talk_lines(head: str, item: ReplyItem) -> list[str]:
+    """A talk as its own steps show it: the NPC, the whole conversation, this turn's line and
+    tool results."""
+    lines = [f"Conversation {head}"]
     if item.character.strip():
         lines.append(item.character.strip())
     lines.extend(item.conversation)
     lines.append(f"{item.user_label}: {item.line}")
     lines.extend(item.tool_results)
-    return "\n".join(lines)
+    return lines
 
 
 def _tool_choice_block(number: int, item: ToolChoiceItem) -> str:
-    lines = [f"Conversation {number}: {item.speaker.strip()}"]
-    if item.character.strip():
-        lines.append(item.character.strip())
-    lines.extend(item.conversation)
-    lines.append(f"{item.user_label}: {item.line}")
-    lines.extend(item.tool_results)
+    lines = _talk_lines(f"{number}: {item.talk.speaker.strip()}", item.talk)
     lines.append("Tools:" if item.allow_respond else "Tools (one must be used now):")
     lines.extend(item.tools)
     return "\n".join(lines)
@@ -402,7 +404,9 @@ def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
 
 
 def _speaker(item: BatchItem | None) -> str:
-    if isinstance(item, BarkItem | ReplyItem | ToolChoiceItem):
+    if isinstance(item, ToolChoiceItem):
+        return item.talk.speaker.strip()
+    if isinstance(item, BarkItem | ReplyItem):
         return item.speaker.strip()
     if isinstance(item, DecisionItem):
         return item.actor.strip()
@@ -412,7 +416,9 @@ def _speaker(item: BatchItem | None) -> str:
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
-    if isinstance(item, ReplyItem | ToolChoiceItem):
+    if isinstance(item, ToolChoiceItem):
+        return _own_text(item.talk)
+    if isinstance(item, ReplyItem):
         return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
     assert isinstance(item, DecisionItem)
     options = " ".join(f"{o.id} {o.description}" for o in item.options)
