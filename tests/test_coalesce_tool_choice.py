@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from oam_actors import GenerationRequest, ScriptStep, ScriptStyle, ScriptedModel, StepKind
+from oam_actors import GenerationRequest, ModelCapabilities, ScriptStep, ScriptStyle, ScriptedModel, StepKind
 from oam_actors.agent import ToolDefinition
 from oam_actors.agent.model import BarkItem, ReplyItem, ToolChoiceItem, ToolSpec
 from oam_actors.agent.schema import Schema
@@ -25,6 +25,7 @@ from oam_actors.models.coalesce import (
     Why,
     batch_key,
     batch_request,
+    pack,
     read_batch,
 )
 from oam_actors.models.pool import ScheduledModel
@@ -60,6 +61,12 @@ def test_tool_choices_offer_tools_yet_share_a_key_of_their_own() -> None:
     assert batch_key(choice("Gorm")) == batch_key(choice("Mira")) is not None
     assert batch_key(bark) is None  # only a tool choice may offer tools in a batch
     assert batch_key(choice("Gorm", names=("respond",))) is None  # its answer could not be told apart
+
+
+def test_six_tool_choices_fit_a_nano_phones_output_limit() -> None:
+    six = [choice(name) for name in ("Gorm", "Mira", "Tobin", "Elsa", "Brann", "Hild", "Ulf")]
+    assert pack(six, ModelCapabilities(context_size=4000, max_output_tokens=256), 6) == 6
+    assert pack(six, ModelCapabilities(context_size=4000, max_output_tokens=120), 6) < 6
 
 
 def test_the_batch_prompt_shows_each_conversation_with_its_own_tools() -> None:

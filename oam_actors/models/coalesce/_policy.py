@@ -70,7 +70,7 @@ _DECISION_ANSWER_TOKENS = 48  # "3. option_id | 80 | one short reason"
 _ANSWER_OVERHEAD_TOKENS = 16
 _REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
 _REPLY_SENTENCE_TOKENS = 24
-_TOOL_CHOICE_ANSWER_TOKENS = 64  # '3. {"action": "check_menu", "arguments": {"item": "ale"}}'
+_TOOL_CHOICE_ANSWER_TOKENS = 40  # '3. {"action": "check_menu", "arguments": {"item": "ale"}}': six fit 256
 REPLY_ITEM_TOKENS = 900
 """A reply whose item (character, whole conversation, tool results) is larger runs alone: a
 batch never shortens an NPC's context."""
