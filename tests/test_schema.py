@@ -743,6 +743,11 @@ def test_schemas_differing_in_descriptions_check_alike_and_references_still_reac
     for name in ("Mira", "Gorm"):
         assert messages(reply(name), {"line": "Hello there"}) == ["$.line: must have at most 5 characters; got 11"]
         assert Schema.compile(reply(name)).coerce({"Line": 2}) == {"line": "2"}
+        # Rendered once per shape, each with its own description.
+        assert Schema.compile(reply(name)).render_lines() == f'- "line": string (at most 5 chars), What {name} says.'
+    # A placeholder-like name in a property key: that document is rendered on its own.
+    odd = {"type": "object", "properties": {"\x000\x00": {"type": "string", "description": "d"}}}
+    assert Schema.compile(odd).render_compact() == '{"\x000\x00"?: string (d)}'
     # A reference may point into an annotation: that document is checked on its own.
     pointed = {"type": "object", "properties": {
         "a": {"$ref": "#/properties/b/examples/0"}, "b": {"examples": [{"type": "integer"}]},

@@ -9,6 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oam_actors import Schema
+from oam_actors.agent.schema._check import check_schema
+from oam_actors.agent.schema._render import render_compact, render_lines
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -218,3 +220,28 @@ def test_coerce_is_idempotent_on_accepted_output(raw: dict[str, Any], value: Any
     coerced = schema.coerce(value)
     if not schema.validate(coerced):
         assert schema.validate(schema.coerce(coerced)) == []
+
+
+def _described(node: Any, texts: list[str]) -> Any:
+    """``node`` with a description from ``texts`` (cycled) on every schema object in it."""
+    if isinstance(node, list):
+        return [_described(child, texts) for child in node]
+    if not isinstance(node, dict):
+        return node
+    copied = {key: _described(value, texts) if key != "enum" else value for key, value in node.items()}
+    if "type" in node or "anyOf" in node or "const" in node:
+        copied["description"] = texts[len(str(node)) % len(texts)]
+    return copied
+
+
+@SETTINGS
+@given(schemas, st.lists(st.text(alphabet="ab\x00\\()\",- ", max_size=8), min_size=1, max_size=3))
+def test_schemas_sharing_an_outline_render_and_warn_as_if_compiled_alone(
+    raw: dict[str, Any], texts: list[str]
+) -> None:
+    # Two documents differing only in descriptions: the second reuses the first's outline.
+    plain = Schema.compile(raw)
+    schema = Schema.compile(_described(raw, texts))
+    assert schema.render_lines() == render_lines(schema.generation_schema)
+    assert schema.render_compact() == render_compact(schema.generation_schema)
+    assert schema.warnings == plain.warnings == tuple(check_schema(schema.generation_schema))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ import msgspec
 from oam_actors.errors import AgentError, ErrorCode
 
 from ._check import SchemaCheckError, check_schema
-from ._close import checked_keywords, close_schema
+from ._close import close_schema, placeholder
 from ._coerce import Coercer
 from ._example import example
 from ._json import declared_types, keyword_dict, resolve
@@ -67,6 +68,10 @@ class Schema:
     """The closed schema that is enforced (a ``dict`` or a ``bool``)."""
     warnings: tuple[str, ...]
     """``'<pointer>: '<keyword>' is not supported and is ignored'``, in document order."""
+    _shape: _Shape | None = dataclasses.field(default=None, compare=False, repr=False)
+    """What this schema shares with every schema of its outline (see ``close_schema``)."""
+    _descriptions: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    """The outline's placeholders filled in: this schema's string descriptions."""
 
     @classmethod
     def compile(cls, raw: Any, *, path: str = "schema") -> Schema:
@@ -79,15 +84,23 @@ class Schema:
             raise _invalid(path, SchemaCheckError("#", "a schema must be a JSON object"))
         text = _plain_json_text(parsed)
         try:
-            return _compile_json(text) if text is not None else cls._checked(parsed)
+            return _compile_json(text) if text is not None else cls._checked(parsed, plain=False)
         except SchemaCheckError as error:
             raise _invalid(path, error) from error
 
     @classmethod
-    def _checked(cls, parsed: Any) -> Schema:
-        """Closes and checks a schema value; raises :class:`SchemaCheckError`."""
-        closed = close_schema(parsed)
-        return cls(parsed, closed, tuple(check_schema(closed)))
+    def _checked(cls, parsed: Any, *, plain: bool) -> Schema:
+        """Closes and checks a schema value (``plain``: parsed from JSON text); raises
+        :class:`SchemaCheckError`."""
+        closed, outline, descriptions = close_schema(parsed)
+        if outline is None:
+            text = None
+        else:
+            text = msgspec.json.encode(outline) if plain else _plain_json_text(outline)
+        if text is None:
+            return cls(parsed, closed, tuple(check_schema(closed)))
+        shape = _shape_of(text, len(descriptions))
+        return cls(parsed, closed, shape.warnings, shape, tuple(descriptions))
 
     @classmethod
     def empty_object(cls) -> Schema:
@@ -120,16 +133,26 @@ class Schema:
 
     @property
     def _validator(self) -> Validator:
-        """The checks of the closed schema, compiled on first use and kept."""
-        return self.derived("validator", _validator_for)
+        """The checks of the closed schema, compiled on first use and kept (per outline)."""
+        if self._shape is not None:
+            return self._shape.validator
+        return self.derived("validator", Validator)
 
     def render_compact(self) -> str:
         """The one-line form for tool catalogs (§5.7). Computed once: every decide step shows it."""
-        return self.derived("compact", render_compact)
+        return self.derived("compact", lambda _: self._rendered(render_compact))
 
     def render_lines(self) -> str:
         """The key-per-line form for argument and structured steps (§5.7). Computed once."""
-        return self.derived("lines", render_lines)
+        return self.derived("lines", lambda _: self._rendered(render_lines))
+
+    def _rendered(self, render: Callable[[Any], str]) -> str:
+        """``render(generation_schema)``: the outline's rendering once per outline, with this
+        schema's descriptions put in for the placeholders (the rendering copies them verbatim)."""
+        template = None if self._shape is None else self._shape.template(render)
+        if template is None:
+            return render(self.generation_schema)
+        return _PLACEHOLDER.sub(lambda found: self._descriptions[int(found[1])], template)
 
     def example(self) -> Any:
         """A small valid value to show the model (required properties, first enum choice, lower
@@ -178,20 +201,38 @@ _SHARED_SCHEMAS = 1024
 @functools.lru_cache(maxsize=_SHARED_SCHEMAS)
 def _compile_json(text: bytes) -> Schema:
     """The schema of a JSON text (its own parse of it, so no caller's value is shared)."""
-    return Schema._checked(msgspec.json.decode(text))
+    return Schema._checked(msgspec.json.decode(text), plain=True)
 
 
-def _validator_for(generation_schema: Any) -> Validator:
-    """The compiled checks of a closed schema, shared by every schema with the same checked
-    keywords (they differ only in descriptions and the like)."""
-    checked = checked_keywords(generation_schema)
-    text = None if checked is None else _plain_json_text(checked)
-    return _shared_validator(text) if text is not None else Validator(generation_schema)
+_PLACEHOLDER = re.compile(placeholder(0).replace("0", "([0-9]+)"))
+
+
+class _Shape:
+    """What schemas of one outline share: its warnings, its compiled checks, its renderings."""
+
+    def __init__(self, outline_text: bytes, descriptions: int) -> None:
+        self.outline = msgspec.json.decode(outline_text)
+        self.warnings = tuple(check_schema(self.outline))
+        self.validator = Validator(self.outline)
+        # A placeholder shows in a rendering only where its description would; it is told apart
+        # from the document's own text only when no other string holds a NUL (JSON escapes it).
+        self.fillable = outline_text.count(b"\\u0000") == 2 * descriptions
+        self._templates: dict[Callable[[Any], str], str] = {}
+
+    def template(self, render: Callable[[Any], str]) -> str | None:
+        """``render(outline)``, kept; ``None`` when its placeholders cannot be told apart."""
+        if not self.fillable:
+            return None
+        if render not in self._templates:
+            self._templates[render] = render(self.outline)
+        return self._templates[render]
 
 
 @functools.lru_cache(maxsize=_SHARED_SCHEMAS)
-def _shared_validator(text: bytes) -> Validator:
-    return Validator(msgspec.json.decode(text))
+def _shape_of(outline_text: bytes, descriptions: int) -> _Shape:
+    """The shape of an outline with that many placeholders; raises :class:`SchemaCheckError`
+    (not kept) when malformed."""
+    return _Shape(outline_text, descriptions)
 
 
 @functools.lru_cache(maxsize=_SHARED_SCHEMAS)

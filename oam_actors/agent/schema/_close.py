@@ -1,4 +1,4 @@
-"""Closing of object schemas (private, protocol §5.3).
+"""Closing of object schemas (private, protocol §5.3), and the outline schemas share.
 
 A model writing JSON freely sometimes adds keys the schema never declared; closing the schema
 makes coercion drop them before a tool call or a structured reply leaves the agent.
@@ -6,10 +6,9 @@ makes coercion drop them before a tool call or a structured reply leaves the age
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["checked_keywords", "close_schema"]
+__all__ = ["close_schema", "placeholder"]
 
 # Deeper than any schema the check accepts; stops runaway recursion through unchecked `not`.
 _MAX_DEPTH: Final = 64
@@ -18,59 +17,66 @@ _SCHEMA_SLOTS: Final = ("items", "additionalProperties", "not")
 _ANNOTATIONS: Final = frozenset({"description", "title", "examples", "$comment"})
 
 
-def close_schema(node: Any) -> Any:
-    """A copy where every object schema declaring ``properties`` without
-    ``additionalProperties`` gets ``"additionalProperties": false``, recursively.
+def placeholder(index: int) -> str:
+    """What stands for the ``index``-th string description in an outline."""
+    return f"\x00{index}\x00"
 
-    Members of ``allOf`` themselves stay open (closed, they would reject each other's keys);
-    schemas nested inside them are closed. An explicit ``additionalProperties`` is kept.
+
+def close_schema(node: Any) -> tuple[Any, Any | None, list[str]]:
+    """``(closed, outline, descriptions)``.
+
+    ``closed`` is a copy where every object schema declaring ``properties`` without
+    ``additionalProperties`` gets ``"additionalProperties": false``, recursively. Members of
+    ``allOf`` themselves stay open (closed, they would reject each other's keys); schemas nested
+    inside them are closed. An explicit ``additionalProperties`` is kept.
+
+    ``outline`` is ``closed`` without the keywords no check, fix or rendering reads (titles,
+    examples, comments, ``x-*``), each string description replaced by :func:`placeholder` of its
+    index in ``descriptions``. Schemas with one outline check, validate, coerce and render alike
+    (a crowd's reply schemas differ in the persona's name), so they share all of that. ``None``
+    when that cannot be known: a ``$ref`` might point into what was left out, and very deep
+    documents are not walked.
     """
-    return _close(node, False, 0)
+    closer = _Closer()
+    closed, outline = closer.node(node, False, 0)
+    return closed, None if closer.unshareable else outline, closer.descriptions
 
 
-def _close(node: Any, in_all_of: bool, depth: int) -> Any:
-    if not isinstance(node, dict) or depth > _MAX_DEPTH:
-        return node
-    closed = {key: _member(key, value, depth + 1, _close) for key, value in node.items()}
-    if not in_all_of and isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
-        closed["additionalProperties"] = False
-    return closed
+class _Closer:
+    """One walk building the closed copy and its outline side by side."""
 
+    def __init__(self) -> None:
+        self.descriptions: list[str] = []
+        self.unshareable = False
 
-def _member(key: str, value: Any, depth: int, visit: Callable[[Any, bool, int], Any]) -> Any:
-    """A member of a schema object, with the schemas in it passed through ``visit``."""
-    if key in _SCHEMA_MAPS and isinstance(value, dict):
-        return {name: visit(child, False, depth) for name, child in value.items()}
-    if key in _SCHEMA_SLOTS:
-        return visit(value, False, depth)
-    if key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
-        return [visit(child, key == "allOf", depth) for child in value]
-    return value
+    def node(self, node: Any, in_all_of: bool, depth: int) -> tuple[Any, Any]:
+        if not isinstance(node, dict):
+            return node, node
+        if depth > _MAX_DEPTH:
+            self.unshareable = True
+            return node, node
+        if "$ref" in node:
+            self.unshareable = True
+        closed, outline = {}, {}
+        for key, value in node.items():
+            closed[key], kept = self.member(key, value, depth + 1)
+            if key == "description" and isinstance(value, str):
+                outline[key] = placeholder(len(self.descriptions))
+                self.descriptions.append(value)
+            elif key not in _ANNOTATIONS and not key.startswith("x-"):
+                outline[key] = kept
+        if not in_all_of and isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
+            closed["additionalProperties"] = outline["additionalProperties"] = False
+        return closed, outline
 
-
-class _Unshareable(Exception):
-    """The document's checks depend on more than its checked keywords."""
-
-
-def checked_keywords(node: Any) -> Any | None:
-    """A copy of a (closed) schema without the keywords no check or fix reads: descriptions,
-    titles, examples, comments and ``x-*``. Schemas differing only in those validate and coerce
-    alike (a crowd's reply schemas differ in the persona's name), so they can share their
-    compiled checks. ``None`` when that cannot be known: a ``$ref`` might point into what was
-    left out, and very deep documents are not walked."""
-    try:
-        return _strip(node, False, 0)
-    except _Unshareable:
-        return None
-
-
-def _strip(node: Any, in_all_of: bool, depth: int) -> Any:
-    if not isinstance(node, dict):
-        return node
-    if depth > _MAX_DEPTH or "$ref" in node:
-        raise _Unshareable
-    return {
-        key: _member(key, value, depth + 1, _strip)
-        for key, value in node.items()
-        if key not in _ANNOTATIONS and not key.startswith("x-")
-    }
+    def member(self, key: str, value: Any, depth: int) -> tuple[Any, Any]:
+        """A member of a schema object, with the schemas in it closed and outlined."""
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            pairs = {name: self.node(child, False, depth) for name, child in value.items()}
+            return {name: pair[0] for name, pair in pairs.items()}, {name: pair[1] for name, pair in pairs.items()}
+        if key in _SCHEMA_SLOTS:
+            return self.node(value, False, depth)
+        if key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+            pairs_list = [self.node(child, key == "allOf", depth) for child in value]
+            return [pair[0] for pair in pairs_list], [pair[1] for pair in pairs_list]
+        return value, value
