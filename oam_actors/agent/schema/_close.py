@@ -14,6 +14,8 @@ __all__ = ["close_schema", "placeholder"]
 _MAX_DEPTH: Final = 64
 _SCHEMA_MAPS: Final = ("properties", "$defs", "definitions")
 _SCHEMA_SLOTS: Final = ("items", "additionalProperties", "not")
+_COMPOSITIONS: Final = ("anyOf", "oneOf", "allOf")
+_WALKED: Final = frozenset({*_SCHEMA_MAPS, *_SCHEMA_SLOTS, *_COMPOSITIONS})
 _ANNOTATIONS: Final = frozenset({"description", "title", "examples", "$comment"})
 
 
@@ -59,12 +61,15 @@ class _Closer:
             self.unshareable = True
         closed, outline = {}, {}
         for key, value in node.items():
-            closed[key], kept = self.member(key, value, depth + 1)
-            if key == "description" and isinstance(value, str):
-                outline[key] = placeholder(len(self.descriptions))
+            if key in _WALKED:
+                closed[key], outline[key] = self.member(key, value, depth + 1)
+            elif key == "description" and isinstance(value, str):
+                closed[key], outline[key] = value, placeholder(len(self.descriptions))
                 self.descriptions.append(value)
-            elif key not in _ANNOTATIONS and not key.startswith("x-"):
-                outline[key] = kept
+            else:
+                closed[key] = value
+                if key not in _ANNOTATIONS and not key.startswith("x-"):
+                    outline[key] = value
         if not in_all_of and isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
             closed["additionalProperties"] = outline["additionalProperties"] = False
         return closed, outline
@@ -72,11 +77,13 @@ class _Closer:
     def member(self, key: str, value: Any, depth: int) -> tuple[Any, Any]:
         """A member of a schema object, with the schemas in it closed and outlined."""
         if key in _SCHEMA_MAPS and isinstance(value, dict):
-            pairs = {name: self.node(child, False, depth) for name, child in value.items()}
-            return {name: pair[0] for name, pair in pairs.items()}, {name: pair[1] for name, pair in pairs.items()}
+            closed, outline = {}, {}
+            for name, child in value.items():
+                closed[name], outline[name] = self.node(child, False, depth)
+            return closed, outline
         if key in _SCHEMA_SLOTS:
             return self.node(value, False, depth)
-        if key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
-            pairs_list = [self.node(child, key == "allOf", depth) for child in value]
-            return [pair[0] for pair in pairs_list], [pair[1] for pair in pairs_list]
+        if key in _COMPOSITIONS and isinstance(value, list):
+            pairs = [self.node(child, key == "allOf", depth) for child in value]
+            return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         return value, value
