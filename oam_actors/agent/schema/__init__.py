@@ -18,7 +18,10 @@ Contract:
   :meth:`Schema.example` is a small valid value for prompts.
 - Checks and fixes are compiled once per schema, on first use (closures per schema node), and
   equal documents of plain JSON compile to one shared :class:`Schema` (its ``raw`` is its own
-  parse of the document, not the caller's value).
+  parse of the document, not the caller's value). Documents differing only in annotations
+  (descriptions, titles, ``x-*``…; a crowd's reply schemas name each persona) share one
+  outline: checked, warned about, compiled and rendered once, each schema's renderings having
+  its own descriptions filled in.
 - Values are plain JSON values (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
   ``None``); inputs are never mutated. ``pattern`` uses Python ``re.search`` semantics and
   lengths count code points.
