@@ -2,7 +2,8 @@
 :class:`ManualClock` and move it themselves (like trio's ``MockClock``), so nothing sleeps for real
 and no test depends on the machine's speed.
 
-Used by the quota scheduler, the device pool and the agent's retry waits. :func:`wire_instant` is
+Used by the quota scheduler, the device pool, the agent's retry waits and requests' deadlines
+(:class:`Budget`). :func:`wire_instant` is
 the protocol's one spelling of a moment (``createdAt``, ``retryAfter``).
 """
 
@@ -17,7 +18,7 @@ from typing import Protocol
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "MonotonicClock", "wire_instant"]
+__all__ = ["Budget", "Clock", "ManualClock", "MonotonicClock", "wire_instant"]
 
 
 def wire_instant(moment: dt.datetime | None = None) -> str:
@@ -96,3 +97,38 @@ class ManualClock:
         self._now += seconds
         while self._sleepers and self._sleepers[0][0] <= self._now:
             heapq.heappop(self._sleepers)[2].set()
+
+
+class Budget:
+    """A request's time, counted from its arrival on ``clock``: ``seconds`` is its deadline
+    (``None``: the backend's queue time for its priority applies, also counted from arrival).
+
+    It crosses a process boundary (pickled into a Ray shard) as relative seconds, the time
+    spent so far, never as an instant: two processes' clocks do not agree. The receiving side
+    re-anchors it on its own monotonic clock at receipt, so time in its mailbox counts too.
+    """
+
+    __slots__ = ("_arrived", "_clock", "seconds")
+
+    def __init__(self, clock: Clock, seconds: float | None, *, spent: float = 0.0) -> None:
+        self._clock = clock
+        self.seconds = seconds
+        self._arrived = clock.now() - spent
+
+    def spent(self) -> float:
+        """Seconds since the request arrived."""
+        return max(0.0, self._clock.now() - self._arrived)
+
+    def left(self) -> float | None:
+        """What is left of the deadline (0 once it has passed; ``None``: no deadline of its own)."""
+        return None if self.seconds is None else max(0.0, self.seconds - self.spent())
+
+    def __reduce__(self) -> tuple[object, tuple[float | None, float]]:
+        return _resumed_budget, (self.seconds, self.spent())
+
+    def __repr__(self) -> str:
+        return f"Budget(seconds={self.seconds!r}, spent={self.spent():.3f})"
+
+
+def _resumed_budget(seconds: float | None, spent: float) -> Budget:
+    return Budget(MonotonicClock(), seconds, spent=spent)

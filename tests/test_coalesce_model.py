@@ -25,6 +25,7 @@ from oam_actors import (
     StepKind,
     Usage,
 )
+from oam_actors.clock import Budget
 from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 from oam_actors.game import NPC, BarkLine, DecisionEngine, DecisionOption, DecisionRequest, Persona
 from oam_actors.models.coalesce import BARK_TASK, DECISION_TASK, CoalesceSettings, CoalescingModel
@@ -397,7 +398,7 @@ async def test_a_waiting_bark_whose_deadline_passes_leaves_the_line_and_degrades
 
     with anyio.fail_after(GUARD):
         async with anyio.create_task_group() as group:
-            for npc, kwargs in ((gorm, {}), (mira, {"queue_seconds": 0.5}), (tobin, {})):
+            for npc, kwargs in ((gorm, {}), (mira, {"budget": Budget(rig.clock, 0.5)}), (tobin, {})):
                 group.start_soon(lambda npc=npc, kwargs=kwargs: bark(npc, **kwargs))
                 await anyio.wait_all_tasks_blocked()
             rig.clock.advance(0.5)  # Mira's deadline: she has no earlier bark to repeat
@@ -415,7 +416,7 @@ async def test_items_per_generation_counts_only_the_items_a_generation_answered(
     rig = Rig()
     await rig.warm_up()
     npcs = crowd(rig.model, NAMES[:4])
-    results = await rig.run([*barking(npcs[:2], queue_seconds=0.5), *barking(npcs[2:])])
+    results = await rig.run([*barking(npcs[:2], budget=Budget(rig.clock, 0.5)), *barking(npcs[2:])])
     assert [type(r) for r in results[:2]] == [DeadlinePassed] * 2 and results[2:] == ["Tobin says hello.", "Elsa says hello."]
     stats = rig.model.coalescing_statistics()
     assert (stats.items, stats.generations, stats.served, stats.items_per_generation) == (4, 1, 2, 2.0)

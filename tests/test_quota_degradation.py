@@ -3,6 +3,9 @@ degrades to the protocol's own fallback (a fallback line, ``fallbackOptionID``, 
 marked ``isFallback: true, degraded: "deadline"``; without a fallback it is ``-32005`` with
 ``retryAfter``; a bad ``deadlineSeconds`` is ``-32602`` naming it.
 
+Deadlines count from a request's arrival at the bridge: time spent before its step reaches the
+model (held here at a door in front of the backend) is spent from the deadline.
+
 Two backends whose quota is spent: the device pool over a simulated phone on loopback, and a
 proxy (an OpenAI-compatible server on loopback answering 429) behind one quota scheduler. Both
 schedulers run on a virtual clock: a deadline passes when the test moves it."""
@@ -14,10 +17,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pickle
+
 import anyio
 import pytest
 
 from oam_actors import Bridge, GameExtension, LocalSystem
+from oam_actors.agent.model import DelegatingModel, GenerationRequest, LanguageModel, Usage
+from oam_actors.clock import Budget
 from oam_actors.models.device import ManualClock as PhoneClock
 from oam_actors.models.device import SimulatedPhone
 from oam_actors.models.pool import DevicePool, PoolConfig, ScheduledModel
@@ -36,6 +43,26 @@ GORM = {"name": "Gorm", "role": "the village blacksmith", "defaultEmotion": "ann
 FLEE = {"situation": "A dragon lands in the square.", "options": ["fight", "flee"], "actor": "gorm"}
 
 
+class Door(DelegatingModel):
+    """Steps wait here, before the backend, while the door is shut (a busy mailbox or actor turn)."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        super().__init__(model)
+        self.opened = anyio.Event()
+        self.opened.set()
+        self.waiting = 0
+
+    def shut(self) -> None:
+        self.opened = anyio.Event()
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:  # type: ignore[override]
+        self.waiting += 1
+        await self.opened.wait()
+        self.waiting -= 1
+        async for piece in self._model.stream(request):
+            yield piece
+
+
 @dataclass
 class Crowd:
     """A bridge over a backend whose quota is spent after its first generation."""
@@ -43,27 +70,44 @@ class Crowd:
     client: BridgeClient
     clock: ManualClock
     queued: Callable[[], int]  # model steps waiting for quota
+    door: Door
+
+    async def send(self, method: str, params: dict[str, Any], answer: list[Any]) -> None:
+        """Send a request; its result or its error object goes into ``answer``."""
+        try:
+            answer.append(await self.client.request(method, params))
+        except RpcError as error:
+            answer.append(error.error)
+
+    async def late(self, method: str, params: dict[str, Any], seconds: float) -> Any:
+        """Send a request, hold it before the model for ``seconds``; its answer, which must come
+        without the step ever queueing for quota."""
+        answer: list[Any] = []
+        self.door.shut()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.send, method, params, answer)
+            while not self.door.waiting:
+                await anyio.sleep(0.002)
+            self.clock.advance(seconds)
+            self.door.opened.set()
+            while not answer and not self.queued():
+                await anyio.sleep(0.002)
+            assert not self.queued(), "the step queued for quota with its deadline already spent"
+        return answer[0]
 
     async def degrade(self, method: str, params: dict[str, Any]) -> Any:
         """Send a request, wait until its step queues, move time past its deadline; its answer."""
         answer: list[Any] = []
-
-        async def send() -> None:
-            try:
-                answer.append(await self.client.request(method, params))
-            except RpcError as error:
-                answer.append(error.error)
-
         async with anyio.create_task_group() as group:
-            group.start_soon(send)
+            group.start_soon(self.send, method, params, answer)
             while not self.queued():
                 await anyio.sleep(0.002)
             self.clock.advance(params.get("deadlineSeconds", 60.0) + 1.0)
         return answer[0]
 
 
-def bridge_over(system: LocalSystem, model: Any) -> Callable[[Any], Bridge]:
-    return lambda write: Bridge(system, write, system_model=lambda: model, extensions=[GameExtension()])
+def bridge_over(system: LocalSystem, model: Any, clock: ManualClock) -> Callable[[Any], Bridge]:
+    return lambda write: Bridge(system, write, system_model=lambda: model, extensions=[GameExtension(clock=clock)])
 
 
 @asynccontextmanager
@@ -77,8 +121,9 @@ async def pool_crowd() -> AsyncIterator[Crowd]:
             clock = ManualClock()
             pool = await stack.enter_async_context(DevicePool([device.url], config=config, clock=clock))
             system = await stack.enter_async_context(LocalSystem())
-            client = await stack.enter_async_context(BridgeClient(bridge_over(system, pool)))
-            yield Crowd(client, clock, lambda: sum(d.queued for d in pool.statistics_nowait().devices))
+            door = Door(pool)
+            client = await stack.enter_async_context(BridgeClient(bridge_over(system, door, clock)))
+            yield Crowd(client, clock, lambda: sum(d.queued for d in pool.statistics_nowait().devices), door)
 
 
 @pytest.fixture
@@ -100,8 +145,9 @@ async def proxy_crowd(server: ProviderServer) -> AsyncIterator[Crowd]:
             proxy = await stack.enter_async_context(ProxyModel(config, environ={"OPENAI_API_KEY": "sk-test-0P3N41"}))
             model = ScheduledModel(proxy, scheduler, queue_seconds=(60.0, 60.0, 60.0))
             system = await stack.enter_async_context(LocalSystem())
-            client = await stack.enter_async_context(BridgeClient(bridge_over(system, model)))
-            yield Crowd(client, clock, lambda: sum(scheduler.statistics().queued))
+            door = Door(model)
+            client = await stack.enter_async_context(BridgeClient(bridge_over(system, door, clock)))
+            yield Crowd(client, clock, lambda: sum(scheduler.statistics().queued), door)
 
 
 async def spend_the_quota(crowd: Crowd) -> str:
@@ -208,3 +254,51 @@ async def test_a_bad_deadline_is_invalid_params_naming_the_field(
         error = caught.value.error
         assert error["code"] == -32602 and f"'{field}'" in error["message"] and says in error["message"]
         assert not crowd.queued()
+
+
+async def check_time_before_the_model_counts(crowd: Crowd, first_bark: str) -> None:
+    # Each request is held 6 s before the model: its 5 s deadline has passed when its step would
+    # queue, so it degrades at once, never waiting a whole deadline more for quota.
+    bark = await crowd.late("npc/bark", {"npc": "gorm", "situation": "Noon.", "deadlineSeconds": 5}, 6.0)
+    assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+    talk = await crowd.late("npc/talk", {"npc": "gorm", "line": "Is my sword ready?", "deadlineSeconds": 5}, 6.0)
+    assert (talk["isFallback"], talk["degraded"]) == (True, "deadline")
+    decision = await crowd.late("decision/decide", {**FLEE, "fallbackOptionID": "flee", "deadlineSeconds": 5}, 6.0)
+    assert (decision["optionID"], decision["isFallback"], decision["degraded"]) == ("flee", True, "deadline")
+    many = await crowd.late("decision/decideMany", {
+        "requests": [{**FLEE, "fallbackOptionID": "fight"}, FLEE], "deadlineSeconds": 5, "maxConcurrency": 2}, 6.0)
+    first, second = many["results"]
+    assert (first["optionID"], first["degraded"]) == ("fight", "deadline")
+    assert second["error"]["data"]["code"] == "rate_limited" and "retryAfter" in second["error"]["data"]
+    # Snik has no bark to say again: -32005 at once.
+    refused = await crowd.late("npc/bark", {"npc": "snik", "deadlineSeconds": 5}, 6.0)
+    assert (refused["code"], refused["data"]["code"]) == (-32005, "rate_limited") and "retryAfter" in refused["data"]
+    # No deadlineSeconds: the server's 60 s queue time for the priority counts from arrival too.
+    default = await crowd.late("npc/bark", {"npc": "gorm"}, 61.0)
+    assert default == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+    default_talk = await crowd.late("npc/talk", {"npc": "gorm", "line": "Well?"}, 61.0)
+    assert default_talk["degraded"] == "deadline"
+
+
+async def test_time_before_the_model_counts_against_the_deadline_over_the_device_pool() -> None:
+    async with pool_crowd() as crowd:
+        await check_time_before_the_model_counts(crowd, await spend_the_quota(crowd))
+
+
+async def test_time_before_the_model_counts_against_the_deadline_over_a_proxy(server: ProviderServer) -> None:
+    async with proxy_crowd(server) as crowd:
+        await check_time_before_the_model_counts(crowd, await spend_the_quota(crowd))
+
+
+def test_a_budget_crosses_a_process_boundary_as_time_spent_not_an_instant() -> None:
+    # Pickled into a Ray shard, a budget keeps what was spent and re-anchors on the shard's own
+    # monotonic clock (whose zero differs from the driver's).
+    clock = ManualClock(start=1_000_000.0)
+    budget = Budget(clock, 5.0)
+    clock.advance(2.0)
+    shipped = pickle.loads(pickle.dumps(budget))
+    assert shipped.seconds == 5.0 and shipped.spent() >= 2.0
+    left = shipped.left()
+    assert left is not None and 0.0 <= left <= 3.0
+    unbounded = pickle.loads(pickle.dumps(Budget(clock, None)))
+    assert unbounded.left() is None

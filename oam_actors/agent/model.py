@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ..clock import Budget
+
 __all__ = [
     "Availability",
     "BarkItem",
@@ -137,7 +139,9 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     context fields (``user_prompt``, ``tool_outputs``, ``tools``, ``tool_name``, ``schema``) are for
     backends that need more than text: scripted templates, native tool calling, response formats.
     ``owner`` and ``priority`` are hints for quota scheduling; ``queue_seconds`` caps how long the
-    step may wait for admission (``None``: the backend's own limit for its priority). ``item``
+    step may wait for admission (``None``: the backend's own limit for its priority); ``budget``
+    is the request's deadline counted from its arrival, read when the step queues
+    (:meth:`queue_left`), and the backend's limit then counts from arrival too. ``item``
     describes a short, independent step that a coalescing backend may answer together with others
     (:mod:`oam_actors.agent.batch`); every other backend ignores it. ``follow_up`` marks a later
     step of a turn (after a tool round, a repair): fair queuing counts an owner's actions, and the
@@ -162,9 +166,22 @@ class GenerationRequest(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None = None
     priority: str = "dialogue"
     queue_seconds: float | None = None
+    budget: Budget | None = None
     item: BatchItem | None = None
     follow_up: bool = False
     streamed: bool = False
+
+    def queue_left(self) -> float | None:
+        """The step's own queue time left now: ``queue_seconds`` or what is left of ``budget``,
+        the shorter (``None``: neither is set)."""
+        left = None if self.budget is None else self.budget.left()
+        if self.queue_seconds is None:
+            return left
+        return self.queue_seconds if left is None else min(left, self.queue_seconds)
+
+    def waited(self) -> float:
+        """Seconds since the request arrived (0 without a ``budget``)."""
+        return 0.0 if self.budget is None else self.budget.spent()
 
 
 class Usage(msgspec.Struct, frozen=True):

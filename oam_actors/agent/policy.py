@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from ..clock import Budget
 from ..errors import ErrorCode, invalid_params
 from .model import Sampling
 
@@ -113,6 +114,9 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     priority: str = "dialogue"
     # Quota-scheduler hint: the longest a step may queue for admission (None: the backend's).
     queue_seconds: float | None = None
+    # Quota-scheduler hint: the request's deadline, counted from its arrival (None: none of its
+    # own; the backend's queue time then counts from when the step queues). Copied onto every step.
+    budget: Budget | None = None
 
 
 class TurnOverrides(msgspec.Struct, frozen=True, kw_only=True):

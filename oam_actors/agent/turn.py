@@ -513,6 +513,7 @@ class Turn:
             owner=self.agent.owner,
             priority=options.priority,
             queue_seconds=options.queue_seconds,
+            budget=options.budget,
             follow_up=bool(self.steps),
             streamed=streamed,
         )

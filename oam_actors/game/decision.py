@@ -11,7 +11,7 @@ Contract:
   then ``maxToolRounds`` ≥ 0 and temperature ≥ 0.
 - Unusable answers (``guardrail_violation``, ``refusal``, ``generation_failed``) become the
   fallback decision when ``fallback_option_id`` is set; so does a request whose
-  ``queue_seconds`` ran out before the model could take a step (:class:`DeadlinePassed`), marked
+  ``budget`` (its deadline, counted from its arrival) ran out before the model could take a step (:class:`DeadlinePassed`), marked
   ``degraded: "deadline"``; other errors propagate as they are.
 - :meth:`DecisionEngine.decide_many` runs requests with at most ``max_concurrency`` at once,
   started in request order, results in request order; a failed decision's slot holds its error.
@@ -36,6 +36,7 @@ from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
 from ..agent.schema import Schema
 from ..agent.tools import ToolCallRecord, ToolDefinition, compact_json
+from ..clock import Budget
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError, invalid_params
 from ._items import decision_item
 from ._oneoff import OneOffEngine
@@ -111,7 +112,7 @@ class DecisionRequest:
     tools: Sequence[ToolDefinition] = ()
     tool_choice: ToolChoice = _AUTO
     fallback_option_id: str | None = None
-    queue_seconds: float | None = None  # the longest each model step may wait for quota
+    budget: Budget | None = None  # its deadline, from its arrival: how long each model step may wait for quota
     coalesce: bool = True  # a coalescing backend may answer it together with other decisions
     owner: str | None = None  # whose share of quota it spends (the actor NPC); None: the engine's
 
@@ -274,7 +275,7 @@ class DecisionEngine(OneOffEngine):
             user_label=_GAME_LABEL,
             assistant_label=actor_name or _DEFAULT_ACTOR_LABEL,
             priority="decision",
-            queue_seconds=request.queue_seconds,
+            budget=request.budget,
         )
 
     def _instructions(self, actor: Persona | None) -> str:

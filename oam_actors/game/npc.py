@@ -56,6 +56,7 @@ from ..agent.tools import (
     ToolOutput,
 )
 from ..agent.transcript import Entry, PromptEntry, ResponseEntry, Transcript
+from ..clock import Budget
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError, invalid_params
 from . import _prompting as prompting
 from ._decode import WireObject
@@ -330,13 +331,13 @@ class NPC:
         tool_choice: ToolChoice | None = None,
         emit: NPCEventSink | None = None,
         on_commit: Callable[[], None] | None = None,
-        queue_seconds: float | None = None,
+        budget: Budget | None = None,
         partial_values: bool = True,
         coalesce: bool = True,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
-        overrides the NPC's policy for the first step; ``queue_seconds`` caps each model step's
-        wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
+        overrides the NPC's policy for the first step; ``budget`` (its deadline, counted from the
+        request's arrival) caps each model step's wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
         coalescing backend may answer its decide steps and a plain-text reply step together with
@@ -345,9 +346,9 @@ class NPC:
         and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice)
-        if queue_seconds is not None:
+        if budget is not None:
             attempt = dataclasses.replace(
-                attempt, agent_options=msgspec.structs.replace(attempt.agent_options, queue_seconds=queue_seconds))
+                attempt, agent_options=msgspec.structs.replace(attempt.agent_options, budget=budget))
         if coalesce:
             attempt = dataclasses.replace(attempt, coalesce=True)
         self._store.discard()
@@ -569,12 +570,12 @@ class NPC:
 
     # --- barks ---------------------------------------------------------------------------------
 
-    async def bark(self, situation: Any = None, *, queue_seconds: float | None = None,
+    async def bark(self, situation: Any = None, *, budget: Budget | None = None,
                    coalesce: bool = True) -> BarkLine:
         """A one-line ambient remark: a one-off request with no history, memory, secrets or tools.
         Raises :class:`AgentError` as is (the protocol has no fallback); an empty line is
-        ``generation_failed``. One exception: when ``queue_seconds`` (or the backend's own queue
-        time) runs out before the model can take the bark, one of this NPC's last
+        ``generation_failed``. One exception: when ``budget`` (its deadline from the request's
+        arrival, or the backend's own queue time, also from arrival) runs out before the model can take the bark, one of this NPC's last
         :data:`RECENT_BARKS` barks is said again (the least recently repeated), marked
         ``degraded``; with none yet the error stands (so such a first bark queues at decision
         priority, ahead of barks that can repeat). ``coalesce``: a coalescing backend may answer
@@ -594,7 +595,7 @@ class NPC:
             # A first bark has no line to repeat at its deadline, so it fails there: it queues as
             # a decision (which degrades to its fallback) rather than behind repeatable barks.
             priority="background" if self._recent_barks else "decision",
-            queue_seconds=queue_seconds,
+            budget=budget,
         )
         moment = situation_text(situation)
         model = ItemModel(self.model, bark_item(persona, options.extra_instructions, moment, world_summary)) \

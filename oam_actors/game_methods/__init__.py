@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from ..clock import Clock, MonotonicClock
 from ._npc import NPC_METHODS
 from ._requests import REQUEST_METHODS
 from ._state import GameLimits, GameRegistry, GameState
@@ -40,7 +41,8 @@ GAME_NOTIFICATIONS = ("npc/event", "world/changed")
 
 class GameExtension:
     """The game methods for one bridge; limits are coerced to at least 1. Bridges that share a
-    namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``)."""
+    namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``).
+    ``clock`` times requests' deadlines from their arrival (default: the monotonic clock)."""
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class GameExtension:
         max_worlds: int = 64,
         max_subscriptions: int = 256,
         registry: GameRegistry | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if registry is None:
             limits = GameLimits(
@@ -57,6 +60,7 @@ class GameExtension:
             registry = GameRegistry(limits)
         self.registry = registry
         self.limits = registry.limits
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._state: GameState | None = None
 
     @property
@@ -68,7 +72,7 @@ class GameExtension:
         """Register the methods on ``bridge``; raises ``RuntimeError`` when already installed."""
         if self._state is not None:
             raise RuntimeError("a GameExtension serves one bridge; create one per connection")
-        state = self._state = GameState(bridge, self.registry)
+        state = self._state = GameState(bridge, self.registry, self.clock)
         for name, handler in GAME_METHODS.items():
             bridge.registry.register(name, functools.partial(handler, state))
         for notification in GAME_NOTIFICATIONS:

@@ -19,7 +19,6 @@ from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
 from ..objects import NPCActor
-from ..objects.messages import deadline_after
 from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
 from ..runtime import ActorStopped
 from ._common import deadline_seconds, tools_array, tools_param
@@ -162,7 +161,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         tool_choice=ToolChoice.parse(choice_raw, path="toolChoice") if choice_raw is not None else None,
         warnings=warnings,
         outlet=call.bridge,
-        deadline=deadline_after(deadline_seconds(params)),
+        budget=game.budget(deadline_seconds(params)),
         coalesce=bool(params.boolean("coalesce", default=True)),
     )
     return game.enqueue(record, ref, message)
@@ -172,7 +171,7 @@ async def npc_bark(game: GameState, call: Call) -> Any:
     params = call.params
     _, _, ref = game.npc(params)
     coalesce = bool(params.boolean("coalesce", default=True))
-    bark = Bark(params.raw("situation"), queue_seconds=deadline_seconds(params), coalesce=coalesce)
+    bark = Bark(params.raw("situation"), budget=game.budget(deadline_seconds(params)), coalesce=coalesce)
     call.bridge.admit()
     return Deferred(ref.ask_control(bark))
 

@@ -14,6 +14,7 @@ from ..agent.tools import compact_json
 from ..bridge import Call
 from ..bridge.core import resolve_model
 from ..bridge.params import Params, preview
+from ..clock import Budget
 from ..errors import invalid_params
 from ..game import ContentGenerator, DecisionEngine, DecisionRequest, Persona, check_request, parse_decision_options
 from ..objects.npc import GetPersona
@@ -33,7 +34,7 @@ _AUTO = ToolChoice(ToolChoiceKind.AUTO)
 async def decision_decide(game: GameState, call: Call) -> Any:
     params = call.params
     warnings = params.unknown((*_DECISION_KEYS, *_ENGINE_KEYS))
-    request, request_warnings = await _decision(game, params, deadline_seconds(params))
+    request, request_warnings = await _decision(game, params, game.budget(deadline_seconds(params)))
     engine = _engine(game, params)
     message = Decide(
         request_id=_request_id(call), request=request, outlet=call.bridge, warnings=[*warnings, *request_warnings]
@@ -57,7 +58,7 @@ async def decision_decide_many(game: GameState, call: Call) -> Any:
         warnings += element_params.unknown(_DECISION_KEYS)
         element_deadline = deadline_seconds(element_params)
         request, request_warnings = await _decision(
-            game, element_params, shared_deadline if element_deadline is None else element_deadline,
+            game, element_params, game.budget(shared_deadline if element_deadline is None else element_deadline),
             coalesce=shared_coalesce)
         warnings += [f"requests[{index}]: {warning}" for warning in request_warnings]
         requests.append(request)
@@ -100,10 +101,10 @@ async def content_generate(game: GameState, call: Call) -> Any:
 
 
 async def _decision(
-    game: GameState, params: Params, queue_seconds: float | None, *, coalesce: bool = True
+    game: GameState, params: Params, budget: Budget, *, coalesce: bool = True
 ) -> tuple[DecisionRequest, list[str]]:
     """One decision's params (at ``params``' prefix) as a checked request, plus its warnings;
-    ``queue_seconds`` is its ``deadlineSeconds`` (a batch's own, or the element's), ``coalesce``
+    ``budget`` is its ``deadlineSeconds`` (a batch's own, or the element's) from arrival, ``coalesce``
     the default of its ``"coalesce"`` (a batch's top-level one)."""
     situation = params.raw("situation")
     if situation is None:
@@ -124,7 +125,7 @@ async def _decision(
         tools=tools,
         tool_choice=_AUTO if choice is None else ToolChoice.parse(choice, path=params.path("toolChoice")),
         fallback_option_id=fallback,
-        queue_seconds=queue_seconds,
+        budget=budget,
         coalesce=bool(params.boolean("coalesce", default=coalesce)),
         # An NPC named by id spends its own share of quota, as its barks and talks do.
         owner=raw_actor if isinstance(raw_actor, str) else None,

@@ -19,7 +19,7 @@ import msgspec
 
 from ..bridge import Deferred
 from ..bridge.params import Params
-from ..clock import wire_instant
+from ..clock import Budget, Clock, wire_instant
 from ..objects import RequestActor
 from ..objects.world import WorldShare
 from ..runtime import ActorRef, Reply
@@ -86,14 +86,19 @@ class GameRegistry:
 class GameState:
     """One bridge's view of its namespace's :class:`GameRegistry` (see the module docstring)."""
 
-    def __init__(self, bridge: Bridge, registry: GameRegistry) -> None:
+    def __init__(self, bridge: Bridge, registry: GameRegistry, clock: Clock) -> None:
         self.bridge = bridge
+        self.clock = clock
         self.registry = registry
         self.limits = registry.limits
         self.npcs = registry.npcs
         self.worlds = registry.worlds
         self.subscriptions = registry.subscriptions
         self._numbers = registry.numbers
+
+    def budget(self, seconds: float | None) -> Budget:
+        """A request arriving now with ``deadlineSeconds`` ``seconds`` (``None``: the server's)."""
+        return Budget(self.clock, seconds)
 
     # --- ids ---------------------------------------------------------------------------------
 

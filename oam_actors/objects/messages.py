@@ -3,8 +3,6 @@ messages are served at once (tool results, descriptions, transcripts)."""
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 
 from ..agent import Schema, ToolDefinition, ToolOutput, TurnOverrides
@@ -20,20 +18,7 @@ __all__ = [
     "SetInstructions",
     "SetTools",
     "ToolResult",
-    "deadline_after",
-    "seconds_left",
 ]
-
-
-def deadline_after(seconds: float | None) -> float | None:
-    """A request's deadline ``seconds`` from now, on the wall clock: messages carry it between
-    processes (Ray shards), where monotonic clocks do not agree."""
-    return None if seconds is None else time.time() + seconds
-
-
-def seconds_left(deadline: float | None) -> float | None:
-    """What is left of a :func:`deadline_after` deadline (0 once it has passed)."""
-    return None if deadline is None else max(0.0, deadline - time.time())
 
 
 class Respond(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,9 +34,10 @@ import msgspec
 
 from ..agent import ToolChoice, parse_tool_definitions
 from ..agent.tools import too_many_tools_warning
+from ..clock import Budget
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
 from ..runtime import Actor, ActorStopped, MailboxFull
-from .messages import ToolResult, seconds_left
+from .messages import ToolResult
 from .outlet import Outlet, RequestId
 from .relay import TurnRelay
 from .session import model_progress, object_id, resume_model
@@ -67,7 +68,7 @@ class Talk(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: ToolChoice | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
     outlet: Outlet | None = None
-    deadline: float | None = None  # wall clock (time.time()), so it holds across processes
+    budget: Budget | None = None  # its deadline from arrival (relative across processes)
     coalesce: bool = True  # its plain-text reply may share a generation with other NPCs' replies
 
 
@@ -98,7 +99,7 @@ class RunCompaction(msgspec.Struct, frozen=True):
 
 class Bark(msgspec.Struct, frozen=True):
     situation: Any = None
-    queue_seconds: float | None = None
+    budget: Budget | None = None  # its deadline from arrival (relative across processes)
     coalesce: bool = True  # may share a generation with other barks (a coalescing backend)
 
 
@@ -197,8 +198,8 @@ class NPCActor(Actor):
                 return self.npc.submit_tool_result(call_id, output)
             case SaveNPC():
                 return self._state(self.npc.save_state())
-            case Bark(situation=situation, queue_seconds=queue_seconds, coalesce=coalesce):
-                said = await self.npc.bark(situation, queue_seconds=queue_seconds, coalesce=coalesce)
+            case Bark(situation=situation, budget=budget, coalesce=coalesce):
+                said = await self.npc.bark(situation, budget=budget, coalesce=coalesce)
                 return said.to_wire(self.npc_id)
             case DescribeNPC():
                 return self._describe()
@@ -224,7 +225,7 @@ class NPCActor(Actor):
                     tool_choice=message.tool_choice,
                     emit=relay,
                     on_commit=self.commit,
-                    queue_seconds=seconds_left(message.deadline),
+                    budget=message.budget,
                     partial_values=message.stream,
                     coalesce=message.coalesce,
                 )

@@ -242,7 +242,8 @@ class CoalescingModel:
                 yield piece
 
     def _deadline(self, request: GenerationRequest) -> float | None:
-        return None if request.queue_seconds is None else self._clock.now() + request.queue_seconds
+        left = request.queue_left()  # a deadline counts from the request's arrival
+        return None if left is None else self._clock.now() + left
 
     def _remaining(self, step: _Step) -> GenerationRequest:
         """The request a step queues again with: its own deadline counts from when it came."""

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ...agent.model import GenerationRequest
+from ...errors import DeadlinePassed
 from ..device import DeviceTimeouts
 from ..scheduler import Priority, QuotaLimits
 
@@ -114,9 +116,19 @@ def queue_times(overrides: Iterable[tuple[str, float]] = ()) -> tuple[float, flo
     return dialogue, decision, background
 
 
-def queue_limit(configured: float, requested: float | None) -> float:
-    """How long a step may queue: the configured time, or the request's own when shorter."""
-    return configured if requested is None else min(configured, requested)
+def queue_limit(configured: float, request: GenerationRequest) -> float:
+    """How long ``request``'s step may queue from now: the configured time, or the request's own
+    (:meth:`~GenerationRequest.queue_left`) when shorter. Both count from the request's arrival:
+    the time it spent before the model is spent from the configured one too (0: none is left)."""
+    limit = configured - request.waited()
+    own = request.queue_left()
+    return max(0.0, limit if own is None else min(limit, own))
+
+
+def spent_before_the_model() -> DeadlinePassed:
+    """A step whose :func:`queue_limit` is 0: its request's deadline passed before it reached the
+    model, so it degrades at once rather than queue (the quota is not what ran out: retry now)."""
+    return DeadlinePassed("The request's deadline passed before its step reached the model.", retry_after=0.0)
 
 
 def _positive(value: float) -> bool:

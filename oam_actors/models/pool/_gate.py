@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from ...agent.model import DelegatingModel, GenerationRequest, LanguageModel, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..scheduler import PolicyStatistics, QuotaScheduler, Seat
-from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit
+from ._config import DEFAULT_QUEUE_SECONDS, priority_of, queue_limit, spent_before_the_model
 
 __all__ = ["ScheduledModel"]
 
@@ -58,7 +58,9 @@ class ScheduledModel(DelegatingModel):
     ) -> AsyncIterator[str | Usage]:
         priority = priority_of(request.priority)
         tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
-        deadline = queue_limit(self._queue_seconds[priority], request.queue_seconds)
+        deadline = queue_limit(self._queue_seconds[priority], request)
+        if deadline <= 0:
+            raise spent_before_the_model()
         async with self.scheduler.admit(request.owner or "anonymous", priority, tokens=tokens,
                                         deadline_seconds=deadline, seat=seat,
                                         follow_up=request.follow_up) as admission:

@@ -20,7 +20,7 @@ from ...errors import AgentError, DeadlinePassed, ErrorCode
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
 from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
-from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit
+from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit, spent_before_the_model
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
 from ._status import DeviceStatistics, PoolStatistics, pool_availability, summarize_waits
@@ -225,7 +225,10 @@ class DevicePool:
     ) -> AsyncIterator[str | Usage]:
         now = self._clock.now()
         priority = priority_of(request.priority)
-        step = _Step(request, priority, now, now + self._queue_seconds(request, priority), build, seat)
+        seconds = self._queue_seconds(request, priority)
+        if seconds <= 0:
+            raise spent_before_the_model()
+        step = _Step(request, priority, now, now + seconds, build, seat)
         while True:
             attempt = _Attempt(self._choose(step))
             async with aclosing(self._attempt(step, attempt)) as pieces:
@@ -365,7 +368,7 @@ class DevicePool:
 
     def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:
         """The pool's queue time for the priority, or the request's own when that is shorter."""
-        return queue_limit(self._config.queue_deadline(priority), request.queue_seconds)
+        return queue_limit(self._config.queue_deadline(priority), request)
 
     # --- device health ---------------------------------------------------------------------------
 
