@@ -118,9 +118,10 @@ def queue_times(overrides: Iterable[tuple[str, float]] = ()) -> tuple[float, flo
 
 def queue_limit(configured: float, request: GenerationRequest) -> float:
     """How long ``request``'s step may queue from now: the configured time, or the request's own
-    (:meth:`~GenerationRequest.queue_left`) when shorter. Both count from the request's arrival:
-    the time it spent before the model is spent from the configured one too (0: none is left)."""
-    limit = configured - request.waited()
+    (:meth:`~GenerationRequest.queue_left`) when shorter. Both count from the request's arrival
+    (0: none is left), except that a later step of a turn (after a tool round, whose time is the
+    client's, not a queue's) has the configured time afresh."""
+    limit = configured if request.follow_up else configured - request.waited()
     own = request.queue_left()
     return max(0.0, limit if own is None else min(limit, own))
 
