@@ -281,6 +281,22 @@ def test_a_ticket_a_batch_answers_leaves_its_queue_charged_at_its_own_place_with
     assert [t.owner for t in serve_all(policy)] == ["b", "a"]
 
 
+def test_dialogue_tickets_a_batch_answers_are_no_demand_for_the_reserve() -> None:
+    # Six talks' tool choices queue as six dialogue tickets; one is admitted and its generation
+    # answers the other five. The reserve is sized by the one generation dialogue needed: five
+    # more slots kept would idle the phone for dialogue that never comes (each next choice then
+    # admitted at once, alone, and no batch forms).
+    policy = QuotaPolicy(NANO)
+    lead, *riders = [ticket(f"npc{n}", D) for n in range(6)]
+    for t in (lead, *riders):
+        policy.submit(t)
+    assert policy.poll(0.0).admitted == (lead,)
+    assert all(policy.take(t.id) for t in riders)
+    assert policy.statistics().dialogue_reserve == 1  # the floor: the one admitted used its slot
+    policy.release(lead.id, 0.5)
+    assert policy.statistics(61.0).dialogue_reserve == 1  # the next period's estimate: 0.5 * 1
+
+
 def test_a_later_step_of_an_action_costs_its_owner_nothing() -> None:
     # "talker" took two dialogue steps for one action (a tool round, then the reply), "quiet" one
     # bark: both are one action behind, so they alternate from there as equals.

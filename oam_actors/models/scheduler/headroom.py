@@ -6,7 +6,10 @@ Nano phone is tens of seconds. So the policy keeps some of every window for dial
 dialogue demand it has seen:
 
 - **Demand** is counted in fixed periods of one window. The estimate is an exponentially weighted
-  moving average (EWMA) of dialogue tickets submitted per period, weight ``smoothing`` for the
+  moving average (EWMA) of dialogue tickets submitted per period (less those another ticket's
+  generation answered: a coalesced batch's members need no slot of their own, and counting them
+  kept phones idle for dialogue that never came, so dialogue was admitted at once and its batches
+  never formed), weight ``smoothing`` for the
   latest period, or the count of the current period when that is higher (a surge raises the
   reserve at once; a lull lowers it one period at a time).
 - **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
@@ -74,6 +77,12 @@ class DialogueReserve:
         """A dialogue ticket was submitted at ``now``."""
         self._roll(now)
         self._count += 1
+
+    def withdraw(self, submitted: float) -> None:
+        """A dialogue ticket submitted at ``submitted`` was answered by another's generation: it
+        is no demand (once its period is rolled into the estimate, it stays there)."""
+        if self._count and self._period_end is not None and submitted >= self._period_end - self._period:
+            self._count -= 1
 
     def demand(self, now: float) -> float:
         """Dialogue requests expected per window."""

@@ -357,6 +357,8 @@ class QuotaPolicy:
         if served:
             queue.take(entry)
             self._taken += 1
+            if entry.ticket.priority is Priority.DIALOGUE:
+                self._reserve.withdraw(max(self._now, entry.ticket.enqueued_at))
         else:
             queue.remove(entry)
             self._cancelled += 1
