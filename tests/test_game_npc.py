@@ -503,6 +503,10 @@ async def test_bark_is_a_one_off_line():
     assert request.max_output_tokens == 30 and request.priority == "decision"
     await npc.bark("A dog barks.")
     assert model.requests[1].priority == "background"
+    # With fallback lines of its own, even a first bark can degrade: it queues as background.
+    own = scripted(reply("Hm."))
+    await NPC(GORM, own, options=options(fallbackLines=["Busy, busy."])).bark("A dog barks.")
+    assert own.requests[0].priority == "background"
     assert request.prompt == (
         "Game state:\nweather: rain\nSituation: A customer walks past the stall.\nPlayer: (The player says nothing.)"
     )

@@ -1,5 +1,6 @@
 """Deadlines through the real bridge: a request whose model step cannot be admitted in time
-degrades to the protocol's own fallback (a fallback line, ``fallbackOptionID``, a recent bark),
+degrades to the protocol's own fallback (a fallback line, ``fallbackOptionID``, a recent bark or,
+before the first, the NPC's own fallback line),
 marked ``isFallback: true, degraded: "deadline"``; without a fallback it is ``-32005`` with
 ``retryAfter``; a bad ``deadlineSeconds`` is ``-32602`` naming it.
 
@@ -228,6 +229,19 @@ async def test_a_talk_degrades_only_when_the_npc_allows_fallback_lines() -> None
                                                   "options": {"fallbackOnGuardrail": False}})
         talk = await crowd.degrade("npc/talk", {"npc": "raw", "line": "Hello?", "deadlineSeconds": 5})
         assert talk["data"]["code"] == "rate_limited"
+
+
+async def test_a_first_bark_degrades_to_the_npcs_own_fallback_lines() -> None:
+    async with pool_crowd() as crowd:
+        await spend_the_quota(crowd)
+        await crowd.client.request("npc/create", {"npc": "brenna", "persona": {"name": "Brenna"}, "options": {
+            "fallbackLines": ["  ", "Busy day at the well.", "Mind the bucket."]}})
+        # Brenna has never barked: her first bark says her first fallback line, not an error.
+        bark = await crowd.degrade("npc/bark", {"npc": "brenna", "situation": "Noon.", "deadlineSeconds": 5})
+        assert bark == {"npc": "brenna", "line": "Busy day at the well.", "isFallback": True, "degraded": "deadline"}
+        # A talk's fallback goes on with the same rotation.
+        talk = await crowd.degrade("npc/talk", {"npc": "brenna", "line": "Hello?", "deadlineSeconds": 5})
+        assert (talk["line"], talk["degraded"]) == ("Mind the bucket.", "deadline")
 
 
 @pytest.mark.parametrize(("method", "params", "field", "says"), [

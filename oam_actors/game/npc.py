@@ -577,9 +577,10 @@ class NPC:
         ``generation_failed``. One exception: when ``budget`` (its deadline from the request's
         arrival, or the backend's own queue time, also from arrival) runs out before the model can take the bark, one of this NPC's last
         :data:`RECENT_BARKS` barks is said again (the least recently repeated), marked
-        ``degraded``; with none yet the error stands (so such a first bark queues at decision
-        priority, ahead of barks that can repeat). ``coalesce``: a coalescing backend may answer
-        it together with other barks."""
+        ``degraded``; with none yet, the next of its own ``fallbackLines`` (the rotation talks
+        use; never the default lines, which answer a player), and without those the error stands
+        (so such a bark queues at decision priority, ahead of barks that can degrade).
+        ``coalesce``: a coalescing backend may answer it together with other barks."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
         instructions = msgspec.structs.replace(persona, max_sentences=1).instructions(
@@ -592,9 +593,9 @@ class NPC:
             max_response_tokens=options.bark_maximum_tokens,
             user_label=PLAYER_LABEL,
             assistant_label=speaker,
-            # A first bark has no line to repeat at its deadline, so it fails there: it queues as
-            # a decision (which degrades to its fallback) rather than behind repeatable barks.
-            priority="background" if self._recent_barks else "decision",
+            # A bark with nothing to say instead fails at its deadline: it queues as a decision
+            # (which degrades to its fallback) rather than behind barks that can degrade.
+            priority="background" if self._recent_barks or options.own_fallback_lines else "decision",
             budget=budget,
         )
         moment = situation_text(situation)
@@ -604,11 +605,13 @@ class NPC:
         try:
             result = await one_off.respond(prompting.bark_prompt(moment, world_summary))
         except DeadlinePassed:
-            if not self._recent_barks:
+            if self._recent_barks:
+                again = self._recent_barks.popleft()  # the oldest goes round to the back
+                self._recent_barks.append(again)
+                return BarkLine(again, degraded=prompting.DEADLINE)
+            if not options.own_fallback_lines:
                 raise
-            again = self._recent_barks.popleft()  # the oldest goes round to the back
-            self._recent_barks.append(again)
-            return BarkLine(again, degraded=prompting.DEADLINE)
+            return BarkLine(self._next_fallback_line(options), degraded=prompting.DEADLINE)
         line = single_line(result.text, speaker)
         if not line:
             raise AgentError(ErrorCode.GENERATION_FAILED, "The model produced an empty bark.")

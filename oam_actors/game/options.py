@@ -115,9 +115,14 @@ class NPCOptions(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(dict.fromkeys(self.emotions)) or tuple(Emotion)
 
     @property
+    def own_fallback_lines(self) -> tuple[str, ...]:
+        """Trimmed non-blank fallback lines the client set (no defaults)."""
+        return tuple(line.strip() for line in self.fallback_lines if line.strip())
+
+    @property
     def fallback_pool(self) -> tuple[str, ...]:
         """Trimmed non-blank fallback lines, or the defaults."""
-        return tuple(line.strip() for line in self.fallback_lines if line.strip()) or DEFAULT_FALLBACK_LINES
+        return self.own_fallback_lines or DEFAULT_FALLBACK_LINES
 
     # --- wire form ---------------------------------------------------------------------------
 
