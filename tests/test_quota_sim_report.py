@@ -60,6 +60,8 @@ def test_outcomes_by_kind_tell_degraded_from_failed() -> None:
     page = render_html(report)
     table = section(page, "Degraded and failed, by kind of request")
     assert "rate limited 2" in table and "25.0%" in table  # barks: one in four answered by the model
+    # The table says what a degraded bark was given, and why one failed.
+    assert "before it has barked, one of its fallback lines" in table and "with no fallback to give" in table
     assert "75.0%" in section(page, "Deadlines by priority")  # background: 1 degraded + 2 failed of 4
 
 

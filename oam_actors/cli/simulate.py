@@ -1,7 +1,7 @@
 """``oam-actors simulate``: run the embedded demo (or a configured load) and write a report.
 
 On the defaults it starts a simulated farm of four phones behind a device pool, a shared world with
-16 NPCs and 40 sessions, drives their conversations (client tools, cancels and tool timeouts at
+16 NPCs and 16 sessions, drives their conversations (client tools, cancels and tool timeouts at
 small rates) for 60 s, and ends with a report (JSON and an HTML page with charts) under
 ``reports/``: turns by outcome, latency, queue waits by priority, quota events absorbed and
 surfaced, per-device utilisation and Jain's fairness across conversations.

@@ -15,7 +15,9 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     proxy: str | None = None
     time_scale: float = 0.1
     """Simulated phones: real seconds per phone second (0.1: the 60 s quota window lasts 6 s)."""
-    sessions: int = 40
+    sessions: int = 16
+    """Player sessions; 16 with 16 NPCs on the farm keep player dialogue within the phones' quota, so
+    the crowd's decisions and barks get a share of what is left (40 sessions took all of it)."""
     npcs: int | None = None
     """NPCs on one shared world; ``None`` becomes 16 on the simulated farm, 0 otherwise."""
     duration_seconds: float = 60.0

@@ -4,7 +4,8 @@ Every conversation is one owner (a session, or an NPC on the shared world ``vill
 until the deadline: send a request, wait for the answer, pause. A session sends a player line
 (``session/respond``); an NPC's action is, by ``npc_mix``, a player line (``npc/talk``), a
 decision (``decision/decide`` with a ``fallbackOptionID``) or a bark (``npc/bark`` with a
-``deadlineSeconds``). The simulated game engine answers ``tool/call`` requests — except a configurable share it
+``deadlineSeconds``); each NPC has ``fallbackLines``, so a bark or talk the quota cannot take in
+time degrades instead of failing. The simulated game engine answers ``tool/call`` requests — except a configurable share it
 leaves unanswered to exercise tool timeouts — and a configurable share of turns is cancelled while
 in flight. After the deadline no turn starts and the turns in flight finish; a ``stop`` event ends
 the run at once instead (Ctrl-C), keeping what completed.
@@ -61,6 +62,9 @@ ACTIONS = (TALK, DECIDE, BARK)
 PRIORITY_OF = {SESSION: "dialogue", TALK: "dialogue", DECIDE: "decision", BARK: "background"}
 """The quota scheduler's priority of each kind of request."""
 SITUATIONS = ("A cart rattles past.", "It starts to rain.", "The church bell rings.", "A dog barks at a stranger.")
+FALLBACK_LINES = ("Busy day, this.", "Mind how you go.", "Can't stop, sorry.")
+"""Every NPC's ``fallbackLines``, as a game writes them: what it says when the quota has no room
+in time for a talk or for a bark with no recent bark to repeat."""
 CHOICES = [{"id": "work", "description": "Get back to work."}, {"id": "rest", "description": "Take a break."},
            {"id": "gossip", "description": "Tell a neighbour the news."}]
 
@@ -255,7 +259,7 @@ async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend
                         "personality": "Friendly, a little gossipy.", "speakingStyle": "Short sentences."},
             "world": "village",
             "tools": TOOLS,
-            "options": {"toolTimeoutSeconds": config.tool_timeout_seconds},
+            "options": {"toolTimeoutSeconds": config.tool_timeout_seconds, "fallbackLines": list(FALLBACK_LINES)},
         }
         model = backend.npc_model(index)
         if model is not None:

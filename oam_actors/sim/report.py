@@ -341,7 +341,12 @@ def _kinds(report: dict[str, Any]) -> str | None:
                   [[_KIND_LABELS[kind], a["total"], a["ok"], a["degraded"], a["otherFallback"], a["cancelled"],
                     a["failed"], ", ".join(f"{_words(c)} {n}" for c, n in a["failedByCode"].items()) or "—"]
                    for kind, a in actions.items()])
-    return _section("Degraded and failed, by kind of request", chart + table)
+    note = ("<p>Degraded: no generation could start before the request's deadline, so it got its protocol "
+            "fallback (marked <code>degraded: \"deadline\"</code>): a talk its NPC's next fallback line, a "
+            "decision its <code>fallbackOptionID</code>, a bark one of its NPC's recent barks or, before "
+            "it has barked, one of its fallback lines. Failed <code>rate_limited</code>: the same, with no "
+            "fallback to give.</p>")
+    return _section("Degraded and failed, by kind of request", chart + table + note)
 
 
 _KIND_LABELS = {"session": "session turns", "talk": "NPC talks", "decide": "decisions", "bark": "barks"}
