@@ -90,6 +90,22 @@ def test_without_headroom_background_takes_the_last_slots_and_dialogue_expires()
     assert any(t.priority is D for t in phone.expired)
 
 
+def test_dialogue_spoken_while_a_burst_window_frees_nothing_finds_the_slots_it_needs() -> None:
+    # A flood spends each window in a burst (36 admissions a second apart), so nothing frees for
+    # the next 24 s. One line every 4 s (15 a window, well within capacity) counted against the
+    # reserve once the window holds its 15 leaves one slot for the six lines of such a gap.
+    phone = Phone()
+    for n in range(400):
+        phone.at(0.0, "submit", ticket(f"npc{n}", B))
+    for k in range(100):
+        at = 3.0 + 4.0 * k
+        phone.at(at, "submit", ticket(f"player{k % 4}", D, at, deadline=at + 20.0))
+    phone.run(430.0)
+    assert not phone.expired
+    assert sum(1 for _, t in phone.admitted if t.priority is D) == 100
+    assert len(phone.admitted) >= 7 * 36  # background still takes the rest of every window
+
+
 def test_background_leaves_the_reserved_slot_and_dialogue_takes_it_at_once() -> None:
     policy = QuotaPolicy(QuotaLimits(requests_per_window=4, window_seconds=10.0))
     for n in range(6):

@@ -20,6 +20,12 @@ dialogue demand it has seen:
   them, once the expected lines have come, barks refill every slot the window frees and the next
   line waits for the window to slide). A ticket of a lower class may start only while the window
   keeps that room. Dialogue itself may use the whole window.
+- **Gaps**: a window spent in a burst frees nothing until its first admission leaves it, which
+  on a Nano phone fed flat out is 24 of every 60 seconds. Counting the window's dialogue against
+  the reserve leaves only ``floor`` slots for the dialogue that comes in such a gap, and the rest
+  waits for the window to slide, past its deadline. So a ticket of a lower class also leaves the
+  slots the dialogue expected before the window next frees a slot needs (:meth:`DialogueReserve.lead`:
+  it may take one of the window's free slots only that close to the next free).
 - **Lending** (the policy's part): a kept slot goes to other work when the rolling window frees
   another within the backend's pacing interval, so a paced backend with no dialogue waiting loses
   nothing to the reserve; a line that finds the lent slot taken could not have started before
@@ -97,6 +103,16 @@ class DialogueReserve:
         settings = self._settings
         expected = math.ceil(settings.factor * self.demand(now) - 1e-9)
         return min(math.floor(settings.cap * limit), max(settings.floor, expected - admitted))
+
+    def lead(self, now: float, left: int, limit: int | None) -> float:
+        """How long before the window next frees a slot work below dialogue may take a free one
+        and leave ``left`` free: the time the expected dialogue takes to arrive ``left`` lines
+        (infinite when ``left`` covers the cap, or no dialogue is expected)."""
+        settings = self._settings
+        rate = settings.factor * self.demand(now) / self._period  # lines a second
+        if limit is None or rate <= 0 or left >= math.floor(settings.cap * limit):
+            return math.inf
+        return left / rate
 
     def next_change(self, now: float) -> float | None:
         """When the estimate may next fall (the end of the current period), if it can."""

@@ -22,8 +22,9 @@ Contract
   background work share one fair queue in which a decision goes first among owners served alike,
   and an owner's own decision always before its own background work (:mod:`.ordering`).
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
-  window keeps the slots reserved for the dialogue expected in it (less those that free within
-  the pacing interval, which are lent); dialogue may use all of it.
+  window keeps the slots reserved for the dialogue expected in it, and the free slots the
+  dialogue expected before the window next frees one needs (less those that free within the
+  pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; earliest deadline first among owners within one
   request of service of each other and within an owner. The cost of a ticket is its dominant
@@ -573,6 +574,7 @@ class QuotaPolicy:
             # Lending: the reserve needs to be free only by the time the next admission could
             # start anyway (the pacing interval), so the slots that free by then are lent.
             self._requests_free_at(kept) - self._lend_seconds() if kept else -math.inf,
+            -math.inf if ticket.priority is Priority.DIALOGUE else self._gap_free_at(now),
             self._tokens_free_at(ticket.tokens),
             self._header_free_at(ticket.tokens),
         )
@@ -582,6 +584,15 @@ class QuotaPolicy:
         waits for a slot that frees within this, which its pacing would have cost it anyway."""
         pace = self._request_pace  # its next slot may come up to its slack early
         return max(self._limits.min_interval_seconds, pace.interval - pace.slack)
+
+    def _gap_free_at(self, now: float) -> float:
+        """When work below dialogue may take a free slot, leaving the rest for the dialogue
+        expected before the window next frees one (:meth:`.DialogueReserve.lead`; lent as above)."""
+        cap, window = self._limit, self._window  # the limit the reserve is kept of
+        if cap is None or not window or len(window) >= cap:
+            return -math.inf  # nothing is free: the window's own limit decides
+        lead = self._reserve.lead(now, cap - len(window) - 1, cap)
+        return window[0].expires_at - self._lend_seconds() - lead
 
     def _reserve_left(self, now: float) -> int:
         """Window slots kept free for dialogue now."""
