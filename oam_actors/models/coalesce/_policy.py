@@ -28,7 +28,9 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -247,34 +249,11 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
     first = requests[0]
     items = [r.item for r in requests]
     assert all(item is not None for item in items)
-    if isinstance(first.item, BarkItem):
-        barks = [i for i in items if isinstance(i, BarkItem)]
-        example = "\n".join(f"{n}. {b.speaker.strip()}: ..." for n, b in enumerate(barks[:2], 1))
-        system = _BARK_SYSTEM.format(count=len(barks), example=example)
-        blocks = [_bark_block(n, b) for n, b in enumerate(barks, 1)]
-        task = BARK_TASK
-    elif isinstance(first.item, ToolChoiceItem):
-        choices = [i for i in items if isinstance(i, ToolChoiceItem)]
-        example = "\n".join(f'{n}. {{"action": "{action}", "arguments": {{}}}}'
-                            for (n, c), action in zip(enumerate(choices[:2], 1), ("respond", choices[0].names[0]),
-                                                      strict=False))
-        system = _TOOL_CHOICE_SYSTEM.format(count=len(choices), example=example)
-        blocks = [_tool_choice_block(n, c) for n, c in enumerate(choices, 1)]
-        task = TOOL_CHOICE_TASK
-    elif isinstance(first.item, ReplyItem):
-        replies = [i for i in items if isinstance(i, ReplyItem)]
-        example = "\n".join(f"{n}. {r.speaker.strip()}: [{emotion}] ..."
-                            for (n, r), emotion in zip(enumerate(replies[:2], 1), ("happy", "neutral"), strict=False))
-        system = _REPLY_SYSTEM.format(count=len(replies), example=example)
-        blocks = [_reply_block(n, r) for n, r in enumerate(replies, 1)]
-        task = REPLY_TASK
-    else:
-        decisions = [i for i in items if isinstance(i, DecisionItem)]
-        example = "\n".join(f"{n}. {d.options[0].id} | {confidence} | ..."
-                            for (n, d), confidence in zip(enumerate(decisions[:2], 1), (85, 40), strict=False))
-        system = _DECISION_SYSTEM.format(count=len(decisions), example=example)
-        blocks = [_decision_block(n, d) for n, d in enumerate(decisions, 1)]
-        task = DECISION_TASK
+    form = _FORMS[type(first.item)]  # one batch key: every item is of one kind
+    example = "\n".join(form.example(n, item, items) for n, item in enumerate(items[:2], 1))
+    system = form.system.format(count=len(items), example=example)
+    blocks = [form.block(n, item) for n, item in enumerate(items, 1)]
+    task = form.task
     return GenerationRequest(
         kind=StepKind.TEXT,
         system=system,
@@ -345,6 +324,30 @@ _QUOTES = "\"'“”‘’«»`"
 _INTEGER = re.compile(r"(?<![\w.])(\d{1,3})(?:\s*%)?(?!\w|\.\d)")
 _NAME_STOPWORDS = frozenset({"the", "old", "young", "sir", "lady", "lord", "master", "mister", "mr", "mrs",
                              "miss", "dame", "big", "little", "captain", "guard"})
+
+
+@dataclass(frozen=True)
+class _Form:
+    """How a batch of one kind reads: its system text, the example lines it shows (the first two
+    items'), each item's block and the closing task."""
+
+    system: str
+    example: Callable[[int, Any, Sequence[Any]], str]
+    block: Callable[[int, Any], str]
+    task: str
+
+
+_FORMS: dict[type, _Form] = {
+    BarkItem: _Form(_BARK_SYSTEM, lambda n, b, _: f"{n}. {b.speaker.strip()}: ...", _bark_block, BARK_TASK),
+    ToolChoiceItem: _Form(
+        _TOOL_CHOICE_SYSTEM,
+        lambda n, _, choices: f'{n}. {{"action": "{("respond", choices[0].names[0])[n - 1]}", "arguments": {{}}}}',
+        _tool_choice_block, TOOL_CHOICE_TASK),
+    ReplyItem: _Form(_REPLY_SYSTEM, lambda n, r, _: f"{n}. {r.speaker.strip()}: [{('happy', 'neutral')[n - 1]}] ...",
+                     _reply_block, REPLY_TASK),
+    DecisionItem: _Form(_DECISION_SYSTEM, lambda n, d, _: f"{n}. {d.options[0].id} | {(85, 40)[n - 1]} | ...",
+                        _decision_block, DECISION_TASK),
+}
 
 
 def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: bool = False) -> list[ItemResult]:
