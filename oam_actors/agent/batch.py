@@ -1,7 +1,7 @@
 """Items a shared backend may answer together: what a step says about itself so that a coalescing
 backend can pack it with others into one generation.
 
-A short, independent step (an NPC's bark, a decision among options, the plain-text reply of an
+A short, independent step (an NPC's bark, a decision among options, the reply, plain or structured, of an
 NPC talk, the tool choice of an NPC talk) carries a :data:`~oam_actors.agent.model.BatchItem` on its
 :class:`~oam_actors.agent.model.GenerationRequest`: who it is for, the situation, and (for a
 decision) the options. A backend that does not coalesce ignores it and runs the request as it is;

@@ -35,6 +35,7 @@ __all__ = [
     "Resumable",
     "Sampling",
     "StepKind",
+    "StructuredReplyItem",
     "ToolChoiceItem",
     "ToolSpec",
     "Usage",
@@ -126,7 +127,21 @@ class ToolChoiceItem(msgspec.Struct, frozen=True, kw_only=True, tag="decide"):
     allow_respond: bool = True
 
 
-BatchItem = BarkItem | DecisionItem | ReplyItem | ToolChoiceItem
+class StructuredReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="structuredReply"):
+    """The structured reply step of an NPC talk (``replyFormat`` automatic or structured): the
+    reply of ``talk``, and what that NPC's reply schema asks of it: one of its ``emotions`` (the
+    schema's enum, in its order), ``player_options`` suggestions for the player (0: none, the
+    schema has no such key), an ``ends_conversation`` flag only where ``can_end`` (the schema
+    has the key). The answer is the JSON object the step itself would have written
+    (``{"emotion", "line", "player_options"?, "ends_conversation"?}``)."""
+
+    talk: ReplyItem
+    emotions: tuple[str, ...] = ()
+    player_options: int = 0
+    can_end: bool = False
+
+
+BatchItem = BarkItem | DecisionItem | ReplyItem | StructuredReplyItem | ToolChoiceItem
 """What a short, independent step says about itself so that a coalescing backend may answer it
 together with others (:mod:`oam_actors.agent.batch`). A tagged union: it pickles and encodes."""
 

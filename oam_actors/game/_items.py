@@ -1,4 +1,4 @@
-"""What a bark, a decision, a plain-text reply or a talk's tool choice says about itself for a coalescing backend
+"""What a bark, a decision, a talk's reply (plain or structured) or a talk's tool choice says about itself for a coalescing backend
 (:data:`~oam_actors.agent.model.BatchItem`): the essentials of its character and its situation,
 in the few short lines a batch prompt gives each item. Pure."""
 
@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem, ToolChoiceItem
+from ..agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem, StructuredReplyItem, ToolChoiceItem
 from ..agent.tools import compact_json
 from ._text import joined_list, sentence, trimmed_or_none
+from .options import NPCOptions
 from .persona import Persona
 
-__all__ = ["bark_item", "decision_item", "reply_item", "tool_choice_item"]
+__all__ = ["bark_item", "decision_item", "reply_item", "structured_reply_item", "tool_choice_item"]
 
 _CATALOG = "Available tools:"  # the decide task's catalog heading (agent.prompts.decide_task)
 _RESPOND_OPTION = "- respond:"
@@ -74,6 +75,15 @@ def reply_item(persona: Persona, extra_instructions: str | None, context_note: s
     return ReplyItem(speaker=persona.name.strip(), character="\n".join(lines), conversation=tuple(conversation),
                      tool_results=tuple(tool_results), line=line, user_label=user_label,
                      sentences=persona.sentence_limit)
+
+
+def structured_reply_item(reply: ReplyItem, options: NPCOptions) -> StructuredReplyItem:
+    """The structured reply step of the talk ``reply`` describes, with what the NPC's reply
+    schema (:func:`._prompting.reply_schema`) asks: its emotions, its player option count,
+    whether it may end the conversation."""
+    return StructuredReplyItem(talk=reply, emotions=tuple(e.value for e in options.allowed_emotions),
+                               player_options=options.effective_player_option_count,
+                               can_end=options.can_end_conversation)
 
 
 def tool_choice_item(reply: ReplyItem, prompt: str, names: Sequence[str]) -> ToolChoiceItem | None:

@@ -70,7 +70,7 @@ from ._dialogue import (
     parse_text_reply,
     partial_text_reply,
 )
-from ._items import bark_item, reply_item, tool_choice_item
+from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -91,6 +91,7 @@ _log = logging.getLogger(__name__)
 
 SAVE_STATE_VERSION = 1
 _NONE = ToolChoice(ToolChoiceKind.NONE)
+_DESCRIBED_STEPS = frozenset({StepKind.RESPOND, StepKind.STRUCTURED, StepKind.DECIDE})
 RECENT_BARKS = 4
 """Barks an NPC remembers (not saved), to say one again when the quota has no room in time."""
 
@@ -163,7 +164,7 @@ class _Attempt:
     options: NPCOptions
     world_summary: str | None
     situation: str | None
-    coalesce: bool = False  # its decide steps and plain-text reply step may be answered in a batch
+    coalesce: bool = False  # its decide steps and reply step may be answered in a batch
 
     @property
     def may_retry_as_text(self) -> bool:
@@ -340,8 +341,8 @@ class NPC:
         request's arrival) caps each model step's wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
-        coalescing backend may answer its decide steps and a plain-text reply step together with
-        other NPCs' (:func:`~._items.reply_item` says when it may). Raises
+        coalescing backend may answer its decide steps and its reply step (plain or structured) together with
+        other NPCs' (:func:`~._items.reply_item` says when it may; the text retry runs alone). Raises
         :class:`AgentError` for errors no fallback covers; see the module docstring for events
         and commit."""
         await self.run_pending_compaction()
@@ -435,6 +436,7 @@ class NPC:
         options = attempt.options
         return dataclasses.replace(
             attempt,
+            coalesce=False,  # the retry of a reply that failed once: alone, as its own repair
             schema=None,
             agent_options=msgspec.structs.replace(attempt.agent_options, tool_choice=_NONE),
             instructions=prompting.instructions(attempt.persona, options, self.tool_names, memory, text_reply=True),
@@ -473,9 +475,10 @@ class NPC:
 
     def _reply_item(self, attempt: _Attempt, request: GenerationRequest) -> BatchItem | None:
         """The reply step's item: the whole conversation and this turn's tool results as the step
-        shows them (an item too large for a batch runs alone: the policy's budget); a decide
-        step's: the same, with the tools it offers. ``None`` for any other step."""
-        if request.kind is not StepKind.RESPOND and request.kind is not StepKind.DECIDE:
+        shows them (an item too large for a batch runs alone: the policy's budget); a structured
+        reply step's: the same, with what the NPC's reply schema asks; a decide step's: the same,
+        with the tools it offers. ``None`` for any other step."""
+        if request.kind not in _DESCRIBED_STEPS:
             return None
         agent = self._agent
         options = agent.options
@@ -484,8 +487,12 @@ class NPC:
         tools = [line for entry in agent.turn_entries[1:] if (line := history.line(entry)) is not None]
         reply = reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
                            conversation, tools, request.user_prompt, options.user_label)
+        if reply is None:
+            return None
         if request.kind is StepKind.DECIDE:
-            return None if reply is None else tool_choice_item(reply, request.prompt, [t.name for t in request.tools])
+            return tool_choice_item(reply, request.prompt, [t.name for t in request.tools])
+        if request.kind is StepKind.STRUCTURED:
+            return structured_reply_item(reply, attempt.options)
         return reply
 
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:

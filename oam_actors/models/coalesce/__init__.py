@@ -5,7 +5,7 @@ Contract
 - ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
   :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
   proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
-  (barks, tool-free decisions, the decide steps and plain-text replies of NPC talks; see
+  (barks, tool-free decisions, the decide steps and replies of NPC talks; see
   :mod:`oam_actors.agent.batch`) may be answered together; every other step goes to the
   backend as it is.
 - Only steps that are already waiting are packed: every step queues at the backend on its own
@@ -17,8 +17,9 @@ Contract
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
   numbered lines read leniently per item. Each item is checked on its own (a bark or a reply is
   one line that neither speaks as nor names another character of the batch; a decision names one of its
-  own options); what its step receives is exactly what it would have received alone (the line,
-  the decision's JSON object), so the agent validates it as usual.
+  own options; a structured reply fits its own NPC's reply schema); what its step receives is
+  exactly what it would have received alone (the line, the decision's or structured reply's
+  JSON object), so the agent validates it as usual.
 - An item the batch did not answer (missing, invalid, misattributed, cut off) runs alone as the
   normal step, with its usual repair: one extra attempt per affected item, never a wrong answer
   for another character. A batch that fails for a reason every item shares (rate limit, device
@@ -37,6 +38,7 @@ from ._policy import (
     DECISION_TASK,
     REPLY_ITEM_TOKENS,
     REPLY_TASK,
+    STRUCTURED_REPLY_TASK,
     TOOL_CHOICE_TASK,
     Answer,
     CoalesceSettings,
@@ -54,6 +56,7 @@ __all__ = [
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
+    "STRUCTURED_REPLY_TASK",
     "TOOL_CHOICE_TASK",
     "Answer",
     "CoalesceSettings",

@@ -17,10 +17,25 @@ reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
   that neither speaks as nor names another character of the batch (a talk's reply keeps its
   ``[emotion]`` tag); a decision must name one of its own option ids; a talk's tool choice must
-  be a step envelope naming one of its own tools (or respond where it may). The result per item is
+  be a step envelope naming one of its own tools (or respond where it may); a structured reply
+  must fit its own NPC's reply schema (below). The result per item is
   :class:`Answer` (the text the step itself would have received: the line, the reply, or the
-  decision's JSON object) or :class:`Unanswered` with the
+  decision's or structured reply's JSON object) or :class:`Unanswered` with the
   reason, and the caller runs that step alone.
+
+Structured replies (:class:`~oam_actors.agent.model.StructuredReplyItem`) are answered in a
+compact line, not JSON: ``3. Name: [emotion] reply words [end] >> option one | option two``
+(``[end]`` only where the NPC may end the conversation and does; ``>>`` and the options only
+where it has player options). Why not one JSON object per line: a small model breaks JSON
+written inline (unescaped quotes in spoken lines, the problem that ruled out a JSON array for
+barks), and the keys and quotes of ``{"emotion": …, "line": …, "player_options": […],
+"ends_conversation": …}`` cost about 20 tokens an item of a 256-token phone answer, a third of
+one more item. The compact line extends the text reply's form (the same label and
+``[emotion]`` tag, read by the same checks) with two markers a reply's words never hold. Read
+back, each field is checked by that NPC's own schema (an emotion of its own list, one to its
+own count of player options, ``[end]`` only where it may end), no part speaks as or names
+another character of the batch, and the line becomes the JSON object the structured step
+alone would have written, keys as its schema has them.
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from ...agent.model import (
     ModelCapabilities,
     ReplyItem,
     StepKind,
+    StructuredReplyItem,
     ToolChoiceItem,
     estimate_tokens,
 )
@@ -53,6 +69,7 @@ __all__ = [
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
+    "STRUCTURED_REPLY_TASK",
     "TOOL_CHOICE_TASK",
     "Answer",
     "CoalesceSettings",
@@ -72,6 +89,8 @@ _DECISION_ANSWER_TOKENS = 48  # "3. option_id | 80 | one short reason"
 _ANSWER_OVERHEAD_TOKENS = 16
 _REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
 _REPLY_SENTENCE_TOKENS = 24
+_PLAYER_OPTION_TOKENS = 5  # " | Tell me more."
+_MARK_TOKENS = 1  # " >>" before the options, " [end]"
 _TOOL_CHOICE_ANSWER_TOKENS = 40  # '3. {"action": "check_menu", "arguments": {"item": "ale"}}': six fit 256
 REPLY_ITEM_TOKENS = 900
 """A reply whose item (character, whole conversation, tool results) is larger runs alone: a
@@ -80,6 +99,7 @@ batch never shortens an NPC's context."""
 BARK_TASK = "Write one line for each character above."
 DECISION_TASK = "Make each decision above."
 REPLY_TASK = "Write the reply of each character above."
+STRUCTURED_REPLY_TASK = "Write the reply and the player options of each character above."
 TOOL_CHOICE_TASK = "Choose the next step of each character above."
 """The last line of a batch prompt (the simulated phone recognises a batch by it)."""
 
@@ -119,6 +139,20 @@ Rules:
 Example of the form:
 {example}"""
 
+_STRUCTURED_REPLY_SYSTEM = """\
+You write what characters in a video game say to the player, and what the player could say next.
+Each numbered conversation below is separate: a different character, talking with the player somewhere else.
+For each conversation, write that character's reply to the player's last line, in their own voice, using what that conversation says and its tool results where they matter.
+Rules:
+- Keep each reply within the number of sentences given for it, on one line.
+- Begin each reply with the character's current emotion in square brackets, one of that conversation's Emotions.
+- Where a conversation asks for player options, write >> after the reply, then that many short, different things the player could say next, separated by |. Where it asks for none, write no >>.
+- Only where a conversation says the character may end it: write [end] right after the reply if the character says goodbye or refuses to talk any more.
+- Every reply belongs to its own character only: never speak as another character of the list and never name them.
+- No narration, no quotation marks, no tool results in brackets. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. <name>: [<emotion>] <reply> >> <player option> | <player option>
+Example of the form:
+{example}"""
 
 _TOOL_CHOICE_SYSTEM = """\
 You decide what characters in a video game do next while they talk with the player.
@@ -173,6 +207,7 @@ ItemResult = Answer | Unanswered
 # --- what may be combined ------------------------------------------------------------------------
 
 _OPTION_ID = re.compile(r"[^\s|,;=()\[\]]+")
+_EMOTION_WORD = re.compile(r"[A-Za-z][A-Za-z _-]{0,29}")  # written inside [...] and read back
 
 
 def combinable(item: BatchItem) -> bool:
@@ -182,6 +217,9 @@ def combinable(item: BatchItem) -> bool:
             return bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
         case ReplyItem(speaker=speaker):
             return (bool(speaker.strip()) and "\n" not in speaker and ":" not in speaker
+                    and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
+        case StructuredReplyItem(talk=talk, emotions=emotions):
+            return (combinable(talk) and bool(emotions) and all(_EMOTION_WORD.fullmatch(e) for e in emotions)
                     and _reply_tokens(item) <= REPLY_ITEM_TOKENS)
         case ToolChoiceItem(talk=talk, names=names, tools=tools):
             speaker = talk.speaker
@@ -212,14 +250,16 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
 def _answer_tokens(item: BatchItem) -> int:
     if isinstance(item, ToolChoiceItem):
         return _TOOL_CHOICE_ANSWER_TOKENS
+    if isinstance(item, StructuredReplyItem):
+        count = item.player_options
+        return _answer_tokens(item.talk) + _PLAYER_OPTION_TOKENS * count + _MARK_TOKENS * (bool(count) + item.can_end)
     if isinstance(item, ReplyItem):
         return _REPLY_LABEL_TOKENS + _REPLY_SENTENCE_TOKENS * max(1, item.sentences)
     return _BARK_ANSWER_TOKENS if isinstance(item, BarkItem) else _DECISION_ANSWER_TOKENS
 
 
-def _reply_tokens(item: ReplyItem | ToolChoiceItem) -> int:
-    block = _tool_choice_block(0, item) if isinstance(item, ToolChoiceItem) else _reply_block(0, item)
-    return estimate_tokens(block)
+def _reply_tokens(item: ReplyItem | StructuredReplyItem | ToolChoiceItem) -> int:
+    return estimate_tokens(_FORMS[type(item)].block(0, item))
 
 
 def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities, max_items: int) -> int:
@@ -275,9 +315,12 @@ def _bark_block(number: int, item: BarkItem) -> str:
 
 
 def _reply_block(number: int, item: ReplyItem) -> str:
+    return "\n".join(_talk_lines(f"{number}: {item.speaker.strip()} ({_sentences(item)})", item))
+
+
+def _sentences(item: ReplyItem) -> str:
     limit = max(1, item.sentences)
-    return "\n".join(_talk_lines(f"{number}: {item.speaker.strip()} "
-                                 f"(at most {limit} {'sentence' if limit == 1 else 'sentences'})", item))
+    return f"at most {limit} {'sentence' if limit == 1 else 'sentences'}"
 
 
 def _talk_lines(head: str, item: ReplyItem) -> list[str]:
@@ -290,6 +333,24 @@ def _talk_lines(head: str, item: ReplyItem) -> list[str]:
     lines.append(f"{item.user_label}: {item.line}")
     lines.extend(item.tool_results)
     return lines
+
+
+def _structured_reply_block(number: int, item: StructuredReplyItem) -> str:
+    talk = item.talk
+    asks = [_sentences(talk)]
+    count = item.player_options
+    asks.append(f"{count} player {'option' if count == 1 else 'options'}" if count else "no player options")
+    if item.can_end:
+        asks.append("may end the conversation")
+    lines = _talk_lines(f"{number}: {talk.speaker.strip()} ({', '.join(asks)})", talk)
+    lines.append(f"Emotions: {', '.join(item.emotions)}")
+    return "\n".join(lines)
+
+
+def _structured_example(number: int, item: StructuredReplyItem) -> str:
+    emotion = next((e for e in (("happy", "neutral")[number - 1], "neutral") if e in item.emotions), item.emotions[0])
+    options = f" >> {' | '.join(['...'] * item.player_options)}" if item.player_options else ""
+    return f"{number}. {item.talk.speaker.strip()}: [{emotion}] ...{options}"
 
 
 def _tool_choice_block(number: int, item: ToolChoiceItem) -> str:
@@ -345,6 +406,8 @@ _FORMS: dict[type, _Form] = {
         _tool_choice_block, TOOL_CHOICE_TASK),
     ReplyItem: _Form(_REPLY_SYSTEM, lambda n, r, _: f"{n}. {r.speaker.strip()}: [{('happy', 'neutral')[n - 1]}] ...",
                      _reply_block, REPLY_TASK),
+    StructuredReplyItem: _Form(_STRUCTURED_REPLY_SYSTEM, lambda n, r, _: _structured_example(n, r),
+                               _structured_reply_block, STRUCTURED_REPLY_TASK),
     DecisionItem: _Form(_DECISION_SYSTEM, lambda n, d, _: f"{n}. {d.options[0].id} | {(85, 40)[n - 1]} | ...",
                         _decision_block, DECISION_TASK),
 }
@@ -375,6 +438,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
             results.append(_read_reply(line, item, others))
         elif isinstance(item, ToolChoiceItem):
             results.append(_read_tool_choice(line, item, others))
+        elif isinstance(item, StructuredReplyItem):
+            results.append(_read_structured_reply(line, item, others))
         else:
             assert isinstance(item, DecisionItem)
             results.append(_read_decision(line, item, others))
@@ -407,7 +472,7 @@ def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
 
 
 def _speaker(item: BatchItem | None) -> str:
-    if isinstance(item, ToolChoiceItem):
+    if isinstance(item, ToolChoiceItem | StructuredReplyItem):
         return item.talk.speaker.strip()
     if isinstance(item, BarkItem | ReplyItem):
         return item.speaker.strip()
@@ -419,7 +484,7 @@ def _speaker(item: BatchItem | None) -> str:
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
-    if isinstance(item, ToolChoiceItem):
+    if isinstance(item, ToolChoiceItem | StructuredReplyItem):
         return _own_text(item.talk)
     if isinstance(item, ReplyItem):
         return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
@@ -486,6 +551,50 @@ def _read_reply(line: str, item: ReplyItem, others: list[str]) -> ItemResult:
         if not text:
             return Unanswered(Why.INVALID, "an emotion without a reply")
     return Answer(f"{tag} {text}" if tag else text)
+
+
+_END_MARK = re.compile(r"\s*[\[(<]\s*end(?:s|ed)?(?:\s+conversation)?\s*[\])>]\s*", re.IGNORECASE)
+_OPTIONS_MARK = re.compile(r"\s*(?:>>|»)\s*")
+_LIST_MARKER = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s+")
+
+
+def _read_structured_reply(line: str, item: StructuredReplyItem, others: list[str]) -> ItemResult:
+    """A text reply's checks on the words before ``>>`` (its label, its ``[emotion]``, naming no
+    other character), then its own schema's: an emotion of its list, one to its count of player
+    options (none where it has none) that name no other character, ``[end]`` only where it may
+    end. The answer is the structured step's JSON object, keys as that schema has them."""
+    ends = _END_MARK.search(line) is not None  # right after the reply, or at the very end
+    said, *listed = _OPTIONS_MARK.split(_END_MARK.sub(" ", line).strip(), maxsplit=1)
+    read = _read_reply(said.strip(), item.talk, others)
+    if not isinstance(read, Answer):
+        return read
+    tagged = _EMOTION_TAG.match(read.text)
+    if tagged is None:
+        return Unanswered(Why.INVALID, "no emotion")
+    emotion = tagged.group(1)[1:-1].strip().casefold()
+    words = tagged.group(2).strip()
+    found = next((e for e in item.emotions if e.casefold() == emotion), None)
+    if found is None:
+        return Unanswered(Why.INVALID, f"emotion {emotion!r} is not one of its own")
+    if not words:
+        return Unanswered(Why.INVALID, "an emotion without a reply")
+    if ends and not item.can_end:
+        return Unanswered(Why.INVALID, "ends the conversation, which it may not")
+    parts = listed[0].split("|") if listed else []
+    options = [o for o in (_LIST_MARKER.sub("", p.strip()).strip(_QUOTES + " ") for p in parts) if o]
+    count = item.player_options
+    if count and not 1 <= len(options) <= count:
+        return Unanswered(Why.INVALID, f"{len(options)} player options, not 1 to {count}")
+    if not count and listed:
+        return Unanswered(Why.INVALID, "player options where it has none")
+    if (named := next((o for o in others for option in options if _names(option, o)), None)) is not None:
+        return Unanswered(Why.MISATTRIBUTED, f"names {named}")
+    answer: dict[str, Any] = {"emotion": found, "line": words}
+    if count:
+        answer["player_options"] = options
+    if item.can_end:
+        answer["ends_conversation"] = ends
+    return Answer(msgspec.json.encode(answer).decode())
 
 
 def _read_tool_choice(line: str, item: ToolChoiceItem, others: list[str]) -> ItemResult:
