@@ -13,7 +13,8 @@ by :mod:`oam_actors.agent.prompts`:
   turn's tool results.
 - **batches** (:mod:`oam_actors.models.coalesce`): one numbered line per character (a bark in
   its own name, or a reply to its own conversation's last player line, as a reply step would
-  answer it) or per decision (one of its own option ids, a confidence, a reason).
+  answer it, with its player options where it asks for them) or per decision (one of its own
+  option ids, a confidence, a reason).
 
 Everything random comes from the ``random.Random`` passed in, so a seeded phone replays exactly.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK, TOOL_CHOICE_TASK
+from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK, STRUCTURED_REPLY_TASK, TOOL_CHOICE_TASK
 
 __all__ = ["ResponderConfig", "respond", "sample_value"]
 
@@ -89,6 +90,8 @@ def respond(system: str, prompt: str, rng: Random, config: ResponderConfig = Res
         return _decisions(prompt, rng)
     if prompt.endswith(REPLY_TASK):
         return _replies(prompt, rng)
+    if prompt.endswith(STRUCTURED_REPLY_TASK):
+        return _replies(prompt, rng, structured=True)
     if "summar" in system.lower():
         return f"Summary: the user asked about {_topic(prompt)}, and the assistant answered."
     return _reply(prompt, rng)
@@ -389,7 +392,8 @@ def _string_end(text: str, at: int) -> int:
 
 _CHARACTER = re.compile(r"^Character (\d+): (.+)$", re.MULTILINE)
 _CHOICE = re.compile(r"^Conversation (\d+): (.+)$")
-_CONVERSATION = re.compile(r"^Conversation (\d+): (.+?) \(at most \d+ sentences?\)$")
+_CONVERSATION = re.compile(r"^Conversation (\d+): (.+?) \(at most \d+ sentences?(?:, (\d+|no) player options?)?[^)]*\)$")
+_EMOTIONS = re.compile(r"\nEmotions: (.+)$")  # a structured reply's last line
 _DECISION = re.compile(r"^Decision (\d+)\b.*?^Options: ([^\n]*)$", re.MULTILINE | re.DOTALL)
 
 
@@ -409,17 +413,30 @@ def _decisions(prompt: str, rng: Random) -> str:
 # --- text ----------------------------------------------------------------------------------------
 
 
-def _replies(prompt: str, rng: Random) -> str:
-    """Each numbered conversation's reply, to its own last player line and tool results."""
+def _replies(prompt: str, rng: Random, *, structured: bool = False) -> str:
+    """Each numbered conversation's reply, to its own last player line and tool results;
+    ``structured``: in one of its own emotions, with as many player options as it asks for."""
     lines = []
     for block in prompt.split("\n\n"):
         head, _, body = block.partition("\n")
         if (match := _CONVERSATION.match(head)) is None:
             continue
         name = match.group(2)
+        emotions = _EMOTIONS.search(body)
+        body = body[:emotions.start()] if emotions else body
         said = [m.group(2) for m in map(_LABELLED.match, body.splitlines()) if m and m.group(1) != name]
         topic = _topic_of(said[-1] if said else "")
-        lines.append(f"{match.group(1)}. {name}: [neutral] {_reply_words(topic, body, rng)}")
+        line = f"{match.group(1)}. {name}: [neutral] {_reply_words(topic, body, rng)}"
+        if structured:
+            listed = emotions.group(1).split(", ") if emotions else ["neutral"]
+            emotion = "neutral" if "neutral" in listed else listed[0]
+            count = int(n) if (n := match.group(3)) and n.isdigit() else 0
+            options: list[str] = []
+            while len(options) < min(count, 3):  # different ones, of the three it knows
+                if (option := _phrase("player_option", rng, topic)) not in options:
+                    options.append(option)
+            line = line.replace("[neutral]", f"[{emotion}]", 1) + (f" >> {' | '.join(options)}" if options else "")
+        lines.append(line)
     return "\n".join(lines)
 
 
