@@ -1,6 +1,7 @@
 """Coalescing through the real ``oam-actors stdio`` process on a farm of simulated phones: many
 NPCs barking at once on the shared system model cost fewer generations than barks (counted by
-the pool), every bark is answered with its own NPC's line, ``model/status`` reports the
+the pool), every bark is answered with its own NPC's line (and every talk with its own reply,
+plain or structured), ``model/status`` reports the
 coalescing, and the per-request and per-server opt-outs."""
 
 from __future__ import annotations
@@ -84,3 +85,18 @@ def test_text_replies_of_a_crowd_share_generations_and_opt_out_per_request() -> 
         assert bridge.close() == 0
     assert all(r["line"] for r in results) and stats["stepsOk"] == len(NPCS)
     assert bad["code"] == -32602 and "coalesce" in bad["message"]
+
+
+def test_structured_replies_of_a_crowd_share_generations_with_their_player_options() -> None:
+    with BridgeProcess(FARM) as bridge:
+        results, stats = act_all(bridge, "npc/talk", line="Any news today?")  # replyFormat automatic
+        assert bridge.close() == 0
+    assert [r["npc"] for r in results] == NPCS and all("today" in r["line"] for r in results)
+    assert not any(r["isFallback"] for r in results)
+    assert all(r["playerOptions"] and isinstance(r["endsConversation"], bool) for r in results)
+    coalescing = stats["coalescing"]
+    assert coalescing["items"] == len(NPCS) and coalescing["answered"] >= 2 and coalescing["passthrough"] == 0
+    # the simulated phone answers a batch with all three options, the endsConversation flag false
+    answered = [r for r in results if len(r["playerOptions"]) == 3 and r["endsConversation"] is False]
+    assert len(answered) >= coalescing["answered"]
+    assert stats["stepsOk"] == coalescing["generations"] < len(NPCS)

@@ -1,19 +1,21 @@
 """Coalesced replies: the plain-text reply steps of NPC talks waiting for one backend share a
 generation (the policy, then NPC talks on a virtual clock, then over a device pool and a proxy on
 loopback). Each NPC gets its own reply with its own emotion, the batch shows each conversation
-whole, and a reply the batch got wrong (misattributed, missing) runs again alone. Structured
-replies, secrets, oversized conversations and ``coalesce=False`` run alone."""
+whole, and a reply the batch got wrong (misattributed, missing) runs again alone. Secrets,
+oversized conversations and ``coalesce=False`` run alone (structured replies:
+test_coalesce_structured.py)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from provider_servers import ProviderServer, openai_text, stream
 
 from oam_actors import GenerationRequest, ModelCapabilities, StepKind
 from oam_actors.agent.model import BarkItem, ReplyItem
-from oam_actors.game import NPC, Persona
+from oam_actors.game import NPC, DialogueTurn, Persona
 from oam_actors.game.options import NPCOptions, ReplyFormat
 from oam_actors.models.coalesce import (
     REPLY_ITEM_TOKENS,
@@ -106,14 +108,25 @@ def talkers(model: Any, names: tuple[str, ...] = NAMES, options: NPCOptions = TE
 
 
 def talking(npcs: list[NPC], line: str = "Any news?", **kwargs: Any) -> list[Any]:
-    async def one(npc: NPC) -> tuple[str, str, list[Any]]:
+    """Jobs talking to each NPC: each gives its line, its emotion and the events sent."""
+    return [lambda job=job: _line_of(job) for job in talk_jobs(npcs, line, **kwargs)]
+
+
+async def _line_of(job: Callable[[], Awaitable[tuple[DialogueTurn, list[Any]]]]) -> tuple[str, str, list[Any]]:
+    turn, events = await job()
+    return turn.line, turn.emotion.value, events
+
+
+def talk_jobs(npcs: list[NPC], line: str = "Any news?",
+              **kwargs: Any) -> list[Callable[[], Awaitable[tuple[DialogueTurn, list[Any]]]]]:
+    """Jobs talking to each NPC: each gives the turn and the events sent before it."""
+    async def one(npc: NPC) -> tuple[DialogueTurn, list[Any]]:
         events: list[Any] = []
 
         async def emit(event: Any) -> None:
             events.append(event)
 
-        turn = await npc.talk(line, emit=emit, **kwargs)
-        return turn.line, turn.emotion.value, events
+        return await npc.talk(line, emit=emit, **kwargs), events
 
     return [lambda npc=npc: one(npc) for npc in npcs]
 
@@ -151,12 +164,11 @@ async def test_a_misattributed_reply_runs_again_alone_and_no_npc_gets_anothers()
     assert len(rig.alone) == 1 and rig.model.coalescing_statistics().misattributed == 1
 
 
-async def test_structured_replies_secrets_and_the_opt_out_run_alone() -> None:
+async def test_secrets_and_the_opt_out_run_alone() -> None:
     rig = Rig(good_replies)
     await rig.warm_up()
-    structured = talkers(rig.model, ("Gorm",), options=NPCOptions(reply_format=ReplyFormat.STRUCTURED))
-    secret = talkers(rig.model, ("Mira",), secrets=("She hid the key.",))
-    jobs = talking(structured) + talking(secret) + talking(talkers(rig.model, ("Tobin", "Elsa")), coalesce=False)
+    secret = talkers(rig.model, ("Gorm", "Mira"), secrets=("She hid the key.",))
+    jobs = talking(secret) + talking(talkers(rig.model, ("Tobin", "Elsa")), coalesce=False)
     await rig.run(jobs)
     assert rig.batches == [] and {r.owner for r in rig.alone} == {f"npc:{n}" for n in NAMES}
     assert all(r.item is None for r in rig.alone)
