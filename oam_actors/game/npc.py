@@ -341,10 +341,10 @@ class NPC:
         request's arrival) caps each model step's wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
-        coalescing backend may answer its decide steps and its reply step (plain or structured) together with
-        other NPCs' (:func:`~._items.reply_item` says when it may; the text retry runs alone). Raises
-        :class:`AgentError` for errors no fallback covers; see the module docstring for events
-        and commit."""
+        coalescing backend may answer its decide steps and its reply step (plain or structured)
+        together with other NPCs' (:func:`~._items.reply_item` says when it may; the text retry
+        runs alone). Raises :class:`AgentError` for errors no fallback covers; see the module
+        docstring for events and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice)
         if budget is not None:
