@@ -29,8 +29,8 @@ compact line, not JSON: ``3. Name: [emotion] reply words [end] >> option one | o
 where it has player options). Why not one JSON object per line: a small model breaks JSON
 written inline (unescaped quotes in spoken lines, the problem that ruled out a JSON array for
 barks), and the keys and quotes of ``{"emotion": …, "line": …, "player_options": […],
-"ends_conversation": …}`` cost about 20 tokens an item of a 256-token phone answer, a third of
-one more item. The compact line extends the text reply's form (the same label and
+"ends_conversation": …}`` cost about 20 tokens an item: in a phone's 256-token answer, three
+items' keys take most of the room of a fourth item. The compact line extends the text reply's form (the same label and
 ``[emotion]`` tag, read by the same checks) with two markers a reply's words never hold. Read
 back, each field is checked by that NPC's own schema (an emotion of its own list, one to its
 own count of player options, ``[end]`` only where it may end), no part speaks as or names
