@@ -152,17 +152,19 @@ def resolve_action(name: str, tools: Sequence[str], *, allow_respond: bool) -> s
     return RESPOND if allow_respond else None
 
 
-def _field(obj: dict[str, Any], normal_key: str) -> tuple[str, Any] | None:
-    """The first member whose normalised key is ``normal_key``."""
+def _fields(obj: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Each normalised key's first member: looked up for every synonym, the object's keys are
+    normalised once instead of once per synonym."""
+    fields: dict[str, tuple[str, Any]] = {}
     for key, value in obj.items():
-        if _normal_key(key) == normal_key:
-            return key, value
-    return None
+        fields.setdefault(_normal_key(key), (key, value))
+    return fields
 
 
 def _first_argument_field(obj: dict[str, Any], *, skip: str | None = None) -> tuple[str, Any] | None:
+    fields = _fields(obj)
     for normal in _ARGUMENT_KEYS:
-        found = _field(obj, normal)
+        found = fields.get(normal)
         if found is not None and found[0] != skip:
             return found
     return None
@@ -248,8 +250,9 @@ def _single_key(
 
 def _interpret(obj: dict[str, Any], tools: Sequence[str], allow_respond: bool) -> Call | Respond | Invalid:
     first_name: str | None = None
+    fields = _fields(obj)
     for normal in _ACTION_KEYS:
-        found = _field(obj, normal)
+        found = fields.get(normal)
         name = None if found is None else _action_name(found[1])
         if found is None or name is None:
             continue

@@ -47,7 +47,7 @@ from ._close import close_schema, placeholder
 from ._coerce import Coercer
 from ._example import example
 from ._json import declared_types, keyword_dict, resolve
-from ._order import order
+from ._order import Orderer
 from ._render import render_compact, render_lines
 from ._validate import Validator, Violation, format_violations
 
@@ -123,7 +123,7 @@ class Schema:
 
     def order(self, value: Any) -> Any:
         """``value`` with object keys in the schema's declared order, recursively (§5.6)."""
-        return order(self.generation_schema, self.generation_schema, value, 0)
+        return self._orderer.order(value)
 
     def conform(self, value: Any) -> tuple[Any, list[Violation]]:
         """Coerce, validate, and order when valid: ``(value, violations)``.
@@ -140,6 +140,13 @@ class Schema:
         if self._shape is not None:
             return self._shape.validator
         return self.derived("validator", Validator)
+
+    @property
+    def _orderer(self) -> Orderer:
+        """The key order of the closed schema, compiled on first use and kept (per outline)."""
+        if self._shape is not None:
+            return self._shape.orderer
+        return self.derived("orderer", Orderer)
 
     def render_compact(self) -> str:
         """The one-line form for tool catalogs (§5.7). Computed once: every decide step shows it."""
@@ -174,25 +181,33 @@ class Schema:
     def is_empty_object(self) -> bool:
         """True for an object schema with nothing to fill in: a tool that takes no arguments.
 
-        ``True`` (anything) counts, as ``{}`` does.
+        ``True`` (anything) counts, as ``{}`` does. Computed once (every turn asks).
         """
-        schema = self.generation_schema
-        if isinstance(schema, bool):
-            return schema
-        return (
-            schema.get("type", "object") == "object"
-            and not keyword_dict(schema, "properties")
-            and _NOT_EMPTY.isdisjoint(schema)
-        )
+        return self.derived("is_empty_object", _is_empty_object)
 
     @property
     def root_is_array(self) -> bool:
-        """True when the root (after ``$ref``) is an array schema: structured output is a list."""
-        root = resolve(self.generation_schema, self.generation_schema)
-        if not isinstance(root, dict):
-            return False
-        types = declared_types(root)
-        return "array" in types if types is not None else "items" in root
+        """True when the root (after ``$ref``) is an array schema: structured output is a list.
+        Computed once (every structured step asks)."""
+        return self.derived("root_is_array", _root_is_array)
+
+
+def _is_empty_object(schema: Any) -> bool:
+    if isinstance(schema, bool):
+        return schema
+    return (
+        schema.get("type", "object") == "object"
+        and not keyword_dict(schema, "properties")
+        and _NOT_EMPTY.isdisjoint(schema)
+    )
+
+
+def _root_is_array(schema: Any) -> bool:
+    root = resolve(schema, schema)
+    if not isinstance(root, dict):
+        return False
+    types = declared_types(root)
+    return "array" in types if types is not None else "items" in root
 
 
 # Every session states its tools, every structured turn its schema: the same documents come back
@@ -211,12 +226,13 @@ _PLACEHOLDER = re.compile(placeholder(0).replace("0", "([0-9]+)"))
 
 
 class _Shape:
-    """What schemas of one outline share: its warnings, its compiled checks, its renderings."""
+    """What schemas of one outline share: its warnings, its compiled checks and order, its renderings."""
 
     def __init__(self, outline_text: bytes, descriptions: int) -> None:
         self.outline = msgspec.json.decode(outline_text)
         self.warnings = tuple(check_schema(self.outline))
         self.validator = Validator(self.outline)
+        self.orderer = Orderer(self.outline)
         # A placeholder shows in a rendering only where its description would; it is told apart
         # from the document's own text only when no other string holds a NUL (JSON escapes it).
         self.fillable = outline_text.count(b"\\u0000") == 2 * descriptions

@@ -17,6 +17,7 @@ _SCHEMA_SLOTS: Final = ("items", "additionalProperties", "not")
 _COMPOSITIONS: Final = ("anyOf", "oneOf", "allOf")
 _WALKED: Final = frozenset({*_SCHEMA_MAPS, *_SCHEMA_SLOTS, *_COMPOSITIONS})
 _ANNOTATIONS: Final = frozenset({"description", "title", "examples", "$comment"})
+_ORDER: Final = "x-order"  # the one x- keyword read: ordering keys
 
 
 def placeholder(index: int) -> str:
@@ -32,11 +33,11 @@ def close_schema(node: Any) -> tuple[Any, Any | None, list[str]]:
     ``allOf`` themselves stay open (closed, they would reject each other's keys); schemas nested
     inside them are closed. An explicit ``additionalProperties`` is kept.
 
-    ``outline`` is ``closed`` without the keywords no check, fix or rendering reads (titles,
-    examples, comments, ``x-*``), each string description replaced by :func:`placeholder` of its
-    index in ``descriptions``. Schemas with one outline check, validate, coerce and render alike
-    (a crowd's reply schemas differ in the persona's name), so they share all of that. ``None``
-    when that cannot be known: a ``$ref`` might point into what was left out, and very deep
+    ``outline`` is ``closed`` without the keywords no check, fix, order or rendering reads
+    (titles, examples, comments, ``x-*`` but ``x-order``), each string description replaced by
+    :func:`placeholder` of its index in ``descriptions``. Schemas with one outline check,
+    validate, coerce, order and render alike (a crowd's reply schemas differ in the persona's
+    name), so they share all of that. ``None`` when that cannot be known: a ``$ref`` might point into what was left out, and very deep
     documents are not walked.
     """
     closer = _Closer()
@@ -68,7 +69,7 @@ class _Closer:
                 self.descriptions.append(value)
             else:
                 closed[key] = value
-                if key not in _ANNOTATIONS and not key.startswith("x-"):
+                if key not in _ANNOTATIONS and (key == _ORDER or not key.startswith("x-")):
                     outline[key] = value
         if not in_all_of and isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
             closed["additionalProperties"] = outline["additionalProperties"] = False

@@ -74,8 +74,8 @@ class Coercer(NodeCompiler[Fix]):
         if choices is not None:
             return self._alternatives(all_of, choices)
         convert = _converter(declared_types(schema))
-        allowed = keyword_list(schema, "enum")
-        const = [schema["const"]] if "const" in schema else None
+        allowed = _Choices(keyword_list(schema, "enum"))
+        const = _Choices([schema["const"]] if "const" in schema else None)
         # Built when the first object reaches this node (most nodes never see one).
         of_object: list[Callable[[dict[str, Any], int], dict[str, Any]]] = []
         items = self.slot(schema["items"]) if "items" in schema else None
@@ -89,10 +89,10 @@ class Coercer(NodeCompiler[Fix]):
                 return value
             if convert is not None:
                 value = convert(value)
-            if allowed is not None:
-                value = _match_choice(value, allowed)
-            if const is not None:
-                value = _match_choice(value, const)
+            if allowed.listed is not None:
+                value = allowed.match(value)
+            if const.listed is not None:
+                value = const.match(value)
             if isinstance(value, dict):
                 if not of_object:
                     of_object.append(self._object(schema))
@@ -158,6 +158,10 @@ def _converter(types: list[str] | None) -> Callable[[Any], Any] | None:
     """The type conversion of a node declaring ``types`` (``None``: nothing to convert)."""
     if types is None:
         return None
+    if all(name in _CLASSES for name in types):
+        # A value of one of these types is left as it is: one isinstance instead of a lookup per type.
+        classes = tuple(_CLASSES[name] for name in types)
+        return lambda value: value if isinstance(value, classes) else _convert_type(value, types)
     return lambda value: _convert_type(value, types)
 
 
@@ -230,6 +234,8 @@ def _to_null(value: Any) -> Any:
     return None if isinstance(value, str) and value.strip().lower() in ("null", "none") else _NO
 
 
+# The types whose values matches_type tells by class alone (numbers are not: bool is an int).
+_CLASSES: Final[dict[str, type]] = {"string": str, "boolean": bool, "object": dict, "array": list}
 _CONVERTERS: Final = {
     "integer": _to_integer,
     "number": _to_number,
@@ -261,13 +267,25 @@ def _normalize_key(text: str) -> str:
     return "".join(c for c in text.lower() if c.isalpha() or c.isdecimal())
 
 
-def _match_choice(value: Any, choices: list[Any]) -> Any:
-    """An exact match stays; else the one choice equal up to case and separators, if unique."""
-    if any(json_equals(choice, value) for choice in choices) or not isinstance(value, str):
-        return value
-    wanted = _normalize_words(value)
-    found = [c for c in choices if isinstance(c, str) and _normalize_words(c) == wanted]
-    return found[0] if len(found) == 1 else value
+class _Choices:
+    """An ``enum`` (or a ``const`` as a one-item list): ``listed`` is ``None`` without one."""
+
+    def __init__(self, listed: list[Any] | None) -> None:
+        self.listed = listed
+        # A plain string is found among the string choices by hash (most enums are strings).
+        self._strings = frozenset(choice for choice in listed or () if type(choice) is str)
+
+    def match(self, value: Any) -> Any:
+        """An exact match stays; else the one choice equal up to case and separators, if unique."""
+        choices = self.listed
+        assert choices is not None
+        if type(value) is str and value in self._strings:
+            return value
+        if any(json_equals(choice, value) for choice in choices) or not isinstance(value, str):
+            return value
+        wanted = _normalize_words(value)
+        found = [c for c in choices if isinstance(c, str) and _normalize_words(c) == wanted]
+        return found[0] if len(found) == 1 else value
 
 
 def _rename_keys(value: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:

@@ -7,50 +7,90 @@ back in history look the way the schema declares them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ._json import MAX_DEPTH, keyword_dict, keyword_list, resolve
+from ._json import MAX_DEPTH, NodeCompiler, keyword_dict, keyword_list, resolve
 
-__all__ = ["order"]
+__all__ = ["Orderer"]
 
 _ANY: dict[str, Any] = {}
 
+Order = Callable[[Any, int], Any]
+"""A compiled schema node: ``order(value, depth)`` is ``value`` with its keys in declared order."""
 
-def order(root: Any, node: Any, value: Any, depth: int) -> Any:
-    """``value`` with object keys in declared order (``x-order`` first if given), recursively;
-    keys the schema does not declare follow in their original order."""
-    if depth > MAX_DEPTH:
-        return value
-    schema = resolve(root, node)
-    if not isinstance(schema, dict):
-        return value
-    if isinstance(value, dict):
-        return _order_object(root, schema, value, depth)
-    if isinstance(value, list) and "items" in schema:
-        return [order(root, schema["items"], item, depth + 1) for item in value]
+
+def _unchanged(value: Any, depth: int) -> Any:
     return value
 
 
-def _order_object(root: Any, schema: dict[str, Any], value: dict[str, Any], depth: int) -> Any:
-    choices = keyword_list(schema, "anyOf")
-    if choices is None:
-        choices = keyword_list(schema, "oneOf")
-    if choices:
-        branches = [resolve(root, choice) for choice in choices]
-        best = max(branches, key=lambda branch: _overlap(branch, value))
-        return order(root, best, value, depth + 1)
-    properties = _declared_properties(root, schema)
-    listed = keyword_list(schema, "x-order")
-    first = [key for key in listed if isinstance(key, str)] if listed is not None else list(properties)
-    result: dict[str, Any] = {}
-    for key in first:
-        if key in value and key not in result:
-            result[key] = order(root, properties.get(key, _ANY), value[key], depth + 1)
-    additional = schema.get("additionalProperties", _ANY)
-    for key, child in value.items():
-        if key not in result:
-            result[key] = order(root, properties.get(key, additional), child, depth + 1)
-    return result
+class Orderer(NodeCompiler[Order]):
+    """The key order of one (closed) schema document, compiled once per node (see
+    :class:`~._validate.Validator`): every value of a tool or reply goes through it."""
+
+    def order(self, value: Any) -> Any:
+        """``value`` with object keys in declared order (``x-order`` first if given), recursively;
+        keys the schema does not declare follow in their original order."""
+        return self.function_of(self.root)(value, 0)
+
+    def _compile(self, node: Any) -> Order:
+        schema = resolve(self.root, node)
+        if not isinstance(schema, dict):
+            return _unchanged
+        items = self.slot(schema["items"]) if "items" in schema else None
+        # Built when the first object reaches this node (most nodes never see one).
+        of_object: list[Order] = []
+
+        def order(value: Any, depth: int) -> Any:
+            if depth > MAX_DEPTH:
+                return value
+            if isinstance(value, dict):
+                if not of_object:
+                    of_object.append(self._object(schema))
+                return of_object[0](value, depth)
+            if items is not None and isinstance(value, list):
+                item_order = items[0]
+                return [item_order(item, depth + 1) for item in value]
+            return value
+
+        return order
+
+    def _object(self, schema: dict[str, Any]) -> Order:
+        choices = keyword_list(schema, "anyOf")
+        if choices is None:
+            choices = keyword_list(schema, "oneOf")
+        if choices:
+            return self._alternatives(choices)
+        properties = _declared_properties(self.root, schema)
+        listed = keyword_list(schema, "x-order")
+        first = list(dict.fromkeys(key for key in listed if isinstance(key, str))) if listed is not None \
+            else list(properties)
+        children = {key: self.slot(child) for key, child in properties.items()}
+        undeclared = self.slot(_ANY)
+        other = self.slot(schema.get("additionalProperties", _ANY))
+
+        def of_object(value: Any, depth: int) -> Any:
+            result: dict[str, Any] = {}
+            for key in first:
+                if key in value:
+                    result[key] = children.get(key, undeclared)[0](value[key], depth + 1)
+            for key, child in value.items():
+                if key not in result:
+                    result[key] = children.get(key, other)[0](child, depth + 1)
+            return result
+
+        return of_object
+
+    def _alternatives(self, choices: list[Any]) -> Order:
+        """The branch sharing most keys with the value orders it (the first of equals)."""
+        branches = [resolve(self.root, choice) for choice in choices]
+        slots = [self.slot(branch) for branch in branches]
+
+        def of_choice(value: Any, depth: int) -> Any:
+            best = max(range(len(branches)), key=lambda index: _overlap(branches[index], value))
+            return slots[best][0](value, depth + 1)
+
+        return of_choice
 
 
 def _declared_properties(root: Any, schema: dict[str, Any]) -> dict[str, Any]:

@@ -220,9 +220,12 @@ class Validator(NodeCompiler[Check]):
         if allowed is None and not has_const:
             return None
         const = schema.get("const")
+        # A plain string is found among the string choices by hash (most enums are strings).
+        strings = frozenset(choice for choice in allowed or () if type(choice) is str)
 
         def choices(value: Any, path: str, out: list[Violation]) -> None:
-            if allowed is not None and not any(json_equals(choice, value) for choice in allowed):
+            if allowed is not None and not (type(value) is str and value in strings) \
+                    and not any(json_equals(choice, value) for choice in allowed):
                 listed = ", ".join(json_text(choice) for choice in allowed)
                 out.append(Violation(path, f"must be one of {listed}; got {preview(value)}"))
             if has_const and not json_equals(const, value):
