@@ -158,7 +158,7 @@ class MemoryStore:
         memory = self.memory
         for fact in self._facts:
             memory = memory.remembering(fact, limit=max_facts)
-        self.memory = memory.adjusting_relationship(self._delta)
+        self.memory = memory.adjusting_relationship(self._delta) if self._delta else memory
         self.discard()
         return self.memory
 

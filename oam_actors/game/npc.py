@@ -346,12 +346,7 @@ class NPC:
         runs alone). Raises :class:`AgentError` for errors no fallback covers; see the module
         docstring for events and commit."""
         await self.run_pending_compaction()
-        attempt = self._prepare(line, situation_text(context), tool_choice)
-        if budget is not None:
-            attempt = dataclasses.replace(
-                attempt, agent_options=msgspec.structs.replace(attempt.agent_options, budget=budget))
-        if coalesce:
-            attempt = dataclasses.replace(attempt, coalesce=True)
+        attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget, coalesce=coalesce)
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []
@@ -388,7 +383,10 @@ class NPC:
             await _send(emit, tracker.finish(turn.line, turn.emotion))
         return turn
 
-    def _prepare(self, line: str, situation: str | None, tool_choice: ToolChoice | None) -> _Attempt:
+    def _prepare(
+        self, line: str, situation: str | None, tool_choice: ToolChoice | None, *, budget: Budget | None,
+        coalesce: bool,
+    ) -> _Attempt:
         persona, options = self._persona, self._options
         names = self.tool_names
         choice = tool_choice or (
@@ -404,13 +402,14 @@ class NPC:
         return _Attempt(
             prompt=prompting.turn_prompt(line),
             schema=None if text_reply else self._schema_for(persona, options),
-            agent_options=_agent_options(options, persona, choice),
+            agent_options=_agent_options(options, persona, choice, budget),
             instructions=self._instructions_for(persona, options, names, memory, text_reply=text_reply),
             note=prompting.context_note(memory, options, world_summary, situation),
             persona=persona,
             options=options,
             world_summary=world_summary,
             situation=situation,
+            coalesce=coalesce,
         )
 
     def _schema_for(self, persona: Persona, options: NPCOptions) -> Schema:
@@ -684,8 +683,12 @@ def _require_name(persona: Persona) -> None:
         raise invalid_params("A persona needs a name.")
 
 
-def _agent_options(options: NPCOptions, persona: Persona, choice: ToolChoice) -> AgentOptions:
+def _agent_options(
+    options: NPCOptions, persona: Persona, choice: ToolChoice, budget: Budget | None = None
+) -> AgentOptions:
     extra: dict[str, Any] = {}
+    if budget is not None:
+        extra["budget"] = budget
     if options.tool_timeout_seconds is not None:
         extra["tool_timeout"] = float(options.tool_timeout_seconds)
     return AgentOptions(

@@ -42,6 +42,7 @@ __all__ = [
     "WorldState",
     "WorldStateError",
     "compact_json",
+    "copy_value",
     "json_equal",
     "lookup",
     "resolve_case",
@@ -222,6 +223,13 @@ class WorldState:
     def snapshot(self) -> dict[str, Any]:
         """A copy of the whole document."""
         return _copy(self._document)
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The document itself, to read without copying it: writes replace the containers on
+        their path and never change one in place, so it stays as it was when taken. Never
+        modify it; hand out a :func:`copy_value` of what you take from it."""
+        return self._document
 
     def top_level_keys(self) -> list[str]:
         """The root's keys in document order, without copying any value."""
@@ -494,12 +502,16 @@ def _matching_key(container: Any, segment: str) -> str | None:
     return next((key for key in container if key.casefold() == folded), None)
 
 
-def _copy(value: Any) -> Any:
+def copy_value(value: Any) -> Any:
+    """A copy of a document value: its objects and lists are new, its scalars shared."""
     if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
+        return {key: copy_value(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_copy(item) for item in value]
+        return [copy_value(item) for item in value]
     return value
+
+
+_copy = copy_value
 
 
 def _written(container: Any, path: WorldPath, at: int, value: Any) -> Any:

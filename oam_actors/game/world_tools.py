@@ -15,6 +15,7 @@ Contract (protocol-game §6.12 "Model tools"):
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from .world import (
     WorldState,
     WorldStateError,
     compact_json,
+    copy_value,
     lookup,
     resolve_case,
     to_json_value,
@@ -135,14 +137,15 @@ def read_world_state(
         requested = WorldPath.parse(path)
     except WorldStateError as error:
         return _error(error.message)
-    document = state.snapshot()
+    # Read in place, not from a snapshot: a crowd's reads would copy the whole document each.
+    document = state.document
     resolved = resolve_case(document, requested)
     limit = max(max_chars, MIN_OUTPUT_CHARS)
     if any(resolved.is_within(prefix) for prefix in readable_paths):
         value = lookup(document, resolved)
         if value is MISSING:
             return _error(missing_value_message(document, resolved))
-        return WorldToolOutput(OutputKind.JSON, shorten(value, limit))
+        return WorldToolOutput(OutputKind.JSON, copy_value(shorten(value, limit)))
     visible = [prefix for prefix in readable_paths if prefix.is_within(resolved)]
     if not visible:
         return _error(f"You cannot read '{resolved}'. Readable paths: {_listed(readable_paths)}.")
@@ -162,7 +165,7 @@ def update_world_state(
         requested = WorldPath.parse(path)
     except WorldStateError as error:
         return _error(error.message), []
-    resolved = resolve_case(state.snapshot(), requested)
+    resolved = resolve_case(state.document, requested)
     if not any(resolved.is_within(prefix) for prefix in writable_paths):
         return _error(f"'{resolved}' is read-only. You may change: {_described(writable_paths)}."), []
     current = state.get(resolved)
@@ -368,21 +371,27 @@ def _error(message: str) -> WorldToolOutput:
     return WorldToolOutput(OutputKind.ERROR, message)
 
 
-def _parsed(texts: Sequence[str]) -> list[WorldPath]:
+def _parsed(texts: Sequence[str]) -> tuple[WorldPath, ...]:
+    return _parsed_paths(tuple(texts))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_paths(texts: tuple[str, ...]) -> tuple[WorldPath, ...]:
+    """The prefixes of a tool's paths, parsed once (every call of a crowd's tools checks them)."""
     paths = []
     for text in texts:
         try:
             paths.append(WorldPath.parse(text))
         except WorldStateError:
             continue  # a malformed prefix grants nothing
-    return paths
+    return tuple(paths)
 
 
-def _listed(paths: list[WorldPath]) -> str:
+def _listed(paths: Sequence[WorldPath]) -> str:
     return ", ".join(path.canonical for path in paths)
 
 
-def _described(paths: list[WorldPath]) -> str:
+def _described(paths: Sequence[WorldPath]) -> str:
     return ", ".join("(everything)" if path.is_root else path.canonical for path in paths)
 
 
