@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from _profiling import load_average, print_top, profiled, python_command
+from _profiling import cpu_seconds, load_average, print_top, profiled, python_command
 from oam_actors.cli.runtime import DEFAULT_MAX_RUNNING_TURNS
 from oam_actors.runtime import tune_gc_for_servers
 from oam_actors.bridge import Bridge
@@ -95,6 +95,10 @@ class Report(msgspec.Struct):
     traced_per_npc: float | None
     turn_seconds: float
     latencies: list[float]
+    create_cpu: float
+    """CPU seconds the server spent creating the crowd (user + system)."""
+    turn_cpu: float
+    """CPU seconds the server spent on the burst of turns."""
 
     def print(self, label: str, max_running: int) -> None:
         n = self.npcs
@@ -105,6 +109,8 @@ class Report(msgspec.Struct):
         if self.traced_per_npc is not None:
             print(f"           {self.traced_per_npc / 1024:>10,.1f} KB Python allocations per idle NPC (tracemalloc)")
         print(f"  turns:   {n / self.turn_seconds:>10,.0f} turns/s  ({self.turn_seconds:.2f} s)")
+        print(f"  cpu:     {self.create_cpu / n * 1e6:>10,.0f} µs per create, {self.turn_cpu / n * 1e6:,.0f} µs per turn "
+              "(the server's CPU: steadier than the times on a shared machine)")
         p50, p99 = (percentile(self.latencies, q) * 1000 for q in (0.5, 0.99))
         share = percentile(self.latencies, 0.5) / self.turn_seconds
         print(f"  latency: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms; the median response at {share:.0%} of the burst "
@@ -129,9 +135,9 @@ async def in_process(npcs: int, trace: bool, max_running: int) -> Report:
             if trace:
                 tracemalloc.start()
             traced_before = tracemalloc.get_traced_memory()[0] if trace else 0
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), cpu_seconds()
             await _all(npcs, lambda n: client.request("npc/create", create_params(n)))
-            create_seconds = time.perf_counter() - started
+            create_seconds, create_cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
             gc.collect()
             traced = (tracemalloc.get_traced_memory()[0] - traced_before) / npcs if trace else None
             if trace:
@@ -145,11 +151,11 @@ async def in_process(npcs: int, trace: bool, max_running: int) -> Report:
                 latencies.append(time.perf_counter() - sent)
                 assert result["toolCalls"][0]["output"] == 45, result
 
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), cpu_seconds()
             await _all(npcs, talk)
-            turn_seconds = time.perf_counter() - started
+            turn_seconds, turn_cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
             await client.request("shutdown")
-    return Report(npcs, create_seconds, rss_per_npc, traced, turn_seconds, latencies)
+    return Report(npcs, create_seconds, rss_per_npc, traced, turn_seconds, latencies, create_cpu, turn_cpu)
 
 
 async def _all(count: int, run: Callable[[int], Awaitable[Any]]) -> None:
@@ -219,22 +225,27 @@ def over_stdio(npcs: int, max_running: int, profile: str | None = None) -> Repor
     try:
         bridge.send([("world", "world/create", {"world": "village", "state": WORLD})])
         bridge.wait(["world"])
-        rss_before = rss_bytes(bridge.proc.pid)
+        pid = bridge.proc.pid
+        rss_before = rss_bytes(pid)
         creates = [(f"c{n}", "npc/create", create_params(n)) for n in range(npcs)]
+        cpu_started = cpu_seconds(pid)
         started = time.perf_counter()
         bridge.send(creates)
         bridge.wait([i for i, _, _ in creates])
         create_seconds = time.perf_counter() - started
-        rss_per_npc = (rss_bytes(bridge.proc.pid) - rss_before) / npcs
+        cpu_created = cpu_seconds(pid)
+        rss_per_npc = (rss_bytes(pid) - rss_before) / npcs
         talks = [(f"t{n}", "npc/talk", talk_params(n)) for n in range(npcs)]
         sent = bridge.send(talks)
         bridge.wait([i for i, _, _ in talks])
+        cpu_talked = cpu_seconds(pid)
         turn_seconds = max(bridge.arrived[i] for i in sent) - min(sent.values())
         latencies = [bridge.arrived[i] - at for i, at in sent.items()]
         assert bridge.results["t0"]["toolCalls"][0]["output"] == 45, bridge.results["t0"]
     finally:
         bridge.close()
-    return Report(npcs, create_seconds, rss_per_npc, None, turn_seconds, latencies)
+    return Report(npcs, create_seconds, rss_per_npc, None, turn_seconds, latencies,
+                  cpu_created - cpu_started, cpu_talked - cpu_created)
 
 
 def main() -> None:

@@ -582,6 +582,18 @@ async def test_save_and_restore_round_trip():
     assert "Gorm: Welcome, Aria." in model.requests[-1].prompt
 
 
+async def test_a_save_before_the_first_turn_has_the_instructions_of_creation():
+    npc = NPC(GORM, scripted(reply("Welcome.")), tools=[INV])
+    created = npc.save_state().transcript.instructions
+    assert created is not None and created.startswith("You play Gorm, the village blacksmith")
+    assert "Use your tools" in created
+    npc.reconfigure(persona=Persona(name="Gorm", role="a retired smith"), tools=[])
+    assert npc.save_state().transcript.instructions == created  # until a turn renders the new ones
+    await npc.talk("Hello!")
+    after = npc.save_state().transcript.instructions
+    assert after is not None and after.startswith("You play Gorm, a retired smith") and "Use your tools" not in after
+
+
 def test_save_state_decoding_errors():
     def message(value: Any) -> str:
         with pytest.raises(OamError) as info:

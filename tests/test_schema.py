@@ -755,6 +755,35 @@ def test_schemas_differing_in_descriptions_check_alike_and_references_still_reac
     assert messages(pointed, {"a": "x"}) == ['$.a: expected an integer, got a string ("x")']
 
 
+def test_described_is_the_schema_compiled_with_other_descriptions_sharing_its_compiled_parts() -> None:
+    def reply(name: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {
+            "mood": {"type": "string", "description": f"How {name} feels.", "enum": ["calm", "cross"]},
+            "tags": {"type": "array", "items": {"type": "string", "description": f"{name}'s tag"}},
+            "line": {"anyOf": [{"type": "string", "description": f"{name} says"}, {"type": "null"}]},
+        }, "required": ["mood"]}
+
+    template = Schema.compile(reply("X"))
+    gorm = template.described(["How Gorm feels.", "Gorm's tag", "Gorm says"])
+    alone = Schema.compile(reply("Gorm"))
+    assert gorm == alone  # raw, the closed schema and the warnings
+    assert gorm.render_lines() == alone.render_lines()
+    assert gorm.render_compact() == alone.render_compact()
+    assert gorm.conform({"Mood": "Calm", "tags": [1], "x": 0}) == alone.conform({"Mood": "Calm", "tags": [1], "x": 0})
+    assert template.render_compact() != gorm.render_compact()  # the template keeps its own
+    with pytest.raises(ValueError):
+        template.described(["one"])
+    with pytest.raises(ValueError):  # a reference: no shared outline
+        Schema.compile({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "description": "d"}).described(["e"])
+
+
+def test_schemas_differing_only_in_x_order_order_each_their_own_way() -> None:
+    first = Schema.compile({"properties": {"a": {}, "b": {}}, "x-order": ["b", "a"], "description": "one"})
+    second = Schema.compile({"properties": {"a": {}, "b": {}}, "x-order": ["a", "b"], "description": "two"})
+    assert list(first.order({"a": 1, "b": 2})) == ["b", "a"]
+    assert list(second.order({"b": 2, "a": 1})) == ["a", "b"]
+
+
 # --- key order (§5.6) ----------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ visibility, so backends can cache the prefix.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from ._dialogue import PLAYER_LABEL
 from ._text import trimmed_or_none
 from .memory import NPCMemory, secret_visibility
 from .options import MemoryTool, NPCOptions
-from .persona import Persona
+from .persona import Emotion, Persona
 
 __all__ = [
     "SILENT_LINE",
@@ -135,41 +136,43 @@ def bark_prompt(situation: str | None, world_summary: str | None) -> str:
 def reply_schema(persona: Persona, options: NPCOptions) -> Schema:
     """Emotion first (it sets the tone), then the line, then the suggestions. Counts are
     described, not enforced: two suggestions instead of three is not worth a repair step."""
-    name = persona.name.strip()
-    sentences = persona.sentence_limit
+    sentences, count, can_end = persona.sentence_limit, options.effective_player_option_count, options.can_end_conversation
+    shape = _reply_shape(sentences, options.allowed_emotions, count, can_end)
+    return shape.described(_reply_descriptions(persona.name.strip(), sentences, count, can_end))
+
+
+@functools.lru_cache(maxsize=64)
+def _reply_shape(sentences: int, emotions: tuple[Emotion, ...], count: int, can_end: bool) -> Schema:
+    """The reply schema without a name: compiled once, and every persona's is this one with its
+    descriptions (:meth:`Schema.described`)."""
+    descriptions = iter(_reply_descriptions("", sentences, count, can_end))
     properties: dict[str, Any] = {
-        "emotion": {
-            "type": "string",
-            "description": (
-                f"How {name} feels right now, given their personality and what the player just said. "
-                "Use neutral only when no feeling fits."
-            ),
-            "enum": [e.value for e in options.allowed_emotions],
-        },
-        "line": {
-            "type": "string",
-            "description": (
-                f"What {name} says out loud, in character. At most {sentences} short "
-                f"{'sentence' if sentences == 1 else 'sentences'}. If {name} looked something up for this "
-                "message, name the specific facts found (items, prices, numbers)."
-            ),
-        },
+        "emotion": {"type": "string", "description": next(descriptions), "enum": [e.value for e in emotions]},
+        "line": {"type": "string", "description": next(descriptions)},
     }
-    count = options.effective_player_option_count
     if count > 0:
-        properties["player_options"] = {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": f"{count} short, different {'reply' if count == 1 else 'replies'} the player could say next.",
-        }
-    if options.can_end_conversation:
-        properties["ends_conversation"] = {
-            "type": "boolean",
-            "description": f"true only if {name} says goodbye or refuses to talk any more; otherwise false.",
-        }
+        properties["player_options"] = {"type": "array", "items": {"type": "string"}, "description": next(descriptions)}
+    if can_end:
+        properties["ends_conversation"] = {"type": "boolean", "description": next(descriptions)}
     return Schema.compile(
         {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
     )
+
+
+def _reply_descriptions(name: str, sentences: int, count: int, can_end: bool) -> list[str]:
+    """The reply schema's descriptions, in document order."""
+    descriptions = [
+        f"How {name} feels right now, given their personality and what the player just said. "
+        "Use neutral only when no feeling fits.",
+        f"What {name} says out loud, in character. At most {sentences} short "
+        f"{'sentence' if sentences == 1 else 'sentences'}. If {name} looked something up for this "
+        "message, name the specific facts found (items, prices, numbers).",
+    ]
+    if count > 0:
+        descriptions.append(f"{count} short, different {'reply' if count == 1 else 'replies'} the player could say next.")
+    if can_end:
+        descriptions.append(f"true only if {name} says goodbye or refuses to talk any more; otherwise false.")
+    return descriptions
 
 
 def spoken_response(entry: ResponseEntry) -> str:

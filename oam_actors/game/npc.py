@@ -195,15 +195,16 @@ class NPC:
         self._client_tools = list(tools)
         self._store = MemoryStore(memory or NPCMemory())
         composed = self._compose(self._client_tools, self._options)
-        # The instructions of the inputs they were rendered from: rendered at creation, then
-        # again only when one of those changes, not at every turn.
+        # The instructions of the inputs they were rendered from: rendered at the first turn,
+        # then again only when one of those changes, not at every turn.
         self._instructions: tuple[tuple[Any, ...], str] | None = None
+        # Until a turn sets them, the instructions are those of creation, rendered only when a
+        # save asks for them: most NPCs of a crowd are saved or talk much later, or never.
+        self._creation: tuple[Persona, NPCOptions, list[str], NPCMemory] | None = (
+            persona, self._options, [t.name for t in composed], self._store.memory,
+        )
         self._agent = Agent(
             model,
-            instructions=self._instructions_for(
-                persona, self._options, [t.name for t in composed], self._store.memory,
-                text_reply=self._options.reply_format is ReplyFormat.TEXT,
-            ),
             context_note=prompting.memory_note(self._store.memory, self._options),
             tools=composed,
             history=history,
@@ -314,6 +315,10 @@ class NPC:
 
     def save_state(self) -> NPCSaveState:
         """A snapshot of complete turns; a turn in progress and pending compaction are left out."""
+        if self._creation is not None:
+            persona, options, names, memory = self._creation
+            self._agent.instructions = self._instructions_for(
+                persona, options, names, memory, text_reply=options.reply_format is ReplyFormat.TEXT)
         transcript = self._agent.transcript(include_in_progress=False)
         return NPCSaveState(persona=self._persona, memory=self._store.memory, transcript=_complete_turns(transcript))
 
@@ -347,6 +352,7 @@ class NPC:
         docstring for events and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget, coalesce=coalesce)
+        self._creation = None  # the attempt's instructions are the agent's from now on
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []

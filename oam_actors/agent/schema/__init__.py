@@ -35,7 +35,7 @@ import copy
 import dataclasses
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -43,7 +43,7 @@ import msgspec
 from oam_actors.errors import AgentError, ErrorCode
 
 from ._check import SchemaCheckError, check_schema
-from ._close import close_schema, placeholder
+from ._close import close_schema, placeholder, redescribed
 from ._coerce import Coercer
 from ._example import example
 from ._json import declared_types, keyword_dict, resolve
@@ -104,6 +104,19 @@ class Schema:
             return cls(parsed, closed, tuple(check_schema(closed)))
         shape = _shape_of(text, len(descriptions))
         return cls(parsed, closed, shape.warnings, shape, tuple(descriptions))
+
+    def described(self, descriptions: Sequence[str]) -> Schema:
+        """This schema with other string descriptions, in document order: one outline, so what
+        is compiled, checked and rendered of this one is shared (a crowd's reply schemas, each
+        naming its persona, are made from one this way instead of compiled each). Raises
+        ``ValueError`` when the outline is not shared (``$ref``) or the count differs."""
+        if self._shape is None or len(descriptions) != len(self._descriptions):
+            raise ValueError(f"a schema of a shared outline with {len(descriptions)} descriptions is needed")
+        given = tuple(descriptions)
+        raw = redescribed(self.raw, iter(given))
+        # Already closed as given (a reply schema is): one copy serves as both.
+        closed = raw if self.raw == self.generation_schema else redescribed(self.generation_schema, iter(given))
+        return Schema(raw, closed, self.warnings, self._shape, given)
 
     @classmethod
     def empty_object(cls) -> Schema:

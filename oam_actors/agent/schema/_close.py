@@ -6,9 +6,10 @@ makes coercion drop them before a tool call or a structured reply leaves the age
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
-__all__ = ["close_schema", "placeholder"]
+__all__ = ["close_schema", "placeholder", "redescribed"]
 
 # Deeper than any schema the check accepts; stops runaway recursion through unchecked `not`.
 _MAX_DEPTH: Final = 64
@@ -88,3 +89,23 @@ class _Closer:
             pairs = [self.node(child, key == "allOf", depth) for child in value]
             return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         return value, value
+
+
+def redescribed(node: Any, descriptions: Iterator[str]) -> Any:
+    """A copy of ``node`` whose string descriptions are the next of ``descriptions``, taken in the
+    order :func:`close_schema` lists them (the schemas of one outline differ only there)."""
+    if not isinstance(node, dict):
+        return node
+    copy = {}
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            copy[key] = {name: redescribed(child, descriptions) for name, child in value.items()}
+        elif key in _SCHEMA_SLOTS:
+            copy[key] = redescribed(value, descriptions)
+        elif key in _COMPOSITIONS and isinstance(value, list):
+            copy[key] = [redescribed(child, descriptions) for child in value]
+        elif key == "description" and isinstance(value, str):
+            copy[key] = next(descriptions)
+        else:
+            copy[key] = value
+    return copy
