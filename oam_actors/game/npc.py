@@ -342,7 +342,8 @@ class NPC:
         coalesce: bool = True,
     ) -> DialogueTurn:
         """Run one turn. ``context`` (text or JSON) is this turn's situation; ``tool_choice``
-        overrides the NPC's policy for the first step; ``budget`` (its deadline, counted from the
+        overrides the NPC's policy for the first step; ``emit`` receives the turn's events (without
+        one, nothing follows the line as it streams); ``budget`` (its deadline, counted from the
         request's arrival) caps each model step's wait for quota (when it runs out the turn is a fallback line marked ``degraded``, as far
         as ``fallbackOnGuardrail`` allows). ``partial_values=False``: the line is not followed
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
@@ -385,8 +386,9 @@ class NPC:
             break
         if on_commit is not None:
             on_commit()
-        with anyio.CancelScope(shield=True):
-            await _send(emit, tracker.finish(turn.line, turn.emotion))
+        if emit is not None:
+            with anyio.CancelScope(shield=True):
+                await _send(emit, tracker.finish(turn.line, turn.emotion))
         return turn
 
     def _prepare(
@@ -464,13 +466,15 @@ class NPC:
             else self.model
 
         async def forward(event: TurnEvent) -> None:
+            if isinstance(event, ToolCallCompleted):
+                records.append(event.record)
+            if emit is None:
+                return  # nobody follows the turn: the line is not tracked as it streams
             if isinstance(event, PartialValue):
                 await _send(emit, tracker.consume(event.value))
             elif isinstance(event, TextDelta):
                 await _send(emit, tracker.consume(partial_text_reply(event.text)))
             elif isinstance(event, ToolCallStarted | ToolCallCompleted | ToolCallAbandoned):
-                if isinstance(event, ToolCallCompleted):
-                    records.append(event.record)
                 await _send(emit, [event])
 
         try:

@@ -218,12 +218,14 @@ class NPCActor(Actor):
                 event_method="npc/event",
                 admission=admission,
             )
+            # A request that does not stream and has no client tool to call needs no events.
+            follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
             try:
                 turn = await self.npc.talk(
                     message.line,
                     context=message.context,
                     tool_choice=message.tool_choice,
-                    emit=relay,
+                    emit=relay if follow else None,
                     on_commit=self.commit,
                     budget=message.budget,
                     partial_values=message.stream,
