@@ -37,20 +37,16 @@ class Orderer(NodeCompiler[Order]):
         schema = resolve(self.root, node)
         if not isinstance(schema, dict):
             return _unchanged
+        of_object = self._object(schema)  # cheap: the nodes below compile when first reached
         items = self.slot(schema["items"]) if "items" in schema else None
-        # Built when the first object reaches this node (most nodes never see one).
-        of_object: list[Order] = []
 
         def order(value: Any, depth: int) -> Any:
             if depth > MAX_DEPTH:
                 return value
             if isinstance(value, dict):
-                if not of_object:
-                    of_object.append(self._object(schema))
-                return of_object[0](value, depth)
+                return of_object(value, depth)
             if items is not None and isinstance(value, list):
-                item_order = items[0]
-                return [item_order(item, depth + 1) for item in value]
+                return [items[0](item, depth + 1) for item in value]
             return value
 
         return order
