@@ -109,8 +109,8 @@ class Report(msgspec.Struct):
         if self.traced_per_npc is not None:
             print(f"           {self.traced_per_npc / 1024:>10,.1f} KB Python allocations per idle NPC (tracemalloc)")
         print(f"  turns:   {n / self.turn_seconds:>10,.0f} turns/s  ({self.turn_seconds:.2f} s)")
-        print(f"  cpu:     {self.create_cpu / n * 1e6:>10,.0f} µs per create, {self.turn_cpu / n * 1e6:,.0f} µs per turn "
-              "(the server's CPU: steadier than the times on a shared machine)")
+        print(f"  cpu:     {self.create_cpu / n * 1e6:>10,.0f} µs per create, {self.turn_cpu / n * 1e6:,.0f} µs "
+              "per turn (the server's CPU: steadier than the times on a shared machine)")
         p50, p99 = (percentile(self.latencies, q) * 1000 for q in (0.5, 0.99))
         share = percentile(self.latencies, 0.5) / self.turn_seconds
         print(f"  latency: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms; the median response at {share:.0%} of the burst "

@@ -136,7 +136,8 @@ def bark_prompt(situation: str | None, world_summary: str | None) -> str:
 def reply_schema(persona: Persona, options: NPCOptions) -> Schema:
     """Emotion first (it sets the tone), then the line, then the suggestions. Counts are
     described, not enforced: two suggestions instead of three is not worth a repair step."""
-    sentences, count, can_end = persona.sentence_limit, options.effective_player_option_count, options.can_end_conversation
+    sentences, count = persona.sentence_limit, options.effective_player_option_count
+    can_end = options.can_end_conversation
     shape = _reply_shape(sentences, options.allowed_emotions, count, can_end)
     return shape.described(_reply_descriptions(persona.name.strip(), sentences, count, can_end))
 
@@ -169,7 +170,8 @@ def _reply_descriptions(name: str, sentences: int, count: int, can_end: bool) ->
         "message, name the specific facts found (items, prices, numbers).",
     ]
     if count > 0:
-        descriptions.append(f"{count} short, different {'reply' if count == 1 else 'replies'} the player could say next.")
+        replies = "reply" if count == 1 else "replies"
+        descriptions.append(f"{count} short, different {replies} the player could say next.")
     if can_end:
         descriptions.append(f"true only if {name} says goodbye or refuses to talk any more; otherwise false.")
     return descriptions

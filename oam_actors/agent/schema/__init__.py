@@ -16,12 +16,13 @@ Contract:
 - :meth:`Schema.coerce` applies the safe fixes of §5.4 and never raises; :meth:`Schema.validate`
   reports every violation (§5.5); :meth:`Schema.order` puts keys in declared order (§5.6);
   :meth:`Schema.example` is a small valid value for prompts.
-- Checks and fixes are compiled once per schema, on first use (closures per schema node), and
-  equal documents of plain JSON compile to one shared :class:`Schema` (its ``raw`` is its own
-  parse of the document, not the caller's value). Documents differing only in annotations
-  (descriptions, titles, ``x-*``…; a crowd's reply schemas name each persona) share one
-  outline: checked, warned about, compiled and rendered once, each schema's renderings having
-  its own descriptions filled in.
+- Checks, fixes and key order are compiled once per schema, on first use (closures per schema
+  node), and equal documents of plain JSON compile to one shared :class:`Schema` (its ``raw`` is
+  its own parse of the document, not the caller's value). Documents differing only in
+  annotations (descriptions, titles, ``x-*`` but ``x-order``…; a crowd's reply schemas name each
+  persona) share one outline: checked, warned about, compiled and rendered once, each schema's
+  renderings having its own descriptions filled in. :meth:`Schema.described` makes such a
+  schema from another without compiling anything.
 - Values are plain JSON values (``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
   ``None``); inputs are never mutated. ``pattern`` uses Python ``re.search`` semantics and
   lengths count code points.
@@ -239,7 +240,7 @@ _PLACEHOLDER = re.compile(placeholder(0).replace("0", "([0-9]+)"))
 
 
 class _Shape:
-    """What schemas of one outline share: its warnings, its compiled checks and order, its renderings."""
+    """What schemas of one outline share: warnings, compiled checks and order, renderings."""
 
     def __init__(self, outline_text: bytes, descriptions: int) -> None:
         self.outline = msgspec.json.decode(outline_text)

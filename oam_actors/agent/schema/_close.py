@@ -38,8 +38,8 @@ def close_schema(node: Any) -> tuple[Any, Any | None, list[str]]:
     (titles, examples, comments, ``x-*`` but ``x-order``), each string description replaced by
     :func:`placeholder` of its index in ``descriptions``. Schemas with one outline check,
     validate, coerce, order and render alike (a crowd's reply schemas differ in the persona's
-    name), so they share all of that. ``None`` when that cannot be known: a ``$ref`` might point into what was left out, and very deep
-    documents are not walked.
+    name), so they share all of that. ``None`` when that cannot be known: a ``$ref`` might point
+    into what was left out, and very deep documents are not walked.
     """
     closer = _Closer()
     closed, outline = closer.node(node, False, 0)
