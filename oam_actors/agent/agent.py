@@ -19,6 +19,7 @@ import anyio
 from ..clock import Clock, MonotonicClock
 from ..errors import AgentError, ErrorCode
 from . import prompts
+from .cancellation import checkpoint_if_cancelled
 from .events import EventSink, TurnResult
 from .model import GenerationRequest, LanguageModel, StepKind, Usage
 from .policy import AgentOptions, TurnOverrides
@@ -140,7 +141,7 @@ class Agent:
         # A turn cancelled before it starts must not consume a model step. Only the check: the
         # caller has just yielded (an actor's mailbox does before each message), and the model
         # step yields anyway, so one more hop of the event loop would buy nothing.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await checkpoint_if_cancelled()
         options = overrides.apply(self.options) if overrides is not None else self.options
         turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas)
         turn.resume(tool_uses)

@@ -31,6 +31,8 @@ __all__ = [
     "TOOL_OUTPUT_LIMIT",
     "build_prompt",
     "decide_task",
+    "plain_prompt",
+    "prompt_body",
     "render_entries",
     "render_structured",
     "repair_task",
@@ -120,15 +122,28 @@ def build_prompt(
     ``turn_tool_uses`` already rendered (:meth:`HistoryLines.text`, :meth:`HistoryLines.line`).
     """
     if plain_task is not None and not history and not turn_tool_uses and prompt.strip():
-        return f"{prompt}\n\n{plain_task}" if plain_task else prompt
+        return plain_prompt(prompt, plain_task)
     if history_text is None:
         history_text = "\n".join(render_entries(history, labels, render_response))
+    lines = tool_lines if tool_lines is not None else list(map(_tool_line, turn_tool_uses))
+    return prompt_body(history_text=history_text, prompt=prompt, labels=labels, tool_lines=lines) + task
+
+
+def plain_prompt(prompt: str, plain_task: str) -> str:
+    """The plain-first-request form of a reply step (see :func:`build_prompt`)."""
+    return f"{prompt}\n\n{plain_task}" if plain_task else prompt
+
+
+def prompt_body(*, history_text: str, prompt: str, labels: Labels, tool_lines: Sequence[str]) -> str:
+    """A step prompt up to its task: the conversation (``history_text``, the history's lines
+    joined), this turn's prompt and tool lines, then the blank line before the task. The same
+    for every step of a turn that shows the same entries, so a turn joins it once."""
     # No line is ever empty, so an empty text means no history lines.
     lines = ["Conversation:", history_text] if history_text else ["Conversation:"]
     if prompt.strip():
         lines.append(f"{labels.user}: {prompt}")
-    lines.extend(tool_lines if tool_lines is not None else map(_tool_line, turn_tool_uses))
-    return "\n".join(lines) + "\n\n" + task
+    lines.extend(tool_lines)
+    return "\n".join(lines) + "\n\n"
 
 
 def trim_history(

@@ -16,6 +16,7 @@ raises.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -36,17 +37,17 @@ class ReplyCleaner:
     __slots__ = ("_markers", "_raw")
 
     def __init__(self, assistant_label: str = "Assistant") -> None:
-        labels = dict.fromkeys(label.strip().lower() for label in (assistant_label, "Assistant"))
-        # `Mira:` and `**Mira**:`; `**Mira:**` starts like the first.
-        self._markers = tuple(
-            marker for label in labels if label for marker in (f"{label}:", f"{label}**:", f"{label}__:")
-        )
+        self._markers = _markers(assistant_label)
         self._raw = ""
 
     def push(self, chunk: str) -> str:
         """Feed streamed model text; returns the cleaned text visible so far."""
         self._raw += chunk
         return self._visible(complete=False)
+
+    def add(self, text: str) -> None:
+        """Feed model text nobody is shown before :meth:`final`."""
+        self._raw += text
 
     def final(self) -> str:
         """The cleaned reply from everything pushed."""
@@ -70,6 +71,13 @@ class ReplyCleaner:
     def _could_become_label(self, body: str) -> bool:
         lowered = body.lower()
         return any(marker.startswith(lowered) for marker in self._markers)
+
+
+@functools.lru_cache(maxsize=1024)  # a session or NPC keeps its label: each reply step reuses it
+def _markers(assistant_label: str) -> tuple[str, ...]:
+    labels = dict.fromkeys(label.strip().lower() for label in (assistant_label, "Assistant"))
+    # `Mira:` and `**Mira**:`; `**Mira:**` starts like the first.
+    return tuple(marker for label in labels if label for marker in (f"{label}:", f"{label}**:", f"{label}__:"))
 
 
 def _after_label(rest: str, bold: int) -> str:

@@ -121,6 +121,9 @@ class Turn:
         default_factory=dict, init=False, repr=False
     )
     _stable: _Stable | None = field(default=None, init=False, repr=False)
+    # The step prompts' text before the task, by (entries hidden, tool uses shown).
+    _bodies: dict[tuple[int, int], str] = field(default_factory=dict, init=False, repr=False)
+    _offered: tuple[list[ToolDefinition], tuple[ToolSpec, ...]] | None = field(default=None, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
         """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
@@ -407,7 +410,8 @@ class Turn:
         request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools, streamed=streamed)
         step = StepInfo(len(self.steps), self.rounds, mode, enabled, trimmed, kind, is_repair)
         self.steps.append(step)
-        await self._emit(ModelStep(step))
+        if self.emit is not None:
+            await self.emit(ModelStep(step))
         retry = self.options.retry
         display = _ReplyDisplay(self._emit) if stream_reply and streamed else None
         attempt = 0
@@ -449,23 +453,29 @@ class Turn:
         """One attempt: read the model's stream; returns the (cleaned, for replies) text."""
         usage: Usage | None = None
         stream = self.agent.model.stream(request)
+        ended = False
         try:
             async for piece in stream:
                 if isinstance(piece, Usage):
                     usage = piece
                 elif await reader.push(piece):
                     break
+            else:
+                ended = True  # an exhausted stream has nothing left to release
         finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            if not ended:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
         return await reader.finish(), usage
 
     def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
         total = self.usage
         if usage is None:
-            total.input_tokens += estimate_tokens(request.system) + estimate_tokens(request.prompt)
-            total.output_tokens += estimate_tokens(text)
+            stable = self._stable_parts()
+            # estimate_tokens, inlined: three steps a turn, each counting three texts.
+            total.input_tokens += stable.system_tokens + (len(request.prompt) + 3) // 4
+            total.output_tokens += (len(text) + 3) // 4
             return
         total.input_tokens += usage.input_tokens
         total.cached_input_tokens += usage.cached_input_tokens
@@ -480,26 +490,15 @@ class Turn:
         uses = self._tool_uses()
         trimmed = 0
         if options.trim_history and history.count:
-            fixed = stable.fixed_tokens + estimate_tokens(task) + uses.tokens
+            fixed = stable.fixed_tokens + (len(task) + 3) // 4 + uses.tokens  # estimate_tokens(task)
             trimmed = history.hidden(
                 fixed_tokens=fixed, budget=stable.budget, minimum_recent_turns=options.minimum_recent_turns
             )
-        plain_task = task if kind is StepKind.STRUCTURED else "" if kind is StepKind.RESPOND else None
-        prompt = prompts.build_prompt(
-            history=self.agent.history if history.count - trimmed else (),
-            prompt=self.prompt,
-            turn_tool_uses=self.tool_uses,
-            task=task,
-            labels=history.labels,
-            plain_task=plain_task,
-            history_text=history.text(trimmed),
-            tool_lines=uses.lines,
-        )
         deciding = kind is StepKind.DECIDE or kind is StepKind.TOOL_ARGUMENTS
         request = GenerationRequest(
             kind=kind,
             system=stable.system,
-            prompt=prompt,
+            prompt=self._prompt_text(kind, task, history, trimmed, uses),
             temperature=options.decision_temperature if deciding else options.temperature,
             max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
             sampling=options.sampling,
@@ -519,6 +518,24 @@ class Turn:
         )
         return request, trimmed
 
+    def _prompt_text(
+        self, kind: StepKind, task: str, history: prompts.HistoryLines, trimmed: int, uses: _ToolUses
+    ) -> str:
+        """The step prompt, as :func:`prompts.build_prompt` lays it out: the part before the task
+        (conversation, this prompt, this turn's tool lines) is joined once for all the steps
+        that show the same entries, and each step adds only its task."""
+        shown = history.count - trimmed
+        if (kind is StepKind.STRUCTURED or kind is StepKind.RESPOND) and not shown and not uses.count and self.prompt.strip():
+            return prompts.plain_prompt(self.prompt, task if kind is StepKind.STRUCTURED else "")
+        key = (trimmed, uses.count)
+        body = self._bodies.get(key)
+        if body is None:
+            body = self._bodies[key] = prompts.prompt_body(
+                history_text=history.text(trimmed) if shown else "", prompt=self.prompt,
+                labels=history.labels, tool_lines=uses.lines,
+            )
+        return body + task
+
     def _stable_parts(self) -> _Stable:
         """What every step of this turn shares: the system text, the tokens of it and the
         prompt, and the input budget (the agent's settings do not change while a turn runs)."""
@@ -527,7 +544,8 @@ class Turn:
             agent, options = self.agent, self.options
             system = agent.system_text
             budget = (options.max_input_tokens or agent.model.capabilities.context_size) - options.reserved_response_tokens
-            stable = self._stable = _Stable(system, estimate_tokens(system) + estimate_tokens(self.prompt), budget)
+            system_tokens = estimate_tokens(system)
+            stable = self._stable = _Stable(system, system_tokens, system_tokens + estimate_tokens(self.prompt), budget)
         return stable
 
     def _history_lines(self) -> prompts.HistoryLines:
@@ -552,12 +570,20 @@ class Turn:
         return uses
 
     def _tool_specs(self, tools: list[ToolDefinition]) -> tuple[ToolSpec, ...]:
-        """The offered tools as a request carries them; each tool's spec is built once per turn."""
+        """The offered tools as a request carries them; each tool's spec is built once per turn,
+        and the tuple once per list of tools (every decide step of a turn offers the same one)."""
+        if not tools:
+            return ()
+        offered = self._offered
+        if offered is not None and offered[0] is tools:
+            return offered[1]
         specs = self._specs
-        return tuple(
+        spec_tuple = tuple(
             specs.get(t.name) or specs.setdefault(t.name, ToolSpec(t.name, t.description, t.schema.generation_schema))
             for t in tools
         )
+        self._offered = (tools, spec_tuple)
+        return spec_tuple
 
     async def _emit(self, event: TurnEvent) -> None:
         if self.emit is not None:
@@ -567,6 +593,7 @@ class Turn:
 @dataclass(frozen=True, slots=True)
 class _Stable:
     system: str
+    system_tokens: int
     fixed_tokens: int  # of the system text and the user's prompt
     budget: int  # input tokens a step may use
 
@@ -653,7 +680,7 @@ class _CleanReader(_Reader):
         self._cleaner = cleaner
 
     async def finish(self) -> str:
-        self._cleaner.push(self.text)
+        self._cleaner.add(self.text)
         return self._cleaner.final()
 
 

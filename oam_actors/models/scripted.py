@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from ..agent.cancellation import checkpoint_if_cancelled
 from ..agent.model import Availability, GenerationRequest, ModelCapabilities, StepKind, Usage
 from ..errors import AGENT_CODES, AgentError, ErrorCode, invalid_params
 
@@ -208,7 +209,7 @@ class ScriptedModel:
         # check (for a cancel at the step's own event) does, and no hop (a scripted model waits
         # for nothing; each hop costs the turn a trip through the loop). A mapped tool call is
         # one compact JSON value the agent reads whole: one piece is the same text.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await checkpoint_if_cancelled()
         if piece_text is not None and (request.kind is StepKind.DECIDE or request.kind is StepKind.TOOL_ARGUMENTS):
             yield piece_text
             return
