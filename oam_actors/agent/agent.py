@@ -73,6 +73,8 @@ class Agent:
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
         self._history_lines: prompts.HistoryLines | None = None
+        # The decide task's tool parts, by allow_respond, with the tools they show.
+        self._decide_parts: dict[bool, tuple[list[ToolDefinition], tuple[str, str]]] = {}
 
     # --- settings ----------------------------------------------------------------------------
 
@@ -83,11 +85,30 @@ class Agent:
     def history_lines(self, labels: prompts.Labels) -> prompts.HistoryLines:
         """The history as steps show it with ``labels``, caught up with :attr:`history` and kept
         across turns (each entry is rendered once)."""
+        return self._synced_lines(labels.user, labels.assistant, labels)
+
+    def step_lines(self, options: AgentOptions) -> prompts.HistoryLines:
+        """:meth:`history_lines` with the labels of ``options`` (no new labels per turn)."""
+        return self._synced_lines(options.user_label, options.assistant_label, None)
+
+    def _synced_lines(self, user: str, assistant: str, labels: prompts.Labels | None) -> prompts.HistoryLines:
         lines = self._history_lines
-        if lines is None or lines.labels != labels or lines.render_response is not self.render_response:
-            lines = self._history_lines = prompts.HistoryLines(labels, self.render_response)
+        if (
+            lines is None or lines.labels.user != user or lines.labels.assistant != assistant
+            or lines.render_response is not self.render_response
+        ):
+            lines = self._history_lines = prompts.HistoryLines(labels or prompts.Labels(user, assistant), self.render_response)
         lines.sync(self.history)
         return lines
+
+    def decide_parts(self, tools: list[ToolDefinition], *, allow_respond: bool) -> tuple[str, str]:
+        """:func:`prompts.decide_task_parts` of ``tools``, rendered again only when the tools change."""
+        kept = self._decide_parts.get(allow_respond)
+        if kept is not None and len(kept[0]) == len(tools) and all(a is b for a, b in zip(kept[0], tools)):
+            return kept[1]
+        parts = prompts.decide_task_parts(tools, allow_respond=allow_respond)
+        self._decide_parts[allow_respond] = (list(tools), parts)
+        return parts
 
     @property
     def turn_entries(self) -> list[Entry]:

@@ -49,13 +49,14 @@ class StepInfo(msgspec.Struct, frozen=True):
     is_repair: bool = False
 
     def to_wire(self) -> dict[str, Any]:
+        # A StrEnum's str is its value (``.value`` is a Python-level descriptor: twice a step).
         return {
             "index": self.index,
             "completedToolRounds": self.completed_tool_rounds,
-            "toolCallingMode": self.mode.value,
+            "toolCallingMode": str(self.mode),
             "enabledTools": list(self.enabled_tools),
             "trimmedEntries": self.trimmed_entries,
-            "kind": self.kind.value,
+            "kind": str(self.kind),
             "isRepair": self.is_repair,
         }
 

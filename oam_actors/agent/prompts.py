@@ -31,6 +31,8 @@ __all__ = [
     "TOOL_OUTPUT_LIMIT",
     "build_prompt",
     "decide_task",
+    "decide_task_parts",
+    "decide_task_with",
     "plain_prompt",
     "prompt_body",
     "render_entries",
@@ -294,25 +296,37 @@ def decide_task(
     see, and one example biased them toward respond (Qwen2.5-Coder-1.5B, ten player lines: 5/10
     right actions with one example, 1 of 6 tool lines; 10/10 with every option shown).
     """
-    lines = ["Available tools:", *_catalog(tools)]
+    return decide_task_with(decide_task_parts(tools, allow_respond=allow_respond), last_message)
+
+
+def decide_task_parts(tools: Sequence[ToolDefinition], *, allow_respond: bool) -> tuple[str, str]:
+    """The decide task before and after the user's message: they depend on the tools only, so
+    an agent renders them once for its tools (:func:`decide_task_with` adds the message)."""
+    head = ["Available tools:", *_catalog(tools)]
     if allow_respond:
-        lines.append('- respond: answer the user directly, without a tool. Arguments: {}')
-    if last_message.strip():
-        lines += ["", f'The user\'s last message: "{_quote(last_message)}"']
-    lines.append("")
+        head.append('- respond: answer the user directly, without a tool. Arguments: {}')
+    tail = []
     if allow_respond:
-        lines.append(
+        tail.append(
             "Decide the next step. If a tool does what the user asks, or looks up what they want to know, "
             "call it: the tools know things you do not. If no tool fits, or the conversation already has "
             "what you need, choose respond."
         )
     else:
-        lines.append("You must use one of the tools now.")
-    lines.append("Answer with one JSON object only, no other text. The possible answers:")
+        tail.append("You must use one of the tools now.")
+    tail.append("Answer with one JSON object only, no other text. The possible answers:")
     if allow_respond:
-        lines.append('{"action": "respond", "arguments": {}}')
-    lines += [f'{{"action": "{tool.name}", "arguments": {_example_arguments(tool)}}}' for tool in tools]
-    return "\n".join(lines)
+        tail.append('{"action": "respond", "arguments": {}}')
+    tail += [f'{{"action": "{tool.name}", "arguments": {_example_arguments(tool)}}}' for tool in tools]
+    return "\n".join(head), "\n".join(tail)
+
+
+def decide_task_with(parts: tuple[str, str], last_message: str) -> str:
+    """The decide task from its :func:`decide_task_parts` and the user's last message."""
+    head, tail = parts
+    if last_message.strip():
+        return f'{head}\n\nThe user\'s last message: "{_quote(last_message)}"\n\n{tail}'
+    return f"{head}\n\n{tail}"
 
 
 def tool_arguments_task(tool: ToolDefinition) -> str:

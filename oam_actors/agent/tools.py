@@ -7,6 +7,7 @@ none: the turn then waits for a result submitted from outside (the bridge's ``to
 from __future__ import annotations
 
 import math
+import os
 import re
 import secrets
 import string
@@ -46,10 +47,22 @@ _ID_ALPHABET = string.ascii_letters + string.digits
 _ID_TABLE = bytes(ord(_ID_ALPHABET[byte % 62]) for byte in range(256))
 
 
+_IDS_PER_READ = 256
+_call_ids: list[str] = []  # ready ids, popped from the end
+if hasattr(os, "register_at_fork"):  # POSIX: a forked process must not reuse them
+    os.register_at_fork(after_in_child=_call_ids.clear)
+
+
 def new_call_id() -> str:
-    """``call_`` + 24 random alphanumerics (from one read of the system's secure random source;
-    the modulo bias over 62 symbols is irrelevant for an identifier)."""
-    return "call_" + secrets.token_bytes(24).translate(_ID_TABLE).decode("ascii")
+    """``call_`` + 24 random alphanumerics from the system's secure random source, read for
+    :data:`_IDS_PER_READ` ids at a time (every tool round takes one: one read, not one system
+    call each; the modulo bias over 62 symbols is irrelevant for an identifier)."""
+    try:
+        return _call_ids.pop()  # atomic: threads never get the same id
+    except IndexError:
+        symbols = secrets.token_bytes(24 * _IDS_PER_READ).translate(_ID_TABLE).decode("ascii")
+        _call_ids.extend("call_" + symbols[i : i + 24] for i in range(0, len(symbols), 24))
+        return _call_ids.pop()
 
 
 # --- outputs ---------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ class Turn:
         # The same for every round of this turn (the tools and the prompt do not change).
         offer = self._decide_offers.get(allow_respond)
         if offer is None:
-            task = prompts.decide_task(tools, allow_respond=allow_respond, last_message=self.prompt)
+            parts = self.agent.decide_parts(tools, allow_respond=allow_respond)
+            task = prompts.decide_task_with(parts, self.prompt)
             offer = self._decide_offers[allow_respond] = (task, tuple(t.name for t in tools), {t.name: t for t in tools})
         task, names, by_name = offer
 
@@ -553,8 +554,7 @@ class Turn:
         does not change while a turn runs)."""
         lines = self._shown
         if lines is None:
-            labels = prompts.Labels(self.options.user_label, self.options.assistant_label)
-            lines = self._shown = self.agent.history_lines(labels)
+            lines = self._shown = self.agent.step_lines(self.options)
         return lines
 
     def _tool_uses(self) -> _ToolUses:
