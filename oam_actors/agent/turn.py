@@ -473,7 +473,7 @@ class Turn:
     def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
         total = self.usage
         if usage is None:
-            stable = self._stable_parts()
+            stable = self._stable or self._stable_parts()
             # estimate_tokens, inlined: three steps a turn, each counting three texts.
             total.input_tokens += stable.system_tokens + (len(request.prompt) + 3) // 4
             total.output_tokens += (len(text) + 3) // 4
@@ -645,11 +645,13 @@ class _Reader:
 
     @property
     def text(self) -> str:
-        return "".join(self.pieces)
+        pieces = self.pieces
+        return pieces[0] if len(pieces) == 1 else "".join(pieces)
 
     async def push(self, piece: str) -> bool:
-        self.pieces.append(piece)
-        return self._stop_at_json and has_complete_value(self.text)
+        pieces = self.pieces
+        pieces.append(piece)
+        return self._stop_at_json and has_complete_value(piece if len(pieces) == 1 else "".join(pieces))
 
     async def finish(self) -> str:
         return self.text

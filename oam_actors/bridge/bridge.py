@@ -279,8 +279,8 @@ class Bridge:
             await self._receive(line)
 
     async def _receive(self, line: Any) -> None:
-        to_error = getattr(line, "to_error", None)
-        if to_error is not None:
+        # A transport's marker (LineTooLong) has to_error; lines are looked at as lines first.
+        if not isinstance(line, bytes | str) and (to_error := getattr(line, "to_error", None)) is not None:
             self._answer_error(None, to_error())
             return
         self._line_bytes = len(line)
@@ -446,7 +446,7 @@ class Bridge:
     def call_tool(self, params_head: dict[str, Any], request_id: Any, call: ToolCall, *, target: Address) -> str:
         tool_id = f"t-{next(self._tool_counter)}"
         self._tool_routes[tool_id] = (target, call.id)
-        params = {**params_head, "requestId": request_id, "call": msgspec.to_builtins(call)}
+        params = {**params_head, "requestId": request_id, "call": call}  # the encoder writes the struct
         self._send(jsonrpc.encode_request(tool_id, "tool/call", params))
         if self._input_closed:
             self._answer_for_gone_client(tool_id)

@@ -125,12 +125,15 @@ _JSON_WHITESPACE_BYTES = b" \t\r\n"
 
 def decode(line: bytes | str) -> Inbound:
     """Decode one line (§1.3 steps 0-8, in order); ``None`` for a blank line. Never raises."""
-    if _is_blank(line):
-        return None
     try:
-        value = _parse(line)
-    except ProtocolError as error:
-        return Invalid(None, error)
+        value = _DECODER.decode(line)  # the usual line: valid JSON (so not blank)
+    except (msgspec.DecodeError, RecursionError, UnicodeError):  # blank, invalid, out of range: the steps in order
+        if _is_blank(line):
+            return None
+        try:
+            value = _parse(line)
+        except ProtocolError as error:
+            return Invalid(None, error)
     return _classify(value)
 
 
@@ -185,7 +188,15 @@ def _classify(value: Any) -> Inbound:
     if not isinstance(value, dict):
         return Invalid(None, _not_an_object(value))
     has_id = "id" in value
-    request_id, id_error = _read_id(value["id"]) if has_id else (None, None)
+    if has_id:
+        raw_id = value["id"]
+        kind = type(raw_id)  # exact types in decoded JSON: the usual ids need no checks
+        if kind is str or (kind is int and -MAX_SAFE_INTEGER <= raw_id <= MAX_SAFE_INTEGER):
+            request_id, id_error = raw_id, None
+        else:
+            request_id, id_error = _read_id(raw_id)
+    else:
+        request_id, id_error = None, None
     if value.get("jsonrpc") != "2.0":
         return Invalid(request_id, _invalid('"jsonrpc" must be "2.0".'))
     if id_error is not None:
