@@ -145,6 +145,7 @@ class Agent:
         tool_uses: Sequence[ToolUseEntry] = (),
         partial_values: bool = True,
         text_deltas: bool = True,
+        step_events: bool = True,
     ) -> TurnResult:
         """Run one turn and commit it to the history.
 
@@ -154,7 +155,8 @@ class Agent:
         ``partial_values=False`` leaves out the ``partialValue`` events of a structured step while
         it streams (its final value is still emitted): a sink that shows nothing until the end
         saves a parse of the growing text at every piece. ``text_deltas=False`` likewise leaves
-        out the ``text`` events of the reply step (the reply is cleaned once, at its end).
+        out the ``text`` events of the reply step (the reply is cleaned once, at its end), and
+        ``step_events=False`` the ``modelStep`` events (a sink that streams nothing ignores them).
         ``on_commit`` runs synchronously at the commit point, after which the turn can no longer
         be cancelled. Raises :class:`AgentError`; cancellation propagates as usual and leaves the
         history unchanged.
@@ -164,7 +166,7 @@ class Agent:
         # step yields anyway, so one more hop of the event loop would buy nothing.
         await checkpoint_if_cancelled()
         options = overrides.apply(self.options) if overrides is not None else self.options
-        turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas)
+        turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas, step_events)
         turn.resume(tool_uses)
         try:
             result, entries = await turn.run()

@@ -180,7 +180,7 @@ class HistoryLines:
     """
 
     __slots__ = (
-        "_chars", "_count", "_history", "_last", "_line_count", "_line_starts", "_lines", "_sizes",
+        "_chars", "_count", "_history", "_last", "_line_count", "_line_starts", "_lines", "_rendered", "_sizes",
         "_texts", "_total", "_turn_entries", "labels", "render_response",
     )
 
@@ -200,6 +200,8 @@ class HistoryLines:
         self._total = 0  # sum of the sizes
         self._chars = self._line_count = 0  # the last turn's so far
         self._texts: dict[int, str] = {}
+        # Lines :meth:`line` rendered since the last sync (a turn's tool uses, which it commits).
+        self._rendered: dict[int, tuple[Entry, str | None]] = {}
 
     @property
     def count(self) -> int:
@@ -212,7 +214,9 @@ class HistoryLines:
         if history is not self._history or len(history) < count or (count and history[count - 1] is not self._last):
             self._start_over(history)
             count = 0
+        rendered = self._rendered
         if len(history) == count:
+            rendered.clear()
             return
         self._texts.clear()
         lines, starts, sizes, entries = self._lines, self._line_starts, self._sizes, self._turn_entries
@@ -225,7 +229,9 @@ class HistoryLines:
                 self._chars = self._line_count = 0
             entries[-1] += 1
             starts.append(len(lines))
-            if (line := _entry_line(entry, labels, render)) is not None:
+            kept = rendered.get(id(entry))
+            line = kept[1] if kept is not None and kept[0] is entry else _entry_line(entry, labels, render)
+            if line is not None:
                 lines.append(line)
                 self._chars += len(line)
                 self._line_count += 1
@@ -234,10 +240,17 @@ class HistoryLines:
             sizes[-1] = size
         self._count = len(history)
         self._last = history[-1]
+        rendered.clear()
 
     def line(self, entry: Entry) -> str | None:
-        """Any entry's line as these labels show it (``None`` for a blank prompt); not kept."""
-        return _entry_line(entry, self.labels, self.render_response)
+        """Any entry's line as these labels show it (``None`` for a blank prompt); kept until
+        the next :meth:`sync`, which shows the entry with it once it is in the history."""
+        kept = self._rendered.get(id(entry))
+        if kept is not None and kept[0] is entry:
+            return kept[1]
+        line = _entry_line(entry, self.labels, self.render_response)
+        self._rendered[id(entry)] = (entry, line)
+        return line
 
     def hidden(self, *, fixed_tokens: int, budget: int, minimum_recent_turns: int = 1) -> int:
         """How many of the oldest entries to hide (see :func:`trim_history`)."""

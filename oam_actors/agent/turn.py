@@ -107,6 +107,7 @@ class Turn:
     emit: Callable[[TurnEvent], Any] | None
     partial_values: bool = True
     text_deltas: bool = True
+    step_events: bool = True
     steps: list[StepInfo] = field(default_factory=list)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_uses: list[ToolUseEntry] = field(default_factory=list)
@@ -411,7 +412,7 @@ class Turn:
         request, trimmed = self._request(kind, task, is_repair=is_repair, tools=tools, streamed=streamed)
         step = StepInfo(len(self.steps), self.rounds, mode, enabled, trimmed, kind, is_repair)
         self.steps.append(step)
-        if self.emit is not None:
+        if self.emit is not None and self.step_events:
             await self.emit(ModelStep(step))
         retry = self.options.retry
         display = _ReplyDisplay(self._emit) if stream_reply and streamed else None

@@ -212,6 +212,7 @@ class SessionActor(Actor):
                     on_commit=self.commit,
                     partial_values=message.stream,
                     text_deltas=message.stream,
+                    step_events=message.stream,  # the relay streams nothing else of them
                 )
             finally:
                 relay.close()
