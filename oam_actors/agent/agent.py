@@ -97,7 +97,8 @@ class Agent:
             lines is None or lines.labels.user != user or lines.labels.assistant != assistant
             or lines.render_response is not self.render_response
         ):
-            lines = self._history_lines = prompts.HistoryLines(labels or prompts.Labels(user, assistant), self.render_response)
+            labels = labels or prompts.Labels(user, assistant)
+            lines = self._history_lines = prompts.HistoryLines(labels, self.render_response)
         lines.sync(self.history)
         return lines
 
@@ -167,7 +168,8 @@ class Agent:
         await checkpoint_if_cancelled()
         options = overrides.apply(self.options) if overrides is not None else self.options
         turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas, step_events)
-        turn.resume(tool_uses)
+        if tool_uses:
+            turn.resume(tool_uses)
         try:
             result, entries = await turn.run()
         finally:

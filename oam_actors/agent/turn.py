@@ -487,11 +487,15 @@ class Turn:
         self, kind: StepKind, task: str, *, is_repair: bool, tools: list[ToolDefinition], streamed: bool
     ) -> tuple[GenerationRequest, int]:
         options = self.options
-        stable = self._stable_parts()
-        history = self._history_lines()
-        uses = self._tool_uses()
+        # Each of these is made once per turn (or tool use): the cached ones are read inline.
+        stable = self._stable or self._stable_parts()
+        history = self._shown or self._history_lines()
+        uses = self._uses if self._uses.count == len(self.tool_uses) else self._tool_uses()
+        offered = self._offered
+        specs = offered[1] if offered is not None and offered[0] is tools else self._tool_specs(tools)
+        entries = history.count
         trimmed = 0
-        if options.trim_history and history.count:
+        if options.trim_history and entries:
             fixed = stable.fixed_tokens + (len(task) + 3) // 4 + uses.tokens  # estimate_tokens(task)
             trimmed = history.hidden(
                 fixed_tokens=fixed, budget=stable.budget, minimum_recent_turns=options.minimum_recent_turns
@@ -500,7 +504,7 @@ class Turn:
         request = GenerationRequest(
             kind=kind,
             system=stable.system,
-            prompt=self._prompt_text(kind, task, history, trimmed, uses),
+            prompt=self._prompt_text(kind, task, history, entries - trimmed, trimmed, uses),
             temperature=options.decision_temperature if deciding else options.temperature,
             max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
             sampling=options.sampling,
@@ -508,7 +512,7 @@ class Turn:
             is_repair=is_repair,
             user_prompt=self.prompt,
             tool_outputs=uses.outputs,
-            tools=self._tool_specs(tools),
+            tools=specs,
             tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
             owner=self.agent.owner,
@@ -521,13 +525,14 @@ class Turn:
         return request, trimmed
 
     def _prompt_text(
-        self, kind: StepKind, task: str, history: prompts.HistoryLines, trimmed: int, uses: _ToolUses
+        self, kind: StepKind, task: str, history: prompts.HistoryLines, shown: int, trimmed: int, uses: _ToolUses
     ) -> str:
         """The step prompt, as :func:`prompts.build_prompt` lays it out: the part before the task
         (conversation, this prompt, this turn's tool lines) is joined once for all the steps
-        that show the same entries, and each step adds only its task."""
-        shown = history.count - trimmed
-        if (kind is StepKind.STRUCTURED or kind is StepKind.RESPOND) and not shown and not uses.count and self.prompt.strip():
+        that show the same entries (``shown`` history entries after ``trimmed``), and each step
+        adds only its task."""
+        plain = kind is StepKind.STRUCTURED or kind is StepKind.RESPOND  # the plain first request allowed
+        if plain and not shown and not uses.count and self.prompt.strip():
             return prompts.plain_prompt(self.prompt, task if kind is StepKind.STRUCTURED else "")
         key = (trimmed, uses.count)
         body = self._bodies.get(key)
