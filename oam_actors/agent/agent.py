@@ -20,6 +20,7 @@ from ..clock import Clock, MonotonicClock
 from ..errors import AgentError, ErrorCode
 from . import prompts
 from .cancellation import checkpoint_if_cancelled
+from .deadlines import Deadlines
 from .events import EventSink, TurnResult
 from .model import GenerationRequest, LanguageModel, StepKind, Usage
 from .policy import AgentOptions, TurnOverrides
@@ -72,6 +73,7 @@ class Agent:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
+        self._deadlines: Deadlines | None = None
         self._history_lines: prompts.HistoryLines | None = None
         # The decide task's tool parts, by allow_respond, with the tools they show.
         self._decide_parts: dict[bool, tuple[list[ToolDefinition], tuple[str, str]]] = {}
@@ -202,6 +204,13 @@ class Agent:
 
     def _close_external(self, call_id: str) -> None:
         self._external.pop(call_id, None)
+
+    def _deadlines_of(self, loop: asyncio.AbstractEventLoop) -> Deadlines:
+        """The deadlines of this agent's external waits on ``loop``."""
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            deadlines = self._deadlines = Deadlines(loop)
+        return deadlines
 
     # --- compaction --------------------------------------------------------------------------
 

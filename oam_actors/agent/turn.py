@@ -18,7 +18,6 @@ the history or cancelled, never both.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -322,14 +321,11 @@ class Turn:
             if answered.done():
                 await anyio.lowlevel.checkpoint()
             else:
-                # The deadline is a timer that wakes the turn as an answer would (cheaper than a
-                # cancel scope per wait); a cancelled turn stops waiting where it awaits.
-                timer = answered.get_loop().call_later(timeout, _wake, answered) if timeout else None
-                try:
-                    await answered
-                finally:
-                    if timer is not None:
-                        timer.cancel()
+                # The deadline wakes the turn as an answer would (one timer for the agent's
+                # waits, no cancel scope per wait); a cancelled turn stops waiting where it awaits.
+                if timeout:
+                    self.agent._deadlines_of(answered.get_loop()).wake_after(answered, timeout)
+                await answered
             if slot.output is not None:
                 return slot.output, None
             message = f"Tool '{tool.name}' timed out after {format_duration(timeout)}."
@@ -709,11 +705,6 @@ class _ReplyReader(_Reader):
         final = self._cleaner.final()
         await self._display.show(final)
         return final
-
-
-def _wake(answered: asyncio.Future[None]) -> None:
-    if not answered.done():
-        answered.set_result(None)
 
 
 def _unexpected_model_error(exc: Exception, request: GenerationRequest, attempt: int) -> AgentError:

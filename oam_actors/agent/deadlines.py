@@ -1,0 +1,71 @@
+"""Deadlines of an agent's external tool waits, on one event-loop timer.
+
+A turn waiting for a client's tool answer wakes at its deadline. A timer handle per wait costs
+every tool round a push onto the loop's heap and, once cancelled, a pop (a Python-level
+comparison per heap level each, more with more turns waiting). Waits with the same timeout end
+in the order they began, so one first-in-first-out queue per timeout and one timer for the
+earliest deadline do: a wait answered in time leaves its queue when it reaches the head (at the
+next wait, or when the timer fires), and the timer stays armed across answered waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+
+__all__ = ["Deadlines"]
+
+# The loop runs a timer up to its clock's resolution early (asyncio's own tolerance).
+_EARLY = time.get_clock_info("monotonic").resolution
+
+
+class Deadlines:
+    """Resolves futures (with ``None``) at their timeouts, unless they are done by then."""
+
+    __slots__ = ("_loop", "_queues", "_timer", "_timer_at")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queues: dict[float, deque[tuple[float, asyncio.Future[None]]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def wake_after(self, future: asyncio.Future[None], timeout: float) -> None:
+        """Resolve ``future`` ``timeout`` seconds from now if nothing else has by then."""
+        deadline = self._loop.time() + timeout
+        queue = self._queues.get(timeout)
+        if queue is None:
+            queue = self._queues[timeout] = deque()
+        while queue and queue[0][1].done():
+            queue.popleft()
+        queue.append((deadline, future))
+        if deadline < self._timer_at:
+            self._arm(deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = self._loop.time() + _EARLY
+        earliest = math.inf
+        for timeout, queue in list(self._queues.items()):
+            while queue and (queue[0][0] <= now or queue[0][1].done()):
+                future = queue.popleft()[1]
+                if not future.done():
+                    future.set_result(None)
+            if queue:
+                earliest = min(earliest, queue[0][0])
+            else:
+                del self._queues[timeout]
+        if earliest < math.inf:
+            self._arm(earliest)

@@ -1,0 +1,36 @@
+"""Deadlines: the external tool waits' timeouts on one event-loop timer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from oam_actors.agent.deadlines import Deadlines
+
+
+async def test_each_wait_is_woken_at_its_timeout_unless_answered_first() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    answered, short, long, other = (loop.create_future() for _ in range(4))
+    deadlines.wake_after(answered, 0.01)
+    deadlines.wake_after(short, 0.01)
+    deadlines.wake_after(long, 0.05)
+    deadlines.wake_after(other, 0.03)  # an earlier deadline than the armed one re-arms the timer
+    answered.set_result("answer")
+    await short
+    assert answered.result() == "answer"  # an answered wait is left alone
+    await other
+    assert not long.done()  # each timeout wakes only its own waits
+    await long
+    assert long.result() is None
+
+
+async def test_a_cancelled_wait_is_passed_over() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    gone = loop.create_future()
+    deadlines.wake_after(gone, 0.01)
+    gone.cancel()
+    kept = loop.create_future()
+    deadlines.wake_after(kept, 0.01)
+    await kept
+    assert gone.cancelled()
