@@ -49,7 +49,8 @@ __all__ = ["CORE_METHODS", "install_core", "parse_options", "parse_tools", "reso
 SESSION = "session"
 PROTOCOL_VERSION = "1.0"
 _CREATE_KEYS = ("session", "instructions", "tools", "options", "history", "model")
-_RESPOND_KEYS = ("session", "prompt", "schema", "stream", "toolChoice", "maxToolRounds", "maxToolCalls", "enabledTools")
+_TURN_KEYS = frozenset(("toolChoice", "maxToolRounds", "maxToolCalls", "enabledTools"))
+_RESPOND_KEYS = frozenset(("session", "prompt", "schema", "stream", *_TURN_KEYS))
 _OPTION_KEYS = (
     "toolChoice", "maxToolRounds", "maxToolCalls", "enabledTools", "temperature", "maxResponseTokens",
     "sampling", "toolTimeoutSeconds", "trimHistory", "reservedResponseTokens", "maxAttempts",
@@ -116,6 +117,8 @@ def parse_options(options: Params | None, *, default_tool_timeout: float) -> tup
 def _turn_fields(params: Params) -> dict[str, Any]:
     """The policy fields a session and a single turn share."""
     fields: dict[str, Any] = {}
+    if not params.sent_any(_TURN_KEYS):
+        return fields
     if (raw := params.raw("toolChoice")) is not None:
         fields["tool_choice"] = ToolChoice.parse(raw, path=params.path("toolChoice"))
     if (value := params.integer("maxToolRounds", minimum=0)) is not None:

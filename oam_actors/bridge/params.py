@@ -55,6 +55,10 @@ class Params:
         """Whether the member was sent at all (even as ``null``): "a present key wins" rules."""
         return name in self._values
 
+    def sent_any(self, names: frozenset[str]) -> bool:
+        """Whether any of ``names`` was sent (even as ``null``)."""
+        return not names.isdisjoint(self._values)
+
     def path(self, name: str) -> str:
         """The member's full parameter path for messages (``options.toolChoice``)."""
         return self._prefix + name
@@ -140,7 +144,9 @@ class Params:
 
     def unknown(self, known: Iterable[str]) -> list[str]:
         """One warning per member not in ``known`` (``null`` ones too: they were sent), in order."""
-        known = set(known)
+        known = known if isinstance(known, frozenset) else frozenset(known)
+        if known.issuperset(self._values):  # the usual request: nothing to warn about
+            return []
         return [
             f"Unknown parameter '{self._prefix}{key}' was ignored."
             for key in self._values
