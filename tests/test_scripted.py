@@ -155,7 +155,7 @@ def test_a_step_without_a_form_names_the_forms() -> None:
 
 
 async def test_integral_floats_are_accepted_as_integers() -> None:
-    assert await pieces(wire({"text": "abcd", "delayMs": 1.0, "chunks": 2.0})) == ["ab", "cd"]
+    assert await pieces(wire({"text": "abcd", "delayMs": 1.0, "chunks": 2.0}), streamed=True) == ["ab", "cd"]
 
 
 # --- playing steps ---------------------------------------------------------------------------
@@ -175,12 +175,20 @@ async def test_integral_floats_are_accepted_as_integers() -> None:
     ],
 )
 async def test_text_is_streamed_in_chunks(text: str, chunks: int, expected: list[str]) -> None:
-    assert await pieces(ScriptedModel([ScriptStep.say(text, chunks=chunks)])) == expected
+    assert await pieces(ScriptedModel([ScriptStep.say(text, chunks=chunks)]), streamed=True) == expected
+    # Nobody sees the pieces of an unstreamed step: its text comes whole.
+    assert await pieces(ScriptedModel([ScriptStep.say(text, chunks=chunks)])) == ([text] if text else [])
+
+
+async def test_an_unstreamed_decide_step_keeps_its_chunks() -> None:
+    # Its reading stops at the first complete value, so the pieces after it are never read.
+    model = ScriptedModel([ScriptStep.say('{"a":1} and more', chunks=2)], style=ScriptStyle.ENVELOPE)
+    assert await pieces(model, StepKind.DECIDE, stop_at_json=True) == ['{"a":1} ', "and more"]
 
 
 @pytest.mark.parametrize("streamed", [True, False])
 async def test_only_watched_pieces_let_the_event_loop_run_between_them(streamed: bool) -> None:
-    model = ScriptedModel([ScriptStep.say("abcdef", chunks=3)])
+    model = ScriptedModel([ScriptStep.say("abcdef", chunks=3)], style=ScriptStyle.ENVELOPE)
     others_ran: list[bool] = []
     seen: list[bool] = []
 
@@ -189,7 +197,7 @@ async def test_only_watched_pieces_let_the_event_loop_run_between_them(streamed:
 
     async with anyio.create_task_group() as group:
         group.start_soon(other)
-        async for _ in model.stream(request(streamed=streamed)):
+        async for _ in model.stream(request(StepKind.DECIDE, streamed=streamed, stop_at_json=not streamed)):
             seen.append(bool(others_ran))
     assert seen == ([False, True, True] if streamed else [False, False, False])
 
@@ -201,7 +209,7 @@ async def test_a_decision_is_one_piece() -> None:
 
 
 async def test_the_default_is_three_chunks() -> None:
-    assert await pieces(wire({"text": "Hello, traveller"})) == ["Hello,", " trave", "ller"]
+    assert await pieces(wire({"text": "Hello, traveller"}), streamed=True) == ["Hello,", " trave", "ller"]
 
 
 async def test_templates_substitute_prompt_and_tool_outputs() -> None:

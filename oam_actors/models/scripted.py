@@ -8,7 +8,7 @@ Two styles:
   (consuming that call only), a reply step plays the next answer (discarding leading tool rounds).
 - **envelope** (library tests): every model request plays the next step verbatim.
 
-Step forms: ``{"text", "chunks"?}``, ``{"toolCalls": [{"name", "arguments"?, "id"?}]}``,
+Step forms: ``{"text", "chunks"?}`` (a streamed step's text comes in ``chunks`` pieces; unstreamed, in one), ``{"toolCalls": [{"name", "arguments"?, "id"?}]}``,
 ``{"json"}``, ``{"template", "chunks"?}`` (``{prompt}``, ``{toolOutput}``, ``{toolOutputs}``),
 ``{"error", "message"?}``; any step may carry ``delayMs``. Precedence when several keys exist:
 text > toolCalls > json > template > error.
@@ -207,14 +207,15 @@ class ScriptedModel:
             return
         # Nobody watches: nothing runs between the pieces that could cancel the step, so one
         # check (for a cancel at the step's own event) does, and no hop (a scripted model waits
-        # for nothing; each hop costs the turn a trip through the loop). A mapped tool call is
-        # one compact JSON value the agent reads whole: one piece is the same text.
+        # for nothing; each hop costs the turn a trip through the loop). Nobody sees the pieces
+        # either: the text is one piece, unless a decide step's reading stops at its first
+        # complete value (a mapped tool call is that value, whole).
         await checkpoint_if_cancelled()
-        if piece_text is not None and (request.kind is StepKind.DECIDE or request.kind is StepKind.TOOL_ARGUMENTS):
-            yield piece_text
-            return
-        for piece in _pieces(step, text):
-            yield piece
+        if piece_text is None and request.stop_at_json:
+            for piece in _pieces(step, text):
+                yield piece
+        elif text:
+            yield text
 
     # --- selection ---------------------------------------------------------------------------
 
