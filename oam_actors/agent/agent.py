@@ -29,7 +29,10 @@ from .tools import ToolDefinition, ToolOutput
 from .transcript import Entry, ResponseEntry, ToolUseEntry, Transcript, split_turns
 from .turn import Turn
 
-__all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS"]
+__all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS", "DecideOffer"]
+
+DecideOffer = tuple[tuple[str, str], tuple[str, ...], dict[str, ToolDefinition]]
+"""A decide step's offer: the task's tool parts, the tools' names, the tools by name."""
 
 DEFAULT_SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation below for your own later use: keep names, facts, decisions, "
@@ -75,8 +78,8 @@ class Agent:
         self._external: dict[str, _ExternalSlot] = {}
         self._deadlines: Deadlines | None = None
         self._history_lines: prompts.HistoryLines | None = None
-        # The decide task's tool parts, by allow_respond, with the tools they show.
-        self._decide_parts: dict[bool, tuple[list[ToolDefinition], tuple[str, str]]] = {}
+        # What decide steps offer, by allow_respond, with the tools it was made for.
+        self._decide_offers: dict[bool, tuple[list[ToolDefinition], DecideOffer]] = {}
 
     # --- settings ----------------------------------------------------------------------------
 
@@ -104,14 +107,19 @@ class Agent:
         lines.sync(self.history)
         return lines
 
-    def decide_parts(self, tools: list[ToolDefinition], *, allow_respond: bool) -> tuple[str, str]:
-        """:func:`prompts.decide_task_parts` of ``tools``, rendered again only when the tools change."""
-        kept = self._decide_parts.get(allow_respond)
+    def decide_offer(self, tools: list[ToolDefinition], *, allow_respond: bool) -> DecideOffer:
+        """What a decide step offers ``tools`` with: the task's tool parts
+        (:func:`prompts.decide_task_parts`), the names, the tools by name; made again only when
+        the tools change."""
+        kept = self._decide_offers.get(allow_respond)
         if kept is not None and len(kept[0]) == len(tools) and all(a is b for a, b in zip(kept[0], tools)):
             return kept[1]
-        parts = prompts.decide_task_parts(tools, allow_respond=allow_respond)
-        self._decide_parts[allow_respond] = (list(tools), parts)
-        return parts
+        offer = (
+            prompts.decide_task_parts(tools, allow_respond=allow_respond),
+            tuple(t.name for t in tools), {t.name: t for t in tools},
+        )
+        self._decide_offers[allow_respond] = (list(tools), offer)
+        return offer
 
     @property
     def turn_entries(self) -> list[Entry]:

@@ -95,6 +95,25 @@ class _Decided:
 _RESPOND = object()
 
 
+@dataclass(slots=True)  # not frozen: a frozen init sets each field through object.__setattr__
+class _Stable:
+    system: str
+    system_tokens: int
+    fixed_tokens: int  # of the system text and the user's prompt
+    budget: int  # input tokens a step may use
+
+
+@dataclass(slots=True, eq=False)  # never changed once made (a turn makes a new one per tool use); shareable
+class _ToolUses:
+    count: int
+    lines: tuple[str, ...]
+    tokens: int
+    outputs: tuple[str, ...]  # each output's model text
+
+
+_NO_USES = _ToolUses(0, (), 0, ())
+
+
 @dataclass
 class Turn:
     """The state of one running turn. Created and run by :meth:`Agent.respond`."""
@@ -115,11 +134,9 @@ class Turn:
     calls: int = 0
     succeeded: list[tuple[str, Any]] = field(default_factory=list)
     _shown: prompts.HistoryLines | None = field(default=None, init=False, repr=False)
-    _uses: _ToolUses = field(default_factory=lambda: _ToolUses(0, (), 0, ()), init=False, repr=False)
+    _uses: _ToolUses = field(default=_NO_USES, init=False, repr=False)
     _specs: dict[str, ToolSpec] = field(default_factory=dict, init=False, repr=False)
-    _decide_offers: dict[bool, tuple[str, tuple[str, ...], dict[str, ToolDefinition]]] = field(
-        default_factory=dict, init=False, repr=False
-    )
+    _decide_tasks: dict[bool, str] = field(default_factory=dict, init=False, repr=False)
     _stable: _Stable | None = field(default=None, init=False, repr=False)
     # The step prompts' text before the task, by (entries hidden, tool uses shown).
     _bodies: dict[tuple[int, int], str] = field(default_factory=dict, init=False, repr=False)
@@ -199,12 +216,10 @@ class Turn:
     async def _decide(self, tools: list[ToolDefinition], *, allow_respond: bool) -> Any:
         mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
         # The same for every round of this turn (the tools and the prompt do not change).
-        offer = self._decide_offers.get(allow_respond)
-        if offer is None:
-            parts = self.agent.decide_parts(tools, allow_respond=allow_respond)
-            task = prompts.decide_task_with(parts, self.prompt)
-            offer = self._decide_offers[allow_respond] = (task, tuple(t.name for t in tools), {t.name: t for t in tools})
-        task, names, by_name = offer
+        parts, names, by_name = self.agent.decide_offer(tools, allow_respond=allow_respond)
+        task = self._decide_tasks.get(allow_respond)
+        if task is None:
+            task = self._decide_tasks[allow_respond] = prompts.decide_task_with(parts, self.prompt)
 
         def interpret(text: str) -> Any:
             envelope = parse_envelope(text, names, allow_respond=allow_respond)
@@ -590,22 +605,6 @@ class Turn:
     async def _emit(self, event: TurnEvent) -> None:
         if self.emit is not None:
             await self.emit(event)
-
-
-@dataclass(frozen=True, slots=True)
-class _Stable:
-    system: str
-    system_tokens: int
-    fixed_tokens: int  # of the system text and the user's prompt
-    budget: int  # input tokens a step may use
-
-
-@dataclass(frozen=True, slots=True)
-class _ToolUses:
-    count: int
-    lines: tuple[str, ...]
-    tokens: int
-    outputs: tuple[str, ...]  # each output's model text
 
 
 class _ReplyDisplay:
