@@ -79,7 +79,7 @@ class Agent:
         self._deadlines: Deadlines | None = None
         self._history_lines: prompts.HistoryLines | None = None
         # What decide steps offer, by allow_respond, with the tools it was made for.
-        self._decide_offers: dict[bool, tuple[list[ToolDefinition], DecideOffer]] = {}
+        self._decide_offers: dict[bool, tuple[tuple[int, ...], list[ToolDefinition], DecideOffer]] = {}
 
     # --- settings ----------------------------------------------------------------------------
 
@@ -112,13 +112,15 @@ class Agent:
         (:func:`prompts.decide_task_parts`), the names, the tools by name; made again only when
         the tools change."""
         kept = self._decide_offers.get(allow_respond)
-        if kept is not None and len(kept[0]) == len(tools) and all(a is b for a, b in zip(kept[0], tools)):
-            return kept[1]
+        # The tools by identity: the kept ones are held, so no other object can have their ids.
+        ids = tuple(map(id, tools))
+        if kept is not None and kept[0] == ids:
+            return kept[2]
         offer = (
             prompts.decide_task_parts(tools, allow_respond=allow_respond),
             tuple(t.name for t in tools), {t.name: t for t in tools},
         )
-        self._decide_offers[allow_respond] = (list(tools), offer)
+        self._decide_offers[allow_respond] = (ids, list(tools), offer)
         return offer
 
     @property
