@@ -20,7 +20,6 @@ from ..clock import Clock, MonotonicClock
 from ..errors import AgentError, ErrorCode
 from . import prompts
 from .cancellation import checkpoint_if_cancelled
-from .deadlines import Deadlines
 from .events import EventSink, TurnResult
 from .model import GenerationRequest, LanguageModel, StepKind, Usage
 from .policy import AgentOptions, TurnOverrides
@@ -76,7 +75,6 @@ class Agent:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
-        self._deadlines: Deadlines | None = None
         self._history_lines: prompts.HistoryLines | None = None
         # What decide steps offer, by allow_respond, with the tools it was made for.
         self._decide_offers: dict[bool, tuple[tuple[int, ...], list[ToolDefinition], DecideOffer]] = {}
@@ -214,13 +212,6 @@ class Agent:
 
     def _close_external(self, call_id: str) -> None:
         self._external.pop(call_id, None)
-
-    def _deadlines_of(self, loop: asyncio.AbstractEventLoop) -> Deadlines:
-        """The deadlines of this agent's external waits on ``loop``."""
-        deadlines = self._deadlines
-        if deadlines is None or deadlines.loop is not loop:
-            deadlines = self._deadlines = Deadlines(loop)
-        return deadlines
 
     # --- compaction --------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ every tool round a push onto the loop's heap and, once cancelled, a pop (a Pytho
 comparison per heap level each, more with more turns waiting). Waits with the same timeout end
 in the order they began, so one first-in-first-out queue per timeout and one timer for the
 earliest deadline do: a wait answered in time leaves its queue when it reaches the head (at the
-next wait, or when the timer fires), and the timer stays armed across answered waits.
+next wait, or when the timer fires), and the timer stays armed across answered waits. The
+waits of every agent on one loop share its deadlines (:func:`deadlines_for`): one timer, and
+nothing per agent (a crowd has thousands).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 import time
 from collections import deque
 
-__all__ = ["Deadlines"]
+__all__ = ["Deadlines", "deadlines_for"]
 
 # The loop runs a timer up to its clock's resolution early (asyncio's own tolerance).
 _EARLY = time.get_clock_info("monotonic").resolution
@@ -69,3 +71,16 @@ class Deadlines:
                 del self._queues[timeout]
         if earliest < math.inf:
             self._arm(earliest)
+
+
+_current: Deadlines | None = None  # the last loop's: a process runs its agents on one loop
+
+
+def deadlines_for(loop: asyncio.AbstractEventLoop) -> Deadlines:
+    """The deadlines of the waits on ``loop``. Another loop gets new ones (a wait keeps the
+    deadlines it was given, which still wake it on its own loop)."""
+    global _current
+    current = _current
+    if current is None or current.loop is not loop:
+        current = _current = Deadlines(loop)
+    return current

@@ -30,6 +30,7 @@ import msgspec
 
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError
 from . import prompts
+from .deadlines import deadlines_for
 from .envelope import Invalid, Respond, argument_candidates, parse_envelope, quote_answer
 from .events import (
     ModelStep,
@@ -336,10 +337,10 @@ class Turn:
             if answered.done():
                 await anyio.lowlevel.checkpoint()
             else:
-                # The deadline wakes the turn as an answer would (one timer for the agent's
-                # waits, no cancel scope per wait); a cancelled turn stops waiting where it awaits.
+                # The deadline wakes the turn as an answer would (one timer for the loop's waits,
+                # no cancel scope per wait); a cancelled turn stops waiting where it awaits.
                 if timeout:
-                    self.agent._deadlines_of(answered.get_loop()).wake_after(answered, timeout)
+                    deadlines_for(answered.get_loop()).wake_after(answered, timeout)
                 await answered
             if slot.output is not None:
                 return slot.output, None
