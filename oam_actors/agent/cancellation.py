@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from anyio._core._eventloop import get_async_backend  # the public check's own lookup
+import anyio.lowlevel
+
+try:  # the public check's own lookup; private, so a later anyio may move it
+    from anyio._core._eventloop import get_async_backend
+except ImportError:  # pragma: no cover - depends on the installed anyio
+    get_async_backend = None
 
 __all__ = ["checkpoint_if_cancelled"]
 
@@ -22,5 +27,6 @@ def checkpoint_if_cancelled() -> Awaitable[None]:
     enclosing cancel scope has been cancelled (it never lets another task run otherwise)."""
     global _check
     if _check is None:
-        _check = get_async_backend().checkpoint_if_cancelled
+        _check = (anyio.lowlevel.checkpoint_if_cancelled if get_async_backend is None
+                  else get_async_backend().checkpoint_if_cancelled)
     return _check()
