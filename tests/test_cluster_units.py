@@ -4,8 +4,10 @@ boundary (errors, actors, messages, frames), the outlet relay, placement and che
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import pickle
+import re
 import socket
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import msgspec
 import pytest
 
 from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
-from oam_actors.cluster import SqliteStore, StateStore, shard_of
+from oam_actors.cluster import MemoryStore, SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
@@ -32,6 +34,7 @@ from oam_actors.cluster.wire import (
     Saved,
     Spawn,
     Stop,
+    ValueWriter,
     decode_items,
     decode_ops,
     dumps_actor,
@@ -61,8 +64,9 @@ from oam_actors.runtime import (
 # --- the state store -------------------------------------------------------------------------------
 
 
-def test_sqlite_store_puts_gets_replaces_and_deletes(tmp_path: Path) -> None:
-    store = SqliteStore(str(tmp_path / "state.sqlite"))
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_store_puts_gets_replaces_and_deletes(tmp_path: Path, kind: str) -> None:
+    store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "state.sqlite"))
     assert isinstance(store, StateStore)
     store.put_many([("session:a", b"1"), ("npc:b", b"2")])
     store.put_many([("session:a", b"3")])
@@ -202,6 +206,36 @@ def test_messages_cross_with_outlets_by_reference_and_refuse_functions() -> None
     assert loads_value(data, lambda endpoint: f"outlet {endpoint}") == {"prompt": "hi", "outlet": "outlet 3"}
     with pytest.raises(TypeError, match="cannot cross to another process"):
         dumps_value(lambda: None)
+
+
+class _Mood(enum.Enum):
+    CALM = "calm"
+
+
+class _Line(msgspec.Struct, frozen=True):
+    text: str
+    mood: _Mood = _Mood.CALM
+
+
+def test_a_value_writer_asks_only_about_types_held_by_reference_and_pickles_the_rest_as_pickle_does() -> None:
+    asked: list[Any] = []
+    outlet = _Outlet()
+
+    def reference(obj: Any) -> Any:
+        asked.append(obj)
+        return 3 if obj is outlet else None
+
+    writer = ValueWriter(reference)
+    value = {"line": _Line("hi"), "kinds": [_Line, _Mood, len], "pattern": re.compile("a+"), "at": Address("npc", "n1"),
+             "outlet": outlet, "other": _Outlet()}
+    for _ in range(2):  # the second time from the writer's table
+        loaded = loads_value(writer.dumps(value), lambda endpoint: f"outlet {endpoint}")
+        assert loaded["outlet"] == "outlet 3" and isinstance(loaded["other"], _Outlet)
+        assert {key: loaded[key] for key in ("line", "kinds", "pattern", "at")} == {
+            key: value[key] for key in ("line", "kinds", "pattern", "at")}
+    assert asked == [outlet, value["other"]] * 2
+    with pytest.raises(TypeError, match="cannot cross to another process"):
+        writer.dumps({"f": lambda: None})
 
 
 def test_outlets_are_endpoints_by_their_methods() -> None:

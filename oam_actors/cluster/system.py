@@ -70,7 +70,7 @@ from .link import ShardLink
 from .models import hosted_reduce
 from .shard import ShardHost
 from .shared import SharedCopies
-from .store import SqliteStore, StateStore
+from .store import MemoryStore, StateStore
 from .wire import (
     Ask,
     CancelAll,
@@ -80,8 +80,8 @@ from .wire import (
     SharedRef,
     Stop,
     Tell,
+    ValueWriter,
     dumps_actor,
-    dumps_value,
     loads_value,
 )
 
@@ -300,7 +300,7 @@ class _RayRef(ActorRef):
         )
 
     def _payload(self, message: Any) -> bytes:
-        return dumps_value(message, self._system._endpoints.reference)
+        return self._system._values.dumps(message)
 
     def _live_entry(self) -> _Entry:
         entry = self._entry
@@ -330,7 +330,7 @@ class RaySystem(SystemBase):
 
     ``address``: ``None`` starts a private local Ray instance (``ray_options``, by default
     :data:`LOCAL_RAY_OPTIONS`); ``"auto"`` or ``"HOST:PORT"`` joins a running cluster. ``store``
-    keeps checkpoints (default: an in-memory :class:`SqliteStore`, closed on exit; a store given
+    keeps checkpoints (default: a :class:`MemoryStore`, emptied on exit; a store given
     here stays open for its owner). ``shard_options`` are extra Ray actor options for the shards
     (``num_cpus``, custom resources, a ``scheduling_strategy`` replacing the round robin).
     ``max_running`` is each shard's admission limit (``LocalSystem(max_running=…)``: a shard is
@@ -357,13 +357,14 @@ class RaySystem(SystemBase):
         self.shards = shards
         self.max_running = max_running
         self.address = address
-        self.store: StateStore = store if store is not None else SqliteStore()
+        self.store: StateStore = store if store is not None else MemoryStore()
         self._owns_store = store is None
         self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
         self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
         self._entries: dict[Address, _Entry] = {}
         self._links: list[ShardLink] = []
         self._endpoints = Endpoints()
+        self._values = ValueWriter(self._endpoints.reference)  # messages: their outlets by reference
         self._copies = SharedCopies()
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None

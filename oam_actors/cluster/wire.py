@@ -19,9 +19,10 @@ Exceptions travel as :class:`Failure`, because the protocol's errors do not pick
 
 from __future__ import annotations
 
+import copyreg
 import io
+import operator
 import pickle
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ from ray import cloudpickle
 import msgspec
 
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError
-from ..runtime import Actor, Address
+from ..runtime import Actor, Address, held_by_reference
 
 __all__ = [
     "Ask",
@@ -51,6 +52,7 @@ __all__ = [
     "Stop",
     "Tell",
     "Unhosted",
+    "ValueWriter",
     "decode_items",
     "decode_ops",
     "dumps_actor",
@@ -283,16 +285,70 @@ Resolve = Callable[[Any], Any]
 
 def dumps_value(value: Any, reference: Reference | None = None) -> bytes:
     """A message or result; ``reference`` as for :func:`dumps_actor` (messages may name the
-    connection to answer, an outlet). Raises ``TypeError`` naming what does not pickle."""
-    buffer = io.BytesIO()
+    connection to answer, an outlet), asked only about objects whose type may be held by
+    reference (``runtime.held_by_reference``). Raises ``TypeError`` naming what does not pickle."""
+    if reference is not None:
+        return ValueWriter(reference).dumps(value)
     try:
-        if reference is None:
-            pickle.dump(value, buffer, protocol=pickle.HIGHEST_PROTOCOL)
-        else:
-            _ValuePickler(buffer, reference).dump(value)
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise TypeError(f"{type(value).__name__} cannot cross to another process: {exc}") from exc
-    return buffer.getvalue()
+        raise _not_crossing(value, exc) from exc
+
+
+def _not_crossing(value: Any, exc: Exception) -> TypeError:
+    return TypeError(f"{type(value).__name__} cannot cross to another process: {exc}")
+
+
+class ValueWriter:
+    """:func:`dumps_value` with one ``reference``, for a sender that pickles many values: how each
+    type pickles is looked up once per writer (in the pickler's ``dispatch_table``), so the C
+    pickler calls back into Python only for the objects that may travel by reference (a hook
+    such as ``reducer_override`` is called for every object that is not a str, number or plain
+    container: 8 calls for an ``npc/talk`` message). Types registered with ``runtime`` after the
+    writer first met them are not seen as such: make a writer after the imports that register."""
+
+    def __init__(self, reference: Reference) -> None:
+        self._table = _ReduceTable(reference)
+
+    def dumps(self, value: Any) -> bytes:
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dispatch_table = self._table
+        try:
+            pickler.dump(value)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise _not_crossing(value, exc) from exc
+        return buffer.getvalue()
+
+
+_REDUCE_EX = operator.methodcaller("__reduce_ex__", pickle.HIGHEST_PROTOCOL)  # what pickle does by default
+_BY_NAME = operator.attrgetter("__qualname__")  # a class (of a metaclass): pickled by name, as by default
+
+
+class _ReduceTable(dict[type, Callable[[Any], Any]]):
+    """A pickler's ``dispatch_table``: for each type met, how its objects reduce. Types that may be
+    held by reference ask ``reference``, which a reference travels as a call of
+    :func:`_referenced` (resolved by :class:`_ValueUnpickler`); the others reduce as without the
+    table (``copyreg``'s reducers included), in C."""
+
+    def __init__(self, reference: Reference) -> None:
+        super().__init__()
+        self._reference = reference
+
+    def __missing__(self, cls: type) -> Callable[[Any], Any]:
+        if issubclass(cls, type):
+            reduce: Callable[[Any], Any] = _BY_NAME
+        elif held_by_reference(cls):
+            reduce = self._reduce_referenced
+        else:
+            reduce = copyreg.dispatch_table.get(cls, _REDUCE_EX)
+        self[cls] = reduce
+        return reduce
+
+    def _reduce_referenced(self, obj: Any) -> Any:
+        if (ref := self._reference(obj)) is None:
+            return _REDUCE_EX(obj)
+        return _referenced, (ref,)
 
 
 def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
@@ -305,25 +361,6 @@ def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
 # not asked about: the actor pickler's persistent_id sees every object pickled, mostly these
 # (about 1,000 per NPC).
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None), bytes, tuple, list, dict})
-
-
-class _ValuePickler(pickle.Pickler):
-    """Asks ``reference`` in ``reducer_override``, which pickle skips for str, int, float, bytes,
-    None, bools and plain containers (``persistent_id`` would be called for every one of them:
-    29 calls for a one-line ``npc/talk`` message). A reference travels as a call of
-    :func:`_referenced`, which :class:`_Unpickler` resolves."""
-
-    def __init__(self, file: io.BytesIO, reference: Reference) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._reference = reference
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, _GLOBALS) or (ref := self._reference(obj)) is None:
-            return NotImplemented
-        return _referenced, (ref,)
-
-
-_GLOBALS = (type, types.FunctionType, types.BuiltinFunctionType)  # pickled by name, never references
 
 
 def _referenced(ref: Any) -> Any:
@@ -367,7 +404,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 class _ValueUnpickler(_Unpickler):
-    """Resolves what :class:`_ValuePickler` kept by reference. Only for values: they name few
+    """Resolves what :class:`ValueWriter` kept by reference. Only for values: they name few
     globals, and each costs a Python call here (an actor names hundreds)."""
 
     def find_class(self, module: str, name: str) -> Any:

@@ -44,6 +44,7 @@ __all__ = [
     "detached_copy",
     "dumps_state",
     "endpoint_kind",
+    "held_by_reference",
     "loads_state",
     "register_endpoint",
     "register_shared",
@@ -95,12 +96,21 @@ def register_endpoint(kind: EndpointKind) -> None:
 def endpoint_kind(obj: Any) -> EndpointKind | None:
     """The kind ``obj`` is an endpoint of, or ``None`` (cached per type: asked of every object
     a remote runtime pickles)."""
-    cls = type(obj)
+    return _kind_of(type(obj))
+
+
+def _kind_of(cls: type) -> EndpointKind | None:
     try:
         return _kind_by_type[cls]
     except KeyError:
         kind = _kind_by_type[cls] = next((kind for kind in _endpoint_kinds if kind.matches(cls)), None)
         return kind
+
+
+def held_by_reference(cls: type) -> bool:
+    """Whether instances of ``cls`` may cross to another process by reference (an endpoint or a
+    shared type): the only objects a remote runtime's pickler of values must ask about."""
+    return cls in _detachers or _kind_of(cls) is not None
 
 
 def register_shared(cls: type[T], detach: Callable[[T], T]) -> None:
