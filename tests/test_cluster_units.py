@@ -24,7 +24,7 @@ from oam_actors.cluster import MemoryStore, SqliteStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
-from oam_actors.cluster.shard import Shard, _latest_checkpoints, sweep_stale_directories
+from oam_actors.cluster.shard import Shard, sweep_stale_directories
 from oam_actors.cluster.wire import (
     Ask,
     Done,
@@ -278,6 +278,26 @@ async def test_a_world_restored_by_another_process_notifies_its_subscribers_agai
         assert (await world.ask(WorldSet("gate", "open")))["version"] == 2  # the document came back too
     assert [(when, n, call.params["subscription"], call.params["newValue"]) for when, n, call in calls] == [
         ("before", 4, "sub-1", "ajar"), ("after", 4, "sub-1", "open")]
+
+
+async def test_a_world_hands_back_the_same_checkpoint_until_its_document_or_subscriptions_change() -> None:
+    use_endpoint_references(stand_ins := StandIns(lambda n, call: None, provisional_ids("a")))
+    async with LocalSystem() as system:
+        actor = WorldActor(WorldState({"gate": "shut"}))
+        world = system.spawn(Address("world", "village"), lambda: actor)
+        first = actor.snapshot()
+        assert actor.snapshot() is first
+        actor.state.set("gate", "shut")  # no change: the version stays
+        assert actor.snapshot() is first
+        actor.state.set("gate", "open")  # written by an NPC sharing the document
+        second = actor.snapshot()
+        assert second is not first and actor.snapshot() is second
+        await world.ask(WorldSubscribe("sub-1", "gate", stand_ins.resolve((4, OUTLETS))))
+        third = actor.snapshot()
+        assert third is not second and actor.snapshot() is third
+    restored = WorldActor(WorldState({}))
+    restored.restore(third)
+    assert restored.state.to_json() == {"version": 1, "document": {"gate": "open"}}
 
 
 def test_a_world_document_is_shared_and_leaves_as_a_copy_without_its_observers() -> None:
@@ -599,10 +619,36 @@ async def test_a_link_reaches_a_shard_on_its_node_over_a_private_unix_socket(dri
 
 def test_a_batch_keeps_only_each_actors_latest_checkpoint() -> None:
     world, npc = Address("world", "w"), Address("npc", "n")
-    items = [Saved(world, b"1"), Saved(npc, b"1"), Done(1), Saved(world, b"2"), Done(2)]
-    assert _latest_checkpoints(items) == [Saved(npc, b"1"), Done(1), Saved(world, b"2"), Done(2)]
-    once = [Saved(npc, b"1"), Done(1)]
-    assert _latest_checkpoints(once) is once
+    shard = Shard(0, "node", "127.0.0.1")
+    shard._saved(world, b"1")
+    shard._saved(npc, b"1")
+    shard._emit(Done(1))
+    shard._saved(world, b"2")
+    shard._emit(Done(2))
+    assert shard._items == [Saved(world, b"2"), Saved(npc, b"1"), Done(1), Done(2)]
+
+
+class _Owner(Actor):
+    """An actor whose state others share: its snapshot is the same bytes until it changes."""
+
+    def __init__(self) -> None:
+        self.state = b"v1"
+
+    def snapshot(self) -> bytes:
+        return self.state
+
+
+def test_a_holders_commit_checkpoints_its_owner_only_when_the_owner_hands_back_new_bytes() -> None:
+    world, npc, owner = Address("world", "w"), Address("npc", "n"), _Owner()
+    shard = Shard(0, "node", "127.0.0.1")
+    shard._actors[world], shard._owners_of[npc], shard._owner_states[world] = owner, [world], None
+    shard._saved(npc, b"1")
+    assert shard._take_batch() == [Saved(npc, b"1"), Saved(world, b"v1")]
+    shard._saved(npc, b"2")  # the owner's snapshot is the bytes it gave last time: not sent again
+    assert shard._take_batch() == [Saved(npc, b"2")]
+    owner.state = b"v2"
+    shard._saved(npc, b"3")
+    assert shard._take_batch() == [Saved(npc, b"3"), Saved(world, b"v2")]
 
 
 def test_a_start_up_sweep_removes_only_socket_directories_whose_shard_is_gone(tmp_path: Path) -> None:

@@ -135,6 +135,7 @@ class Shard:
         self._connection: FrameProtocol | None = None  # the driver's, while it lasts
         self._context = contextvars.copy_context()
         self._items: list[Item] = []
+        self._saved_at: dict[Address, int] = {}  # where in _items each actor's checkpoint is
         self._flushing = False  # a flush is scheduled
         self._asks: dict[int, Any] = {}  # seq -> the local Reply, until it resolves
         self._stand_ins = StandIns(self._emit_out, provisional_ids(self.incarnation))
@@ -145,6 +146,7 @@ class Shard:
         self._owners_of: dict[Address, list[Address]] = {}
         self._actors: weakref.WeakValueDictionary[Address, Actor] = weakref.WeakValueDictionary()
         self._arriving: dict[Address, list[Op]] = {}
+        self._owner_states: dict[Address, bytes | None] = {}  # the last checkpoint queued of each owner
 
     async def hello(self) -> Hello:
         await self._ensure_started()
@@ -226,15 +228,35 @@ class Shard:
         self._flushing = False
         if self._connection is None or not self._items:
             return
-        batch, self._items = _latest_checkpoints(self._items), []
-        self._connection.send(encode_items(batch))
+        self._connection.send(encode_items(self._take_batch()))
+
+    def _take_batch(self) -> list[Item]:
+        batch, self._items, self._saved_at = self._items, [], {}
+        return batch
 
     def _saved(self, address: Address, state: bytes) -> None:
-        self._emit(Saved(address, state))
+        self._save(address, state)
+        if address in self._owner_states:
+            self._owner_states[address] = state
         for owner in self._owners_of.get(address, ()):
-            # It may have changed the owner's state through the shared object: keep that too.
-            if (actor := self._actors.get(owner)) is not None and (owner_state := actor.snapshot()) is not None:
-                self._emit(Saved(owner, owner_state))
+            # It may have changed the owner's state through the shared object: keep that too,
+            # unless the owner handed back the very bytes it last did (nothing changed).
+            actor = self._actors.get(owner)
+            if actor is None or (owner_state := actor.snapshot()) is None or owner_state is self._owner_states.get(owner):
+                continue
+            self._owner_states[owner] = owner_state
+            self._save(owner, owner_state)
+
+    def _save(self, address: Address, state: bytes) -> None:
+        """Queue ``address``'s checkpoint in place of one still queued for it (a world is saved
+        again with each NPC turn that touched it): the driver stores a batch's checkpoints before
+        it dispatches any of its outcomes, so the earlier one would only be overwritten."""
+        index = self._saved_at.get(address)
+        if index is None:
+            self._saved_at[address] = len(self._items)
+            self._emit(Saved(address, state))
+        else:
+            self._items[index] = Saved(address, state)
 
     def _emit_out(self, endpoint: int, call: Any) -> None:
         self._emit(Out.of(endpoint, call))
@@ -326,6 +348,8 @@ class Shard:
         self._actors[op.address] = actor
         if op.shares:
             self._owners_of[op.address] = [share.owner for share in op.shares]
+            for share in op.shares:
+                self._owner_states.setdefault(share.owner, None)
 
     def _unhosted(self, address: Address, exc: Exception) -> None:
         _log.error("shard %d: cannot host %s", self.index, address, exc_info=exc)
@@ -382,6 +406,7 @@ class Shard:
     async def _stop(self, seq: int, address: Address) -> None:
         assert self._system is not None
         self._owners_of.pop(address, None)
+        self._owner_states.pop(address, None)
         for share in [share for share in self._shares if share.owner == address]:
             del self._shares[share]  # its holders keep the object; new ones will not find it
         try:
@@ -456,17 +481,6 @@ def _listening(path: str) -> bool:
         except OSError:
             return False
     return True
-
-
-def _latest_checkpoints(items: list[Item]) -> list[Item]:
-    """``items`` with only the last checkpoint of each actor (a world is saved again with each
-    NPC turn that touched it): the driver stores a batch's checkpoints before it dispatches any
-    of its outcomes, so an earlier one would only be overwritten within the same transaction."""
-    saved = [(item.address, index) for index, item in enumerate(items) if isinstance(item, Saved)]
-    last = dict(saved)
-    if len(last) == len(saved):
-        return items
-    return [item for index, item in enumerate(items) if not isinstance(item, Saved) or last[item.address] == index]
 
 
 def _done(seq: int, value: Any, error: BaseException | None, reference: Reference | None = None) -> Done:

@@ -109,6 +109,7 @@ class WorldActor(Actor):
     def __init__(self, state: WorldState) -> None:
         self.state = state
         self._subscriptions: dict[str, _Subscription] = {}
+        self._snapshot: tuple[tuple[WorldState, int, list[Any]], bytes] | None = None  # the last one, and of what
 
     @property
     def world_id(self) -> str:
@@ -176,8 +177,13 @@ class WorldActor(Actor):
         self._subscriptions.clear()
 
     def snapshot(self) -> bytes:
+        # Taken again after each commit of an NPC sharing the document (it may have written to
+        # it), mostly unchanged: the same bytes then, not rebuilt (a runtime sends no repeat).
         subscriptions = [(sid, record.path, record.outlet) for sid, record in self._subscriptions.items()]
-        return dumps_state((self.state.to_json(), subscriptions))
+        key = (self.state, self.state.version, subscriptions)
+        if self._snapshot is None or not _same(self._snapshot[0], key):
+            self._snapshot = key, dumps_state((self.state.to_json(), subscriptions))
+        return self._snapshot[1]
 
     def restore(self, state: bytes) -> None:
         document, subscriptions = loads_state(state)
@@ -211,3 +217,10 @@ def _notifier(outlet: Outlet, world: str, subscription: str) -> Callable[[Change
             _log.info("world/changed for %s not delivered: the connection is not writable", subscription)
 
     return notify
+
+
+def _same(a: tuple[WorldState, int, list[Any]], b: tuple[WorldState, int, list[Any]]) -> bool:
+    """The same document object at the same version, with the same subscriptions (by identity:
+    an outlet is compared as the object it is)."""
+    return a[0] is b[0] and a[1] == b[1] and len(a[2]) == len(b[2]) and all(
+        x[0] == y[0] and x[1] == y[1] and x[2] is y[2] for x, y in zip(a[2], b[2], strict=True))
