@@ -6,8 +6,15 @@ not our children, so each is attached by pid), and prints, per process, the func
 the most samples (self time) and the share of samples in each part of a crossing (frame
 encode/decode, value pickling, socket, checkpoint store, event loop, actor work).
 
+With ``--cprofile`` it uses cProfile instead, in the driver and inside every shard (a shard
+actor with two more calls, started and stopped around the burst of turns), on CPU time
+(``time.thread_time``: a process descheduled by the other is not charged), and prints per turn
+each process's function calls and the functions with the most cumulative time. Call counts are
+the evidence to compare versions by on a shared machine (they do not move with the load);
+cProfile's own cost inflates the times, mostly of code that makes many small calls.
+
 Run: ``python3 benchmarks/profile_cluster.py [--npcs 96] [--turns 1920] [--latency-turns 300]
-[--shards 2] [--out DIR]``. Needs py-spy (``pip install py-spy``; attaching needs ptrace rights:
+[--shards 2] [--out DIR] [--cprofile]``. Without ``--cprofile`` it needs py-spy (``pip install py-spy``; attaching needs ptrace rights:
 root, or ``kernel.yama.ptrace_scope=0``). The raw collapsed stacks stay in ``DIR`` (default a
 temporary directory) for ``flamegraph.pl`` or speedscope. Sampling slows the processes a little:
 figures printed here are not the benchmark's. py-spy samples wall time: most samples in "socket
@@ -18,7 +25,10 @@ machine a send cost ~30 µs of thread CPU against ~450 µs of wall time), not CP
 from __future__ import annotations
 
 import argparse
+import cProfile
 import collections
+import marshal
+import pstats
 import os
 import shutil
 import signal
@@ -33,8 +43,11 @@ from typing import Any
 import anyio
 import ray
 
+import bench_cluster
 from bench_cluster import Client, crowd, latency, with_bridge
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem
+from oam_actors.cluster import system as cluster_system
+from oam_actors.cluster.shard import ShardHost
 
 # The part of a crossing a sample belongs to: the innermost frame of its stack that one of these
 # names (event-loop frames count only when no other frame is named).
@@ -123,6 +136,86 @@ def summarize(label: str, path: Path, top: int) -> None:
         print(f"    {count / total:6.1%}  {frame}")
 
 
+class ProfiledShardHost(ShardHost):
+    """A shard that can profile its own event loop's thread (where all its work runs)."""
+
+    async def profile_start(self) -> None:
+        self._profile = cProfile.Profile(time.thread_time)
+        self._profile.enable()
+
+    async def profile_stop(self) -> bytes:
+        self._profile.disable()
+        self._profile.create_stats()
+        return marshal.dumps(self._profile.stats)  # type: ignore[attr-defined]  # what pstats reads
+
+
+Metered = Callable[[Awaitable[Any]], Awaitable[Any]]
+
+
+async def cprofiled_run(shards: int, body: Callable[[Client, Metered], Awaitable[Any]], out: Path,
+                        name: str) -> dict[str, Path]:
+    """``body`` (which wraps its measured part in the callable it is given) under cProfile in the
+    driver and each shard; the profiles written to ``out``."""
+    paths: dict[str, Path] = {}
+
+    async def measured(client: Client) -> None:
+        system = client.bridge.system
+        assert isinstance(system, RaySystem)
+        profile = cProfile.Profile(time.thread_time)
+
+        async def metered(part: Awaitable[Any]) -> Any:
+            for link in system._links:
+                await link.handle.profile_start.remote()
+            profile.enable()
+            result = await part
+            profile.disable()
+            paths["driver"] = out / f"{name}-driver.prof"
+            profile.dump_stats(paths["driver"])
+            for link in system._links:
+                paths[f"shard{link.index}"] = out / f"{name}-shard{link.index}.prof"
+                paths[f"shard{link.index}"].write_bytes(await link.handle.profile_stop.remote())
+            return result
+
+        await body(client, metered)
+
+    plain = cluster_system._ShardActor
+    cluster_system._ShardActor = ray.remote(ProfiledShardHost)
+    try:
+        await with_bridge(lambda: RaySystem(shards=shards), measured)
+    finally:
+        cluster_system._ShardActor = plain
+    return paths
+
+
+def summarize_calls(label: str, path: Path, per: int, top: int) -> None:
+    stats = pstats.Stats(str(path))
+    stats.strip_dirs()
+    print(f"  {label}: {stats.total_calls / per:.1f} function calls per turn, {stats.total_tt * 1e6 / per:.0f} µs CPU "
+          "per turn under cProfile")
+    print("    calls/turn  self µs   cum µs  function")
+    rows = sorted(stats.stats.items(), key=lambda item: -item[1][3])  # type: ignore[attr-defined]
+    for (file, line, function), (_, calls, own, cumulative, _) in rows[:top]:
+        print(f"    {calls / per:10.2f} {own * 1e6 / per:8.1f} {cumulative * 1e6 / per:8.1f}  {file}:{line}({function})")
+
+
+async def main_cprofile(args: argparse.Namespace, out: Path) -> None:
+    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(bench_cluster)  # shards cannot import the benchmark
+    per_npc = max(1, args.turns // args.npcs)
+    runs: list[tuple[str, int, Callable[[Client, Metered], Awaitable[Any]], int]] = [
+        (f"crowd, {args.shards} shard(s), {args.npcs} NPCs, {args.npcs * per_npc} turns", args.shards,
+         lambda client, metered: crowd(args.npcs, args.turns, metered)(client), args.npcs * per_npc),
+        (f"plain-turn latency, 1 shard, {args.latency_turns} turns one at a time", 1,
+         lambda client, metered: metered(latency(args.latency_turns, tools=False)(client)), args.latency_turns + 20),
+    ]
+    for index, (title, shards, body, turns) in enumerate(runs):
+        paths = await cprofiled_run(shards, body, out, f"run{index}")
+        print(f"{title}:")
+        for label, path in paths.items():
+            summarize_calls(label, path, turns if label == "driver" else max(1, turns // shards), args.top)
+    ray.shutdown()
+
+
 async def main(args: argparse.Namespace, out: Path) -> None:
     ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
     crowd_spies = Spies(out, "crowd")
@@ -147,11 +240,12 @@ if __name__ == "__main__":
     parser.add_argument("--latency-turns", type=int, default=300)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--out", metavar="DIR", help="keep the collapsed stacks here (default: a temporary directory)")
+    parser.add_argument("--out", metavar="DIR", help="keep the collapsed stacks (or profiles) here (default: a temporary directory)")
+    parser.add_argument("--cprofile", action="store_true", help="cProfile the driver and the shards (call counts per turn)")
     arguments = parser.parse_args()
-    if shutil.which("py-spy") is None:
+    if not arguments.cprofile and shutil.which("py-spy") is None:
         parser.error("py-spy is not installed (pip install py-spy)")
     directory = Path(arguments.out or tempfile.mkdtemp(prefix="oam-profile-"))
     directory.mkdir(parents=True, exist_ok=True)
-    anyio.run(main, arguments, directory)
-    print(f"collapsed stacks in {directory}", file=sys.stderr)
+    anyio.run(main_cprofile if arguments.cprofile else main, arguments, directory)
+    print(f"{'profiles' if arguments.cprofile else 'collapsed stacks'} in {directory}", file=sys.stderr)
