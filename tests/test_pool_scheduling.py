@@ -149,3 +149,74 @@ async def test_a_phone_whose_window_emptied_while_nobody_asked_it_takes_the_next
             served_at_once, queued = done.is_set(), [d.queued for d in f.pool.statistics_nowait().devices]
             f.clock.advance(3.0)  # lets a step wrongly queued on phone 2 finish (the test fails anyway)
     assert (served_at_once, queued, f.admitted()) == (True, [0, 0], [3, 2])
+
+
+# --- a player's line goes to (and moves to) the phone that can start it first -------------------
+
+WINDOWED = msgspec.structs.replace(CONFIG, queue_seconds=(6.0, 20.0, 20.0),
+                                   limits=QuotaLimits(window_seconds=10.0, requests_per_window=2, max_concurrency=1))
+
+
+async def settle(done: anyio.Event) -> bool:
+    """Whether ``done`` is set once the tasks woken by the last clock move have run."""
+    for _ in range(50):
+        if done.is_set():
+            return True
+        await anyio.sleep(0.002)
+    return done.is_set()
+
+
+async def test_a_line_goes_to_the_spent_phone_that_frees_a_slot_first_not_its_home() -> None:
+    # Both windows are spent; phone 2, the owner's home, frees its next slot at t = 15, phone 1
+    # at t = 10. By room and queue length they are alike and the line stayed home, past its 6 s.
+    async with farm(phone(), phone(), config=WINDOWED) as f:
+        for _ in range(2):
+            await generate(f.pool, ask(owner="npc:a"))  # phone 1: full from t = 0 to 10
+        f.clock.advance(5.0)
+        for _ in range(2):
+            await generate(f.pool, ask(owner="npc:b"))  # phone 2: full from t = 5 to 15
+        assert f.admitted() == [2, 2]
+        f.clock.advance(2.0)  # t = 7
+        done = anyio.Event()
+
+        async def line() -> None:
+            await generate(f.pool, ask(owner="npc:b"))
+            done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(line)
+            await until(lambda: f.pool.statistics_nowait().queued)
+            queued = [d.queued for d in f.pool.statistics_nowait().devices]
+            f.clock.advance(3.0)  # t = 10: phone 1 frees a slot
+            served_at_10 = await settle(done)
+            group.cancel_scope.cancel()
+    assert (queued, served_at_10, f.admitted()) == ([1, 0], True, [3, 2])
+
+
+async def test_a_queued_line_moves_to_a_phone_that_can_start_it_sooner() -> None:
+    # The line queues on phone 1, whose window is spent until t = 10, because phone 2 is in the
+    # background. Phone 2 comes back at once: the line must not wait out phone 1's window (its
+    # queue time is 6 s), it moves and starts on phone 2.
+    async with farm(phone(), phone(), config=WINDOWED) as f:
+        f.phones[1].set_foreground(False)
+        await f.pool.probe()
+        for _ in range(2):
+            await generate(f.pool, ask(owner="npc:a"))  # phone 1: full from t = 0 to 10
+        done = anyio.Event()
+
+        async def line() -> None:
+            await generate(f.pool, ask(owner="npc:p"))
+            done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(line)
+            await until(lambda: f.pool.statistics_nowait().queued)
+            queued = [d.queued for d in f.pool.statistics_nowait().devices]
+            f.phones[1].set_foreground(True)
+            await f.pool.probe()
+            f.clock.advance(1.0)
+            served_at_1 = await settle(done)
+            group.cancel_scope.cancel()
+        stats = f.pool.statistics_nowait()
+    assert (queued, served_at_1, f.admitted()) == ([1, 0], True, [2, 1])
+    assert (stats.steps_failed, stats.queued) == (0, 0)

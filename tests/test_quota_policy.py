@@ -356,3 +356,54 @@ def test_phones_sharing_a_ledger_serve_an_npc_served_elsewhere_after_the_others(
     alone.submit(ticket("a", B))
     alone.submit(ticket("b", B))
     assert [t.owner for t in serve_all(alone)] == ["a", "b"]
+
+
+def test_dialogue_goes_earliest_deadline_first_whatever_its_owner_was_served() -> None:
+    # "rich" was served four barks, "poor1" and "poor2" nothing. Then all three speak to players
+    # at once, rich's line due first. In fairness bands the poor lines went first and rich's
+    # expired, though deadline order meets every deadline.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1, min_interval_seconds=1.0))
+    for _ in range(4):
+        policy.submit(ticket("rich", B))
+    assert len(serve_all(policy, start=0.0)) == 4
+    lines = [ticket("rich", D, 10.0, deadline=11.5), ticket("poor1", D, 10.0, deadline=30.0),
+             ticket("poor2", D, 10.0, deadline=30.0)]
+    for t in lines:
+        policy.submit(t)
+    served, expired = [], []
+    for now in (10.0, 11.0, 12.0):
+        decision = policy.poll(now)
+        expired.extend(e.ticket.owner for e in decision.expired)
+        for t in decision.admitted:
+            served.append(t.owner)
+            policy.release(t.id, now)
+    assert (served, expired) == (["rich", "poor1", "poor2"], [])
+
+
+def test_a_dialogue_ticket_moved_to_another_phone_counts_once_in_the_reserve() -> None:
+    # A pool queued six lines on phone 1, then moved them to phone 2 (which freed a slot
+    # sooner): cancelled on phone 1, they are phone 2's demand only. Counted on both, phone 1
+    # would keep six slots of its window idle for lines that went elsewhere.
+    first, second = QuotaPolicy(NANO), QuotaPolicy(NANO)
+    lines = [ticket(f"npc{n}", D) for n in range(6)]
+    for t in lines:
+        first.submit(t)
+    assert first.statistics(0.0).dialogue_reserve == 6
+    for t in lines:
+        assert first.cancel(t.id)
+        second.submit(t)
+    assert (first.statistics(0.0).dialogue_reserve, second.statistics(0.0).dialogue_reserve) == (1, 6)
+
+
+def test_start_estimate_is_when_the_window_frees_a_slot_for_each_line_queued_ahead() -> None:
+    policy = QuotaPolicy(QuotaLimits(requests_per_window=2, window_seconds=10.0, min_interval_seconds=1.0),
+                         headroom=NO_HEADROOM)
+    for now in (0.0, 1.0):
+        policy.submit(ticket("npc", B, now))
+        (t,) = policy.poll(now).admitted
+        policy.release(t.id, now)
+    assert policy.start_estimate(D, 2.0) == 10.0  # spent in a burst: the first admission leaves
+    waiting = ticket("player", D, 2.0)
+    policy.submit(waiting)
+    assert policy.start_estimate(D, 2.0, queued=True) == 10.0  # its own estimate
+    assert policy.start_estimate(D, 2.0) == 11.0  # the next line's: after it, in the second slot
