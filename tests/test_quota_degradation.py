@@ -162,7 +162,8 @@ async def spend_the_quota(crowd: Crowd) -> str:
 
 async def check_each_degradation(crowd: Crowd, first_bark: str) -> None:
     bark = await crowd.degrade("npc/bark", {"npc": "gorm", "situation": "Noon.", "deadlineSeconds": 5})
-    assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+    assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline",
+                    "repeated": True}
 
     talk = await crowd.degrade("npc/talk", {"npc": "gorm", "line": "Is my sword ready?", "deadlineSeconds": 5})
     assert list(talk) == TALK_KEYS
@@ -204,7 +205,8 @@ async def test_the_servers_queue_time_is_the_default_deadline() -> None:
     async with pool_crowd() as crowd:
         first_bark = await spend_the_quota(crowd)
         bark = await crowd.degrade("npc/bark", {"npc": "gorm"})
-        assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+        assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline",
+                        "repeated": True}
 
 
 async def test_each_request_degrades_at_its_deadline_over_a_proxy_whose_quota_is_spent(
@@ -274,7 +276,8 @@ async def check_time_before_the_model_counts(crowd: Crowd, first_bark: str) -> N
     # Each request is held 6 s before the model: its 5 s deadline has passed when its step would
     # queue, so it degrades at once, never waiting a whole deadline more for quota.
     bark = await crowd.late("npc/bark", {"npc": "gorm", "situation": "Noon.", "deadlineSeconds": 5}, 6.0)
-    assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+    assert bark == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline",
+                    "repeated": True}
     talk = await crowd.late("npc/talk", {"npc": "gorm", "line": "Is my sword ready?", "deadlineSeconds": 5}, 6.0)
     assert (talk["isFallback"], talk["degraded"]) == (True, "deadline")
     decision = await crowd.late("decision/decide", {**FLEE, "fallbackOptionID": "flee", "deadlineSeconds": 5}, 6.0)
@@ -289,7 +292,8 @@ async def check_time_before_the_model_counts(crowd: Crowd, first_bark: str) -> N
     assert (refused["code"], refused["data"]["code"]) == (-32005, "rate_limited") and "retryAfter" in refused["data"]
     # No deadlineSeconds: the server's 60 s queue time for the priority counts from arrival too.
     default = await crowd.late("npc/bark", {"npc": "gorm"}, 61.0)
-    assert default == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline"}
+    assert default == {"npc": "gorm", "line": first_bark, "isFallback": True, "degraded": "deadline",
+                       "repeated": True}
     default_talk = await crowd.late("npc/talk", {"npc": "gorm", "line": "Well?"}, 61.0)
     assert default_talk["degraded"] == "deadline"
 

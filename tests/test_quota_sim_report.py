@@ -49,8 +49,8 @@ def section(page: str, title: str) -> str:
 
 def test_outcomes_by_kind_tell_degraded_from_failed() -> None:
     report = build_report(run_with(farm([5], 6.12)))
-    assert report["actions"][BARK] == {"total": 4, "ok": 1, "degraded": 1, "otherFallback": 0, "cancelled": 0,
-                                       "failed": 2, "failedByCode": {"rate_limited": 2}}
+    assert report["actions"][BARK] == {"total": 4, "ok": 1, "degraded": 1, "repeated": 0, "otherFallback": 0,
+                                       "cancelled": 0, "failed": 2, "failedByCode": {"rate_limited": 2}}
     assert report["actions"][DECIDE]["degraded"] == 1 and report["actions"][DECIDE]["otherFallback"] == 1
     assert report["expiry"] == {
         "dialogue": {"requests": 4, "degraded": 1, "rateLimited": 0},
@@ -63,6 +63,17 @@ def test_outcomes_by_kind_tell_degraded_from_failed() -> None:
     # The table says what a degraded bark was given, and why one failed.
     assert "before it has barked, one of its fallback lines" in table and "with no fallback to give" in table
     assert "75.0%" in section(page, "Deadlines by priority")  # background: 1 degraded + 2 failed of 4
+
+
+def test_degraded_barks_are_counted_as_recent_barks_said_again_or_fallback_lines() -> None:
+    run = run_with(farm([5], 6.12))
+    for second, repeated in ((20.0, True), (21.0, True), (22.0, False)):
+        run.record(TurnSample("villager1", second, 0.5, "fallback", kind=BARK, degraded=True, repeated=repeated))
+    report = build_report(run)
+    bark = report["actions"][BARK]
+    assert (bark["degraded"], bark["repeated"]) == (4, 2)  # with SAMPLES' one, a fallback line
+    table = section(render_html(report), "Degraded and failed, by kind of request")
+    assert "4 (2 recent barks said again, 2 fallback lines)" in table
 
 
 def test_answered_per_generation_and_each_devices_share_of_its_quota() -> None:

@@ -97,16 +97,21 @@ RECENT_BARKS = 4
 
 
 class BarkLine(msgspec.Struct, frozen=True):
-    """An ``npc/bark`` result: the line, and why it is a repeat when it is (``"deadline"``)."""
+    """An ``npc/bark`` result: the line, why it is a fallback when it is (``"deadline"``), and
+    whether that fallback is one of the NPC's recent barks said again (else a fallbackLines line)."""
 
     line: str
     degraded: str | None = None
+    repeated: bool = False
 
     def to_wire(self, npc: str) -> dict[str, Any]:
-        """``{npc, line}``; a repeated bark adds ``isFallback: true, degraded``."""
+        """``{npc, line}``; a degraded bark adds ``isFallback: true, degraded``, and
+        ``repeated: true`` when it is a recent bark said again."""
         wire: dict[str, Any] = {"npc": npc, "line": self.line}
         if self.degraded is not None:
             wire |= {"isFallback": True, "degraded": self.degraded}
+            if self.repeated:
+                wire["repeated"] = True
         return wire
 
 
@@ -624,7 +629,7 @@ class NPC:
             if self._recent_barks:
                 again = self._recent_barks.popleft()  # the oldest goes round to the back
                 self._recent_barks.append(again)
-                return BarkLine(again, degraded=prompting.DEADLINE)
+                return BarkLine(again, degraded=prompting.DEADLINE, repeated=True)
             if not options.own_fallback_lines:
                 raise
             return BarkLine(self._next_fallback_line(options), degraded=prompting.DEADLINE)

@@ -118,6 +118,7 @@ class TurnSample:
     tool_errors: int = 0
     kind: str = SESSION  # SESSION, TALK, DECIDE or BARK
     degraded: bool = False  # a fallback because the deadline passed (``degraded: "deadline"``)
+    repeated: bool = False  # that fallback is a recent bark said again (``repeated: true``), not a fallbackLines line
 
 
 @dataclass
@@ -276,7 +277,7 @@ async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline:
         started = time.monotonic()
         outcome = OK
         tool_calls = tool_errors = 0
-        degraded = False
+        degraded = repeated = False
         kind, method, params = talker.action(rng, run.config)
         run.in_flight += 1
         try:
@@ -291,13 +292,14 @@ async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline:
                     if result.get("isFallback"):
                         outcome = FALLBACK
                         degraded = result.get("degraded") is not None
+                        repeated = result.get("repeated") is True
                 except RpcError as exc:
                     outcome = exc.code
                 tg.cancel_scope.cancel()
         finally:
             run.in_flight -= 1
         run.record(TurnSample(talker.owner, started - run.started, time.monotonic() - started, outcome,
-                              tool_calls, tool_errors, kind, degraded))
+                              tool_calls, tool_errors, kind, degraded, repeated))
         pause = rng.expovariate(1 / run.config.think_seconds) if run.config.think_seconds > 0 else 0.0
         await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 

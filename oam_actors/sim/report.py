@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from .charts import Bar, Marker, Series, bar_chart, line_chart
-from .driver import ACTIONS, PRIORITY_OF, SESSION, SimRun, TurnSample
+from .driver import ACTIONS, BARK, PRIORITY_OF, SESSION, SimRun, TurnSample
 from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 
 __all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
@@ -69,8 +69,9 @@ def build_report(run: SimRun) -> dict[str, Any]:
 
 
 def _actions(samples: list[TurnSample]) -> dict[str, dict[str, Any]]:
-    """Outcomes by kind of request: answered by the model, degraded at the deadline, another
-    fallback, cancelled, failed (by code)."""
+    """Outcomes by kind of request: answered by the model, degraded at the deadline (of those, a
+    bark's recent bark said again: ``repeated``; the rest got a fallback line, or a decision its
+    fallback option), another fallback, cancelled, failed (by code)."""
     kinds: dict[str, dict[str, Any]] = {}
     for kind in (SESSION, *ACTIONS):
         mine = [s for s in samples if s.kind == kind]
@@ -84,6 +85,7 @@ def _actions(samples: list[TurnSample]) -> dict[str, dict[str, Any]]:
             "total": len(mine),
             "ok": sum(s.outcome == OK for s in mine),
             "degraded": sum(s.degraded for s in mine),
+            "repeated": sum(s.degraded and s.repeated for s in mine),
             "otherFallback": sum(s.outcome == FALLBACK and not s.degraded for s in mine),
             "cancelled": sum(s.outcome == CANCELLED for s in mine),
             "failed": sum(failed.values()),
@@ -250,6 +252,15 @@ def _outcomes(report: dict[str, Any]) -> str | None:
     return _section("Turns by outcome", bar_chart(bars, axis_label="turns") + note)
 
 
+def _degraded_cell(kind: str, actions: dict[str, Any]) -> int | str:
+    """A kind's degraded count; for barks, how many were recent barks said again and how many
+    fallback lines."""
+    degraded, repeated = actions["degraded"], actions["repeated"]
+    if kind != BARK or not degraded:
+        return degraded
+    return f"{degraded} ({repeated} recent barks said again, {degraded - repeated} fallback lines)"
+
+
 def _utilisation(report: dict[str, Any]) -> str | None:
     devices = report["backend"].get("devices")
     if not devices:
@@ -338,13 +349,13 @@ def _kinds(report: dict[str, Any]) -> str | None:
     chart = bar_chart(bars, axis_label="answered by the model, % of requests", axis_max=100, unit="%",
                       value_format=lambda v: f"{v:.1f}")
     table = _rows(["request", "total", "answered", "degraded", "other fallback", "cancelled", "failed", "failed by code"],
-                  [[_KIND_LABELS[kind], a["total"], a["ok"], a["degraded"], a["otherFallback"], a["cancelled"],
+                  [[_KIND_LABELS[kind], a["total"], a["ok"], _degraded_cell(kind, a), a["otherFallback"], a["cancelled"],
                     a["failed"], ", ".join(f"{_words(c)} {n}" for c, n in a["failedByCode"].items()) or "—"]
                    for kind, a in actions.items()])
     note = ("<p>Degraded: no generation could start before the request's deadline, so it got its protocol "
             "fallback (marked <code>degraded: \"deadline\"</code>): a talk its NPC's next fallback line, a "
-            "decision its <code>fallbackOptionID</code>, a bark one of its NPC's recent barks or, before "
-            "it has barked, one of its fallback lines. Failed <code>rate_limited</code>: the same, with no "
+            "decision its <code>fallbackOptionID</code>, a bark one of its NPC's recent barks (marked "
+            "<code>repeated: true</code>) or, before it has barked, one of its fallback lines. Failed <code>rate_limited</code>: the same, with no "
             "fallback to give.</p>")
     return _section("Degraded and failed, by kind of request", chart + table + note)
 
