@@ -296,7 +296,7 @@ class DevicePool:
                 # Slots kept for dialogue are no room for other work.
                 room=None if limit is None else max(0, limit - stats.requests_in_window - (
                     0 if dialogue else stats.dialogue_reserve)),
-                tried=device.index in step.tried,
+                tried=device.index in step.tried and not here,  # it was chosen there all the same
                 start_at=device.scheduler.start_estimate(step.priority, queued=here) if dialogue else 0.0,
             ))
         return candidates
