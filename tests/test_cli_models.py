@@ -110,7 +110,7 @@ def test_a_proxy_system_model_gets_the_configured_fields_and_its_host_allowed() 
     assert isinstance(model, SharedProxyModel) and model is setup.system_model()  # one model, one quota
     config = model.config
     assert (config.context_size, config.native_tools, config.api_key_env) == (2048, True, "LOCAL_API_KEY")
-    assert model.coalesce is not None and model.coalesce.max_items == 6  # the system model coalesces
+    assert model.coalesce is not None and model.coalesce.max_items == 10  # the system model coalesces
     plain = create_model_setup(ModelConfig(model="openai:http://10.0.0.7:8080/v1#qwen", coalesce=None))
     assert plain.system_model is not None and plain.system_model().coalesce is None  # type: ignore[attr-defined]
     setup.model_types["openai"]({"type": "openai", "baseUrl": "http://10.0.0.7:8080/v1", "model": "m"}, "model")

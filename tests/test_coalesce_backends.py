@@ -45,13 +45,13 @@ async def test_barks_of_many_npcs_on_one_phone_share_its_generations() -> None:
     async with farm(phone(), config=PACED) as f:
         model = CoalescingModel(f.pool)
         await generate(f.pool)  # the phone's next admission is a virtual second away
-        npcs = crowd(model)
+        npcs = crowd(model, (*NAMES, "Sela", "Bram", "Odo", "Wynn"))
         lines = await all_done([lambda npc=npc: said(npc.bark("Dawn in the square.")) for npc in npcs], f.clock)
         stats = model.coalescing_statistics()
         generations = f.admitted()[0] - 1
     assert all(isinstance(line, str) and line for line in lines)
-    assert generations == 2 == stats.generations  # a batch of six, then the seventh alone
-    assert (stats.items, stats.batches, stats.answered, stats.retried_alone) == (7, 1, 6, 0)
+    assert generations == 2 == stats.generations  # a batch of ten (a Nano phone's 256 tokens), then the 11th alone
+    assert (stats.items, stats.batches, stats.answered, stats.retried_alone) == (11, 1, 10, 0)
 
 
 async def test_barks_spread_over_a_farm_take_fewer_generations_than_barks() -> None:

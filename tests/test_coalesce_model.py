@@ -160,13 +160,13 @@ async def test_batches_are_bounded_by_the_batch_size() -> None:
 
 
 async def test_batches_are_bounded_by_the_backends_context() -> None:
-    rig = Rig(capabilities=ModelCapabilities(context_size=450, max_output_tokens=4096))
+    rig = Rig(capabilities=ModelCapabilities(context_size=380, max_output_tokens=4096))
     await rig.warm_up()
     lines = await rig.run(barking(crowd(rig.model, NAMES[:6])))
     sizes = [len(speakers(b)) for b in rig.batches]
     assert all(line.startswith(name) for line, name in zip(lines, NAMES, strict=False))
     assert 1 < max(sizes) < 6 and sum(sizes) + len(rig.alone) == 6
-    assert all(len(b.system + b.prompt) // 4 + (b.max_output_tokens or 0) <= 450 for b in rig.batches)
+    assert all(len(b.system + b.prompt) // 4 + (b.max_output_tokens or 0) <= 380 for b in rig.batches)
 
 
 async def test_linger_lets_a_batch_wait_for_company_when_quota_is_free() -> None:
@@ -199,6 +199,26 @@ async def test_a_cut_off_batch_answer_runs_the_items_it_lost_alone() -> None:
     lines = await rig.run(barking(crowd(rig.model, NAMES[:3])))
     assert lines == ["Steel today.", "Mira alone.", "Tobin alone."]
     assert rig.model.coalescing_statistics().missing == 2
+
+
+async def test_ten_barks_cut_off_at_a_nano_phones_output_limit_lose_only_the_lines_it_cut() -> None:
+    # Lines of ~30 tokens where packing counts fewer: the phone stops the answer at its 256
+    # tokens (~4 characters a token), inside the ninth line.
+    def long_lines(request: GenerationRequest) -> str:
+        assert request.max_output_tokens == 256  # more than ten estimates, within the phone's limit
+        text = "\n".join(f"{n}. {name}: {name} says the morning is long and the road is longer still, friend, so mind the deep puddles by the mill."
+                         for n, name in enumerate(speakers(request), 1))
+        return text[: request.max_output_tokens * 4]
+
+    rig = Rig(long_lines, capabilities=ModelCapabilities(context_size=4000, max_output_tokens=256))
+    await rig.warm_up()
+    names = tuple(f"Villager{n}" for n in range(10))
+    lines = await rig.run(barking(crowd(rig.model, names)))
+    assert [len(speakers(b)) for b in rig.batches] == [10]
+    assert lines == [f"{n} says the morning is long and the road is longer still, friend, so mind the deep puddles by the mill." for n in names[:8]] + [
+        f"{n} alone." for n in names[8:]]
+    stats = rig.model.coalescing_statistics()
+    assert (stats.answered, stats.missing, stats.retried_alone, stats.invalid) == (8, 2, 2, 0)
 
 
 async def test_a_mixed_up_batch_never_gives_one_npc_anothers_line() -> None:

@@ -99,7 +99,31 @@ def test_packing_keeps_the_prompt_and_answers_within_the_context() -> None:
 
 def test_packing_keeps_the_answers_within_the_output_limit() -> None:
     waiting = [bark(f"Villager{n}") for n in range(6)]
-    assert pack(waiting, ModelCapabilities(max_output_tokens=140), 6) == 3
+    assert pack(waiting, ModelCapabilities(max_output_tokens=140), 6) == 5
+    assert pack(waiting, ModelCapabilities(max_output_tokens=100), 6) == 3
+
+
+NANO = ModelCapabilities(context_size=4000, max_output_tokens=256)
+
+
+def test_ten_barks_or_ten_decisions_fit_a_nano_phones_output_limit_and_ten_is_the_default() -> None:
+    barks = [bark(f"Villager{n}") for n in range(12)]
+    decisions = [decision(f"Goblin{n}", "attack", "flee", "beg") for n in range(12)]
+    assert CoalesceSettings().max_items == 10
+    assert pack(barks, NANO, 12) == pack(decisions, NANO, 12) == 10  # eleven answers would not fit 256
+
+
+def test_a_batch_may_write_past_its_estimate_within_the_backends_limits() -> None:
+    four = [bark(f"Villager{n}") for n in range(4)]
+    estimate = next(limit for limit in range(1, 4096) if pack(four, ModelCapabilities(max_output_tokens=limit), 6) == 4)
+    roomy = batch_request(four, capabilities=ModelCapabilities(context_size=8192, max_output_tokens=4096))
+    assert roomy.max_output_tokens == estimate * 3 // 2  # half as much again as packing counted
+    capped = batch_request(four, capabilities=ModelCapabilities(max_output_tokens=estimate + 5))
+    assert capped.max_output_tokens == estimate + 5  # the backend's own limit
+    prompt = (len(roomy.system) + 3) // 4 + (len(roomy.prompt) + 3) // 4
+    tight = batch_request(four, capabilities=ModelCapabilities(context_size=prompt + estimate + 3))
+    assert tight.max_output_tokens == estimate + 3  # what the context leaves
+    assert batch_request(four, capabilities=ModelCapabilities(context_size=prompt)).max_output_tokens == estimate
 
 
 # --- the batch prompt -----------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a pool or proxy system model answers waiting barks, tool-free decisions and talk steps "
                         "together, several per generation (default: on)")
     parser.add_argument("--coalesce-batch", type=positive_int, default=CoalesceSettings().max_items, metavar="N",
-                        help="--coalesce: items per generation at most (default 6; 1 turns coalescing off)")
+                        help=f"--coalesce: items per generation at most (default {CoalesceSettings().max_items}; "
+                        "1 turns coalescing off)")
     parser.add_argument("--coalesce-linger", type=non_negative_float, default=0.0, metavar="S",
                         help="--coalesce: seconds a new batch waits for company before it queues (default 0)")
     add_quota_arguments(parser)

@@ -2,7 +2,7 @@
 
 Contract
 --------
-- ``CoalescingModel(backend, CoalesceSettings(max_items=6))`` is a
+- ``CoalescingModel(backend, CoalesceSettings(max_items=10))`` is a
   :class:`~oam_actors.agent.LanguageModel` over a shared backend (a device pool, a scheduled
   proxy). Steps whose request carries a combinable :data:`~oam_actors.agent.model.BatchItem`
   (barks, tool-free decisions, the decide steps and replies of NPC talks; see

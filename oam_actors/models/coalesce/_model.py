@@ -270,7 +270,7 @@ class CoalescingModel:
                 return step.request
             self._counts["batches"] += 1
             self._counts["batched_items"] += len(batch)
-            sent.append(batch_request([s.request for s in batch]))
+            sent.append(batch_request([s.request for s in batch], capabilities=self.backend.capabilities))
             return sent[0]
 
         pieces: list[str] = []
