@@ -63,7 +63,7 @@ def test_on_ray_a_proxy_is_the_model_actor_of_its_backend_that_sessions_naming_i
     config, _, coalescing = crossed.variant  # the holder's own settings, queue times, coalescing
     assert (crossed.name, config.model, crossed._factory.keywords["limits"].requests_per_window) == (
         system.name, "qwen", 90)
-    assert coalescing.max_items == 6  # coalesced in the model actor, where every shard's steps meet
+    assert coalescing.max_items == 10  # coalesced in the model actor, where every shard's steps meet
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
         session_model({"type": "openai", "baseUrl": "http://10.0.0.8:8080/v1", "model": "m"}, "model")
