@@ -106,11 +106,12 @@ def test_packing_keeps_the_answers_within_the_output_limit() -> None:
 NANO = ModelCapabilities(context_size=4000, max_output_tokens=256)
 
 
-def test_ten_barks_or_ten_decisions_fit_a_nano_phones_output_limit_and_ten_is_the_default() -> None:
+def test_ten_barks_or_eight_decisions_fit_a_nano_phones_output_limit_and_ten_is_the_default() -> None:
     barks = [bark(f"Villager{n}") for n in range(12)]
     decisions = [decision(f"Goblin{n}", "attack", "flee", "beg") for n in range(12)]
     assert CoalesceSettings().max_items == 10
-    assert pack(barks, NANO, 12) == pack(decisions, NANO, 12) == 10  # eleven answers would not fit 256
+    assert pack(barks, NANO, 12) == 10  # an eleventh bark's answer would not fit 256 tokens
+    assert pack(decisions, NANO, 12) == 8  # a decision's line is longer (its option, confidence, reason)
 
 
 def test_a_batch_may_write_past_its_estimate_within_the_backends_limits() -> None:

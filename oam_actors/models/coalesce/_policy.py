@@ -84,15 +84,17 @@ __all__ = [
 
 MAX_OPTIONS = 12
 """A decision with more options runs alone: its option list would crowd the batch."""
-# What packing counts per item against the backend's output limit. Measured (Qwen2.5-Coder-1.5B's
-# tokenizer, newline included) on its coalesced answers: bark lines 19-27 tokens (mean 22) when
-# asked for 15 words, decision lines 17-20 (mean 18.5) for a 12-word reason; the rules now ask for
-# 12 and 8 words. Each estimate is the longest such line (label, quotes, newline) plus a token, so
-# ten of either fit a Nano phone's 256 output tokens. A batch may still write up to half as much
-# again (_OUTPUT_HEADROOM, within the backend's limits); an answer cut off at its limit costs only
-# the items it lost a retry alone (read_batch's ``truncated``).
+# What packing counts per item against the backend's output limit, from Qwen2.5-Coder-1.5B's
+# coalesced answers (its tokenizer, newline included). Bark lines: 19-27 tokens (mean 22) when
+# asked for 15 words; 16.2 and 18.9 per item in two batches of ten asked for 12. Decision lines:
+# 17-20 (mean 18.5) for a 12-word reason, then 29-32 (mean 29.3, a batch of ten) for an 8-word one
+# (the model named the character and wrote two sentences). A cut-off item costs a whole generation,
+# so each estimate sits at the top of what was seen: ten barks or eight decisions fit a Nano
+# phone's 256 output tokens. A batch may still write up to half as much again (_OUTPUT_HEADROOM,
+# within the backend's limits); an answer cut off at its limit costs only the items it lost a
+# retry alone (read_batch's ``truncated``).
 _BARK_ANSWER_TOKENS = 24  # "10. Name: " (6) + 12 words in quotes (~16) + newline
-_DECISION_ANSWER_TOKENS = 22  # "10. option_id | 80 | " (~10) + 8 words (~10) + newline
+_DECISION_ANSWER_TOKENS = 30  # "10. option_id | 80 | " (~10) + a reason (~19) + newline
 _ANSWER_OVERHEAD_TOKENS = 16
 _OUTPUT_HEADROOM = 1.5
 _REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
