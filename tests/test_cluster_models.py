@@ -26,7 +26,9 @@ from oam_actors.cluster import LOCAL_RAY_OPTIONS, ClusterModel, shard_of
 from oam_actors.cluster import RemoteModel
 from oam_actors.cluster.models import ModelHost, hosted_reduce, model_running
 from oam_actors.cluster.wire import dumps_actor, loads_actor
-from oam_actors import Actor, Address, AgentError, ErrorCode, ProtocolError, ScriptStep, ScriptedModel
+from oam_actors import Actor, Address, AgentError, ErrorCode, ProtocolError, ScriptStep, ScriptStyle, ScriptedModel
+from oam_actors.game import NPC, Persona
+from oam_actors.models.coalesce import CoalescingModel
 from oam_actors.models.errors import ModelHostError
 from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.scheduler import PolicyStatistics, QuotaLimits, QuotaScheduler
@@ -64,6 +66,7 @@ def test_on_ray_a_proxy_is_the_model_actor_of_its_backend_that_sessions_naming_i
     assert (crossed.name, config.model, crossed._factory.keywords["limits"].requests_per_window) == (
         system.name, "qwen", 90)
     assert coalescing.max_items == 10  # coalesced in the model actor, where every shard's steps meet
+    assert crossed.capabilities.coalesces  # so a shard's NPCs build batch items for it
     session_model = setup.model_types["openai"]
     with pytest.raises(ProtocolError, match="names host '10.0.0.8'"):
         session_model({"type": "openai", "baseUrl": "http://10.0.0.8:8080/v1", "model": "m"}, "model")
@@ -149,6 +152,25 @@ async def test_a_cluster_model_stops_the_model_actor_only_if_it_started_it() -> 
             async with ClusterModel("broken", no_model):
                 pass
         assert not model_running("broken")
+    finally:
+        ray.shutdown()
+
+
+def coalesced_scripted() -> CoalescingModel:
+    # The backend says whether a step reached it with a batch item.
+    said = ScriptStep.from_function(lambda r: ScriptStep.say("with item" if r.item is not None else "no item"))
+    return CoalescingModel(ScriptedModel(fallback=said, style=ScriptStyle.ENVELOPE))
+
+
+@pytest.mark.slow
+async def test_a_coalescing_model_in_a_model_actor_gets_the_items_of_a_shards_npcs() -> None:
+    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
+    try:
+        async with ClusterModel("coalesced", coalesced_scripted) as hosted:
+            model = hosted.model()
+            assert model.capabilities.coalesces  # fetched from the model actor with the stand-in
+            bark = await NPC(Persona(name="Gorm"), model).bark("Dawn.")
+        assert bark.line == "with item"
     finally:
         ray.shutdown()
 

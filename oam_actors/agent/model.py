@@ -212,12 +212,15 @@ class ModelCapabilities(msgspec.Struct, frozen=True):
 
     ``context_size`` is the input budget in tokens (Nano ≈ 4000). ``native_tool_calling`` says the
     backend turns offered ``tools`` into the envelope text itself; the envelope loop stays the same.
+    ``coalesces`` says the backend may answer steps together and reads their ``item``: callers
+    build items only for such a backend.
     """
 
     context_size: int = 4000
     max_output_tokens: int = 4096
     native_tool_calling: bool = False
     system_instructions: bool = True
+    coalesces: bool = False
 
 
 class Availability(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -255,9 +255,11 @@ class DecisionEngine(OneOffEngine):
     # --- checks and prompting ------------------------------------------------------------------
 
     def _model_for(self, request: DecisionRequest, ids: list[str]) -> LanguageModel:
-        """The model, with the decision described as a batch item when it may be coalesced: no
-        tools (a tool never runs twice) and the standard instructions (a batch has its own)."""
-        if not request.coalesce or request.tools or self.instructions is not None:
+        """The model, with the decision described as a batch item when it may be coalesced: a
+        backend that coalesces, no tools (a tool never runs twice) and the standard instructions
+        (a batch has its own)."""
+        if not (request.coalesce and self.model.capabilities.coalesces) or request.tools \
+                or self.instructions is not None:
             return self.model
         options = [(option_id, option.description) for option_id, option in zip(ids, request.options, strict=True)]
         return ItemModel(self.model, decision_item(request.actor, request.situation, request.context, options))

@@ -166,7 +166,7 @@ class CoalescingModel:
 
     @property
     def capabilities(self) -> ModelCapabilities:
-        return self.backend.capabilities
+        return msgspec.structs.replace(self.backend.capabilities, coalesces=True)
 
     async def availability(self) -> Availability:
         return await self.backend.availability()
