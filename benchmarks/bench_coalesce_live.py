@@ -166,7 +166,7 @@ async def run(base_url: str, model_name: str, rounds: Rounds, batch: int, step_t
         scheduler = QuotaScheduler(QuotaLimits(max_concurrency=1))
         queue = step_timeout * 3
         model = CoalescingModel(ScheduledModel(recording, scheduler, queue_seconds=(queue, queue, queue)),
-                                CoalesceSettings(max_items=batch, linger_seconds=0.5))
+                                CoalesceSettings(max_items=batch, linger_seconds=0.5, dialogue_linger_seconds=0.5))
         barks: list[tuple[str, str, str]] = []
         for round_ in range(rounds.barks):
             cast = [CAST[(round_ + n) % len(CAST)] for n in range(batch)]

@@ -2,14 +2,15 @@
 simulated phones offered three times its quota.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_crowd_quota.py [--phones 8] [--npcs 1000]
-[--seconds 60] [--load 3] [--time-scale 0.1] [--no-coalesce] [--reply-format text]``. Not a test.
+[--seconds 60] [--load 3] [--time-scale 0.1] [--no-coalesce] [--linger 1] [--reply-format text]``. Not a test.
 
 Every NPC is created with ``npc/create`` on the world ``village`` and acts through the game
 methods of an in-process bridge (the same one ``oam-actors stdio`` runs), whose system model is a
 :class:`~oam_actors.models.pool.DevicePool` over simulated Pixels on loopback HTTP (36 generations
 per rolling 60 phone seconds, ``--time-scale`` real seconds per phone second), coalesced as the
 servers coalesce it (:class:`~oam_actors.models.coalesce.CoalescingModel` with the default
-:class:`~oam_actors.models.coalesce.CoalesceSettings`; ``--no-coalesce`` for an A/B). Each NPC paces its
+:class:`~oam_actors.models.coalesce.CoalesceSettings`, ``--linger`` phone seconds of
+``linger_seconds`` for barks and decisions, as ``--coalesce-linger`` sets it; ``--no-coalesce`` for an A/B). Each NPC paces its
 own actions (never two outstanding) so that together they offer ``--load`` times the farm's quota
 capacity in generations, drawn from 10% ``npc/talk``, 25% ``decision/decide`` (with a
 ``fallbackOptionID``) and 65% ``npc/bark``. Barks carry a ``deadlineSeconds`` of
@@ -138,7 +139,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             LocalSystem() as system:
         extension = GameExtension(max_npcs=args.npcs)
         # The server's default (models/setup.py): one coalescing model over the shared pool.
-        model = pool if args.no_coalesce else CoalescingModel(pool, CoalesceSettings())
+        model = pool if args.no_coalesce else CoalescingModel(pool, CoalesceSettings(linger_seconds=args.linger * scale))
         make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
         async with BridgeClient(make) as client:
             await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
@@ -216,7 +217,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
     of_burst = result["generations_in_load"] / result["burst"] if result["burst"] else 0.0
     print(f"\n[{args.phones} phones, {args.npcs} NPCs, {args.seconds:g} s of load at time scale {scale:g}; "
           f"offered {result['offered_rate']:.0f} requests/s against {result['capacity_rate']:.1f} generations/s "
-          f"({args.load:g}x)]")
+          f"({args.load:g}x); barks and decisions linger {args.linger:g} phone s, dialogue 0]")
     for kind in ("talk", "decide", "bark"):
         failed = {code: n for (k, code), n in tally.failed.items() if k == kind}
         print(f"  {kind:<7} sent {tally.sent[kind]:6d}  answered by the model {tally.answered[kind]:6d}  "
@@ -257,6 +258,8 @@ def main() -> int:
     parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-coalesce", action="store_true", help="the pool alone, each action its own generation")
+    parser.add_argument("--linger", type=float, default=0.0, metavar="S",
+                        help="phone seconds a new batch of barks or decisions waits for company (default 0)")
     parser.add_argument("--reply-format", choices=("automatic", "structured", "text"), default="automatic",
                         help="the NPCs' replyFormat (text: their replies may be coalesced)")
     args = parser.parse_args()

@@ -56,6 +56,9 @@ BENCHMARKS: list[Entry] = [
     ("crowd_quota_text", "bench_crowd_quota.py", ["--reply-format", "text"],
      ["--phones", "8", "--npcs", "1000", "--seconds", "60", "--reply-format", "text"],
      "the same with plain-text NPC replies (`replyFormat: \"text\"`), whose reply steps coalesce too"),
+    ("crowd_quota_linger", "bench_crowd_quota.py", ["--linger", "1"],
+     ["--phones", "8", "--npcs", "1000", "--seconds", "60", "--linger", "1"],
+     "the same with `--coalesce-linger` of one phone second for barks and decisions (player dialogue never lingers)"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -68,7 +71,7 @@ BENCHMARKS: list[Entry] = [
 ]
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
-ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "quota_frontdoors"}
+ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors"}
 
 # The same, on a real local model: opt-in (--live).
 LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [

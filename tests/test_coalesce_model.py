@@ -28,6 +28,7 @@ from oam_actors import (
 from oam_actors.clock import Budget
 from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
 from oam_actors.game import NPC, BarkLine, DecisionEngine, DecisionOption, DecisionRequest, Persona
+from oam_actors.agent.model import BarkItem
 from oam_actors.models.coalesce import BARK_TASK, DECISION_TASK, CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import ScheduledModel
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler
@@ -173,6 +174,25 @@ async def test_linger_lets_a_batch_wait_for_company_when_quota_is_free() -> None
     rig = Rig(settings=CoalesceSettings(linger_seconds=0.5))
     lines = await rig.run(barking(crowd(rig.model, NAMES[:3])))  # no warm-up: quota is free
     assert lines == [f"{n} says hello." for n in NAMES[:3]] and len(rig.batches) == 1
+
+
+async def test_a_players_dialogue_lingers_only_with_its_own_setting() -> None:
+    def dialogue_bark(rig: Rig, name: str) -> Callable[[], Awaitable[str]]:
+        request = GenerationRequest(kind=StepKind.RESPOND, system=f"You play {name}.", prompt="Say something.",
+                                    owner=f"npc:{name}", priority="dialogue", item=BarkItem(speaker=name))
+
+        async def job() -> str:
+            return "".join([p async for p in rig.model.stream(request) if isinstance(p, str)])
+        return job
+
+    npc_work = Rig(settings=CoalesceSettings(linger_seconds=0.5))  # barks and decisions linger
+    assert await npc_work.run([dialogue_bark(npc_work, n) for n in NAMES[:2]]) == ["Gorm alone.", "Mira alone."]
+    assert not npc_work.batches  # quota free: the first went at once, the second queued behind it alone
+    both = Rig(settings=CoalesceSettings(linger_seconds=0.5, dialogue_linger_seconds=0.5))
+    assert await both.run([dialogue_bark(both, n) for n in NAMES[:2]]) == ["Gorm says hello.", "Mira says hello."]
+    assert len(both.batches) == 1 and speakers(both.batches[0]) == ["Gorm", "Mira"]
+    with pytest.raises(ValueError, match="dialogue_linger_seconds"):
+        CoalesceSettings(dialogue_linger_seconds=float("nan"))
 
 
 # --- bad batch output: one extra attempt per affected item ------------------------------------------

@@ -92,7 +92,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"--coalesce: items per generation at most (default {CoalesceSettings().max_items}; "
                         "1 turns coalescing off)")
     parser.add_argument("--coalesce-linger", type=non_negative_float, default=0.0, metavar="S",
-                        help="--coalesce: seconds a new batch waits for company before it queues (default 0)")
+                        help="--coalesce: seconds a new batch of barks or decisions waits for company before it "
+                        "queues (default 0; player dialogue never waits)")
     add_quota_arguments(parser)
 
 

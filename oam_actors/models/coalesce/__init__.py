@@ -12,7 +12,8 @@ Contract
   ticket (its priority, deadline and place in fair queuing), and the step admitted first takes
   the others of its kind still waiting, in the order the backend would admit them, out of their
   queues (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless
-  ``linger_seconds`` is set); under pressure batches grow by themselves, up to ``max_items`` and
+  ``linger_seconds`` is set: NPC work, barks and decisions, then waits that long for company;
+  player dialogue only with ``dialogue_linger_seconds``); under pressure batches grow by themselves, up to ``max_items`` and
   the backend's context and output limits.
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
   numbered lines read leniently per item. Each item is checked on its own (a bark or a reply is

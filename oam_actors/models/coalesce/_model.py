@@ -277,9 +277,10 @@ class CoalescingModel:
         usage: Usage | None = None
         line.waiting[step] = None
         try:
-            if self.settings.linger_seconds > 0:
+            linger = self.settings.linger_for(step.request.priority)
+            if linger > 0:
                 with anyio.CancelScope() as step.lingering:
-                    await self._clock.sleep_until(self._clock.now() + self.settings.linger_seconds)
+                    await self._clock.sleep_until(self._clock.now() + linger)
                 step.lingering = None
             if not step.taken:
                 async with aclosing(self._admitted(step.request, build, step.seat)) as stream:

@@ -176,18 +176,27 @@ Example of the form:
 
 
 class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """``max_items`` per generation (1 turns coalescing off); ``linger_seconds`` a new batch waits
-    for company before it queues at the backend (0: no added delay; batches then form only from
-    steps that are already waiting)."""
+    """``max_items`` per generation (1 turns coalescing off); ``linger_seconds`` a new batch of
+    NPC work (barks, decisions: every priority below dialogue) waits for company before it queues
+    at the backend, ``dialogue_linger_seconds`` the same for a player's dialogue (a talk's tool
+    choices and reply), which by default never waits: 0 is no added delay, and batches then form
+    only from steps that are already waiting."""
 
     max_items: int = 10
     linger_seconds: float = 0.0
+    dialogue_linger_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_items < 1:
             raise ValueError("max_items must be at least 1")
-        if not (math.isfinite(self.linger_seconds) and self.linger_seconds >= 0):
-            raise ValueError("linger_seconds must be a number of at least 0")
+        for name in ("linger_seconds", "dialogue_linger_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number of at least 0")
+
+    def linger_for(self, priority: str) -> float:
+        """How long a new batch of ``priority`` waits for company."""
+        return self.dialogue_linger_seconds if priority == "dialogue" else self.linger_seconds
 
 
 class Why(enum.StrEnum):
