@@ -112,16 +112,6 @@ def test_an_owner_stays_on_its_home_device_unless_it_is_much_busier_or_not_ready
     assert choose([candidate(0, room=0), candidate(1, load=3)], home=0) == 1  # its window is full
 
 
-def test_a_players_line_goes_where_it_could_start_first_and_stays_home_only_within_a_pace() -> None:
-    # Both windows full: by room and load alike, so the line stayed home; by its start it does not.
-    spent = [Candidate(0, DeviceState.READY, 0.0, 0, 0, start_at=30.0),
-             Candidate(1, DeviceState.READY, 0.0, 0, 0, start_at=12.0)]
-    assert choose(spent, home=0) == 0  # queue length and room see no difference
-    assert choose(spent, home=0, soonest=1.0) == 1
-    near = [Candidate(0, DeviceState.READY, 0.0, 2, 3, start_at=12.5), spent[1]]
-    assert choose(near, home=0, soonest=1.0) == 0  # within one paced admission: home keeps it
-
-
 def available(context: int = 4000, output: int | None = 256) -> Availability:
     return Availability(available=True, contextSize=context, variant="nano-v3", status="available",
                         maxOutputTokens=output)

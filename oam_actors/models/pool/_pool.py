@@ -61,9 +61,7 @@ class _Step:
                  build: Callable[[], GenerationRequest] | None = None, seat: Seat | None = None) -> None:
         self.request = request
         self.build = build  # makes the request to run, once, at the first admission
-        # Its place in whichever device's queue it waits in. A player's line has one of its own
-        # if not given one, so that the pool sees whether it is still queued (to move it).
-        self.seat = seat if seat is not None or priority is not Priority.DIALOGUE else Seat()
+        self.seat = seat  # its place in whichever device's queue it waits in
         self.priority = priority
         self.owner = request.owner or "anonymous"
         self.tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
@@ -278,37 +276,24 @@ class DevicePool:
             device.in_flight -= 1
             device.busy_seconds += self._clock.now() - started
 
-    def _candidates(self, step: _Step, queued_on: _Device | None = None) -> list[Candidate]:
-        """Every device as :func:`choose` sees it for ``step`` (queued on ``queued_on``, if any)."""
+    def _choose(self, step: _Step) -> _Device:
         now = self._clock.now()
-        dialogue = step.priority is Priority.DIALOGUE
         candidates = []
         for device in self._devices:
             stats = device.scheduler.statistics()
             limit = stats.requests_limit
-            here = device is queued_on
             candidates.append(Candidate(
                 index=device.index,
                 state=device.health.state(now),
                 cool_until=device.health.cool_until,
                 # What would start before this step there: its class and the classes above it.
-                load=sum(stats.queued[: step.priority + 1]) + stats.running - here,
+                load=sum(stats.queued[: step.priority + 1]) + stats.running,
                 # Slots kept for dialogue are no room for other work.
                 room=None if limit is None else max(0, limit - stats.requests_in_window - (
-                    0 if dialogue else stats.dialogue_reserve)),
-                tried=device.index in step.tried and not here,  # it was chosen there all the same
-                start_at=device.scheduler.start_estimate(step.priority, queued=here) if dialogue else 0.0,
+                    0 if step.priority is Priority.DIALOGUE else stats.dialogue_reserve)),
+                tried=device.index in step.tried,
             ))
-        return candidates
-
-    def _soonest(self, step: _Step) -> float | None:
-        """For a player's line, how much later than on the best device it may start on its
-        home one (a paced admission: the same start, on the phone's pacing grid); else None."""
-        return self._config.limits.min_interval_seconds if step.priority is Priority.DIALOGUE else None
-
-    def _choose(self, step: _Step) -> _Device:
-        now = self._clock.now()
-        index = choose(self._candidates(step), self._turn, self._homes.get(step.owner), soonest=self._soonest(step))
+        index = choose(candidates, self._turn, self._homes.get(step.owner))
         self._turn += 1
         if index is None:
             self._steps_failed += 1
@@ -326,58 +311,21 @@ class DevicePool:
 
     async def _queue(self, stack: AsyncExitStack, device: _Device, step: _Step) -> Admission | None:
         """Wait for the device's scheduler to admit the step; ``None`` when the device failed
-        (or cooled down) meanwhile and evicted it, or another device could start the player's
-        line sooner (:meth:`_watch`)."""
+        (or cooled down) meanwhile and evicted it."""
         remaining = step.deadline - self._clock.now()
         if remaining <= 0:
             self._give_up(step, self._out_of_time(step))
         with anyio.CancelScope() as scope:
             device.waiting.add(scope)
             try:
-                refused: Exception | None = None
-                async with anyio.create_task_group() as group:
-                    if step.priority is Priority.DIALOGUE:
-                        group.start_soon(self._watch, device, step, scope)
-                    try:
-                        admission = await stack.enter_async_context(device.scheduler.admit(
-                            step.owner, step.priority, tokens=step.tokens, deadline_seconds=remaining,
-                            seat=step.seat, follow_up=step.request.follow_up))
-                    except Exception as error:  # raised past the task group, which would wrap it
-                        refused = error
-                    group.cancel_scope.cancel()
-                if refused is not None:
-                    raise refused
-                return admission
+                return await stack.enter_async_context(device.scheduler.admit(
+                    step.owner, step.priority, tokens=step.tokens, deadline_seconds=remaining, seat=step.seat,
+                    follow_up=step.request.follow_up))
             except AgentError as error:
                 self._give_up(step, error)
             finally:
                 device.waiting.discard(scope)
         return None
-
-    async def _watch(self, device: _Device, step: _Step, scope: anyio.CancelScope) -> None:
-        """Move a player's line queued on ``device`` when another device could start it sooner.
-
-        Looked at when it should have started, and at least every few paced admissions before
-        that: a window spent in a burst frees nothing for tens of seconds while another phone
-        frees a slot. A line is moved only while its ticket is still queued (not in the instant
-        it was admitted, which would waste the slot)."""
-        limits = self._config.limits
-        tick = max(limits.min_interval_seconds, limits.window_seconds / 60)  # a paced admission
-        patience, seat = limits.min_interval_seconds, step.seat
-        assert seat is not None, "a player's line has a seat"
-        here = device.scheduler.start_estimate(step.priority, queued=True)
-        while True:
-            now = self._clock.now()
-            await self._clock.sleep_until(min(max(here, now + tick), now + 2 * tick))
-            if not seat.queued:
-                return
-            here = device.scheduler.start_estimate(step.priority, queued=True)
-            if here <= self._clock.now() + patience:
-                continue  # it starts here within a paced admission: nowhere sooner
-            index = choose(self._candidates(step, queued_on=device), self._turn, device.index, soonest=patience)
-            if index is not None and index != device.index:
-                scope.cancel()
-                return
 
     def _served(self, device: _Device) -> None:
         device.ok += 1

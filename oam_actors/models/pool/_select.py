@@ -20,11 +20,9 @@ class Candidate(msgspec.Struct, frozen=True):
     load: int  # steps that would start there before this one, plus steps running
     room: int | None  # admissions left in its quota window; None when unlimited
     tried: bool = False  # this step already failed there
-    start_at: float = 0.0  # the earliest the step could start there (its quota, pacing, queue)
 
 
-def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = None, *,
-           soonest: float | None = None) -> int | None:
+def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = None) -> int | None:
     """The index of the device for a step, or ``None`` when every device is dead.
 
     Devices the step has not failed on come first. Among those, a ready device beats a cooling
@@ -35,11 +33,6 @@ def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = No
     ``home`` is the device the step's owner used last. It keeps the step when it is ready, has
     room if the best has, and is not much busier than the best: one owner's steps then meet in
     one fair queue (fairness across owners holds per device) and reuse the phone's prefix cache.
-
-    ``soonest`` (seconds; a player's line) ranks ready devices by when the step could start
-    (``start_at``) instead, and ``home`` keeps it only if it could start there within ``soonest``
-    of the best: room and queue length miss a window spent in a burst, which frees its next slot
-    tens of seconds after another phone's.
     """
     alive = [c for c in candidates if c.state is not DeviceState.DEAD]
     if not alive:
@@ -53,11 +46,8 @@ def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = No
 
     if not ready:
         return min(fresh, key=lambda c: (c.cool_until, c.load, rotation(c))).index
-    stay = next((c for c in ready if c.index == home), None)
-    if soonest is not None:
-        best = min(ready, key=lambda c: (c.start_at, c.load, rotation(c)))
-        return stay.index if stay is not None and stay.start_at <= best.start_at + soonest else best.index
     best = min(ready, key=lambda c: (c.room == 0, c.load, -(c.room or 0), rotation(c)))
+    stay = next((c for c in ready if c.index == home), None)
     if stay is not None and (stay.room != 0 or best.room == 0) and stay.load <= best.load + _slack(best.load):
         return stay.index
     return best.index

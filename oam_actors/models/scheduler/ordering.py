@@ -19,13 +19,6 @@ and NPC work (decisions and background), ordered here.
   more). The credit (:data:`IDLE_CREDIT` requests) is how far behind an owner may be when it comes
   back: one whose requests expired unserved, or that asks rarely, goes first among owners served
   more, but can never claim more than that for its idle time.
-- **Dialogue goes by deadline.** Player dialogue is one band (:data:`DIALOGUE_BAND`): earliest
-  deadline first, start tags only between equal deadlines. Banded like NPC work, a line of an
-  NPC served much waited behind the later lines of NPCs served less, on a phone whose dialogue
-  was backlogged for a moment, until its deadline passed, though every line could have started
-  in time in deadline order (earliest deadline first meets every deadline any order meets).
-  Fairness over NPCs is kept by NPC work, where most actions are: the ledger still charges
-  dialogue admissions.
 - **Bands.** Start tags are grouped in bands (one request wide, :data:`NPC_WORK_BAND`). The lowest
   band goes first; within it a decision goes before background work, then the earliest deadline
   (tickets without one last), then the lower tag, then arrival. An admission moves its owner's
@@ -52,13 +45,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .policy import Ticket
 
-__all__ = ["DIALOGUE_BAND", "IDLE_CREDIT", "ClassQueue", "Ledger", "QueueEntry"]
+__all__ = ["IDLE_CREDIT", "ClassQueue", "Ledger", "QueueEntry"]
 
 _NO_DEADLINE = math.inf
 NPC_WORK_BAND = 1.0
 """Request equivalents of service within which a decision goes before another owner's background work."""
-DIALOGUE_BAND = math.inf
-"""Dialogue is one band: earliest deadline first, whatever each owner's service."""
 IDLE_CREDIT = 3.0
 """Request equivalents an owner may be behind virtual time when its ticket is tagged."""
 
@@ -256,6 +247,5 @@ class ClassQueue:
         lane.scheduled = entry
         lane.token = token = next(self._serial)
         priority, deadline, arrival = entry.key
-        band = 0 if math.isinf(self._band) else math.floor(start / self._band)
-        heapq.heappush(self._heap, (band, priority, deadline, start, arrival, token,
+        heapq.heappush(self._heap, (math.floor(start / self._band), priority, deadline, start, arrival, token,
                                     name, entry, self._ledger.version(name)))

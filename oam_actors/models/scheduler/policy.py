@@ -27,7 +27,7 @@ Contract
   pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; earliest deadline first among owners within one
-  request of service of each other and within an owner, and among all dialogue. The cost of a ticket is its dominant
+  request of service of each other and within an owner. The cost of a ticket is its dominant
   share: one request, or its tokens counted in request equivalents
   (``tokens_per_window / requests_per_window``) when that is more. Fairness is over actions: a
   ``follow_up`` ticket (a later step of a turn: a tool round's next step, a repair) costs
@@ -79,7 +79,7 @@ from collections import deque
 import msgspec
 
 from .headroom import DialogueReserve, Headroom
-from .ordering import DIALOGUE_BAND, NPC_WORK_BAND, ClassQueue, Ledger, QueueEntry
+from .ordering import NPC_WORK_BAND, ClassQueue, Ledger, QueueEntry
 from ._pacing import PACING_MARGIN, Grid, PaceState, ReportedRate, pace_interval
 
 __all__ = [
@@ -276,7 +276,7 @@ class QuotaPolicy:
         self._limits = limits
         self._ledger = ledger if ledger is not None else Ledger()
         # Dialogue is a class of its own; decisions and background work share one queue.
-        dialogue, npc_work = ClassQueue(self._ledger, DIALOGUE_BAND), ClassQueue(self._ledger, NPC_WORK_BAND)
+        dialogue, npc_work = ClassQueue(self._ledger), ClassQueue(self._ledger, NPC_WORK_BAND)
         self._classes = (dialogue, npc_work, npc_work)
         self._order = (dialogue, npc_work)
         self._queued: dict[int, QueueEntry] = {}
@@ -347,8 +347,7 @@ class QuotaPolicy:
         return self._ledger.start_tag(owner)
 
     def cancel(self, ticket_id: int) -> bool:
-        """Remove a queued ticket at once; ``False`` if it is not queued (running or ended). A
-        cancelled dialogue ticket is no dialogue demand (:mod:`.headroom`)."""
+        """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""
         return self._dequeue(ticket_id, served=False)
 
     def _dequeue(self, ticket_id: int, *, served: bool) -> bool:
@@ -359,13 +358,11 @@ class QuotaPolicy:
         if served:
             queue.take(entry)
             self._taken += 1
+            if entry.ticket.priority is Priority.DIALOGUE:
+                self._reserve.withdraw(max(self._now, entry.ticket.enqueued_at))
         else:
             queue.remove(entry)
             self._cancelled += 1
-        if entry.ticket.priority is Priority.DIALOGUE:
-            # Taken, it needs no slot; cancelled, it needs none here (a pool that moves a step
-            # to another phone submits it there, where it counts): either way no demand.
-            self._reserve.withdraw(max(self._now, entry.ticket.enqueued_at))
         return True
 
     def poll(self, now: float) -> Decision:
@@ -443,23 +440,6 @@ class QuotaPolicy:
         learned = self._reported_requests.observe(limit_requests, reset_requests)
         if self._reported_tokens.observe(limit_tokens, reset_tokens) or learned:
             self._update_pace()
-
-    def start_estimate(self, priority: Priority, now: float, *, queued: bool = False) -> float:
-        """When a ticket of ``priority`` submitted at ``now`` could start at the earliest: once the
-        time limits allow and the tickets queued ahead of it (its class and those above) have
-        each had a paced admission and a slot of the window; ``queued``: the ticket is one of
-        them already. Concurrency aside (a generation's length is not known). A device pool
-        chooses, and re-chooses, a player's line's phone by it: the phone a line queues on
-        frees a slot later than another does when its window was spent in a burst."""
-        now = self._advance(now)
-        ahead = max(0, sum(self._classes[p].queued(p) for p in Priority if p <= priority) - queued)
-        at = max(now, self._ready_at(Ticket(id=-1, owner="", priority=priority), now))
-        at += ahead * max(self._limits.min_interval_seconds, self._request_pace.interval)
-        cap, window = self._limits.requests_per_window, self._window
-        if cap is not None and len(window) + ahead >= cap:  # a slot must leave the window first
-            behind = len(window) + ahead - cap
-            at = max(at, window[behind].expires_at if behind < len(window) else now + self._limits.window_seconds)
-        return at
 
     def statistics(self, now: float | None = None) -> PolicyStatistics:
         """Counters and gauges as of ``now`` (the rolling window slid to it), or of the latest

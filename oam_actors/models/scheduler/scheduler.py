@@ -196,11 +196,6 @@ class QuotaScheduler:
         self._policy.restore_quota_state(state, self._clock.now())
         self._pump()
 
-    def start_estimate(self, priority: Priority, *, queued: bool = False) -> float:
-        """When a ticket of ``priority`` queued now could start at the earliest, on the clock
-        (:meth:`QuotaPolicy.start_estimate`)."""
-        return self._policy.start_estimate(priority, self._clock.now(), queued=queued)
-
     def statistics(self) -> PolicyStatistics:
         """The policy's counters and gauges now (its window slid to the clock's time)."""
         return self._policy.statistics(self._clock.now())
