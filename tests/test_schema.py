@@ -834,6 +834,54 @@ def test_conform_orders_only_valid_values() -> None:
     assert [str(v) for v in found] == ['$.b: expected an integer, got a string ("x")']
 
 
+FLAT = {
+    "type": "object",
+    "properties": {
+        "mood": {"type": "string", "enum": ["calm", "angry"], "description": "how"},
+        "line": {"type": "string"},
+        "options": {"type": "array", "items": {"type": "string"}},
+        "ends": {"type": "boolean", "title": "done"},
+    },
+    "required": ["mood", "line"],
+}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"line": "hi", "mood": "calm"},
+        {"mood": "calm", "line": "hi", "options": ["a", "b"], "ends": False},
+        {"mood": "Calm", "line": "hi"},
+        {"mood": "calm", "line": 5},
+        {"mood": "calm", "line": "hi", "ends": "true"},
+        {"mood": "calm", "line": "hi", "ends": None},
+        {"mood": "calm", "line": "hi", "options": ["a", 1]},
+        {"mood": "calm", "line": "hi", "extra": 1},
+        {"mood": "calm", "line": "hi", "options": [], "ends": True, "extra": 1},
+        {"mood": "calm", "line": "hi", "options": [], "Ends": True},
+        {"mood": "calm", "line": "hi", "options": [], "ends": True, "Ends": False},
+        {"mood": "calm", "Line": "hi"},
+        {"mood": "calm"},
+        ["calm"],
+        "calm",
+        None,
+    ],
+)
+def test_conform_of_a_flat_object_matches_coerce_validate_order(value: Any) -> None:
+    """conform's one-pass path for flat objects answers as its three steps would."""
+    schema = Schema.compile(FLAT)
+    kept = copy.deepcopy(value)
+    coerced = schema.coerce(value)
+    found = schema.validate(coerced)
+    expected = (coerced, found) if found else (schema.order(coerced), found)
+    got = schema.conform(value)
+    assert json.dumps(got[0]) == json.dumps(expected[0])
+    assert [str(v) for v in got[1]] == [str(v) for v in expected[1]]
+    assert value == kept
+    if isinstance(value, dict) and isinstance(value.get("options"), list):
+        assert got[0]["options"] is not value["options"]
+
+
 # --- rendering (§5.7) ----------------------------------------------------------------------------
 
 

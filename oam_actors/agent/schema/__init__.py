@@ -47,6 +47,7 @@ from ._check import SchemaCheckError, check_schema
 from ._close import close_schema, placeholder, redescribed
 from ._coerce import Coercer
 from ._example import example
+from ._flat import FlatConform, flat_conformer
 from ._json import declared_types, keyword_dict, resolve
 from ._order import Orderer
 from ._render import render_compact, render_lines
@@ -144,6 +145,9 @@ class Schema:
 
         With violations the coerced value comes back unordered, for the repair prompt.
         """
+        fast = _flat_for(self._validator)
+        if fast is not None and (ordered := fast(value)) is not None:
+            return ordered, []
         coerced = self.coerce(value)
         found = self.validate(coerced)
         return (coerced, found) if found else (self.order(coerced), found)
@@ -272,6 +276,12 @@ def _shape_of(outline_text: bytes, descriptions: int) -> _Shape:
 def _coercer_for(validator: Validator) -> Coercer:
     """The compiled fixes that go with ``validator`` (whose checks decide between alternatives)."""
     return Coercer(validator)
+
+
+@functools.lru_cache(maxsize=_SHARED_SCHEMAS)
+def _flat_for(validator: Validator) -> FlatConform | None:
+    """The fast path of :meth:`Schema.conform` for ``validator``'s schema, if it is flat."""
+    return flat_conformer(validator.root)
 
 
 def _plain_json_text(value: Any) -> bytes | None:
