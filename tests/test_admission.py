@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from oam_actors import Bridge
-from oam_actors.runtime import Actor, ActorSystem, Address, AdmissionGate, FairQueue, LocalSystem, fair_pause, flow
+from oam_actors.runtime import ActorSystem, AdmissionGate, FairQueue, LocalSystem, fair_pause, flow
 
 HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
 
@@ -161,90 +161,9 @@ async def test_a_freed_slot_goes_to_the_flows_in_turn_not_to_the_earliest_backlo
     assert gate.statistics() == msgspec.structs.replace(gate.statistics(), running=1, waiting=0, admitted=12)
 
 
-async def test_a_ticket_that_reaches_the_gate_first_waits_for_earlier_ones_still_arriving() -> None:
-    """Slots free, nobody waiting: ticket 2 still waits while tickets 0 and 1 are on their way,
-    and is admitted once 0 is admitted and 1 is abandoned (its arrival closed, never asking)."""
-    gate = AdmissionGate(3)
-    arrivals = [gate.expect(gate.next_ticket()) for _ in range(3)]
-    admitted: list[int] = []
-
-    async def enter(ticket: int) -> None:
-        await gate.acquire(ticket)
-        admitted.append(ticket)
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(enter, 2)
-        await anyio.wait_all_tasks_blocked()
-        assert admitted == [] and gate.statistics().waiting == 1
-        await enter(0)  # the earliest arrival goes in at once
-        await anyio.wait_all_tasks_blocked()
-        assert admitted == [0]
-        arrivals[1].close()  # ticket 1 never asks (its handler needed no slot, failed or was cancelled)
-        await anyio.wait_all_tasks_blocked()
-    assert admitted == [0, 2]
-    arrivals[0].close()  # after reaching the gate: nothing changes
-    arrivals[1].close()
-    assert gate.statistics() == msgspec.structs.replace(gate.statistics(), running=2, waiting=0, admitted=2)
-
-
-async def test_an_arrival_goes_before_a_later_ticket_that_waited_first() -> None:
-    gate = AdmissionGate(1)
-    gate.expect(gate.next_ticket())
-    admitted: list[int] = []
-
-    async def enter(ticket: int) -> None:
-        await gate.acquire(ticket)
-        admitted.append(ticket)
-
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(enter, gate.next_ticket())  # ticket 1 asks first; the slot is free ...
-        await anyio.wait_all_tasks_blocked()
-        tasks.start_soon(enter, 0)  # ... but ticket 0 gets it when it arrives
-        await anyio.wait_all_tasks_blocked()
-        assert admitted == [0]
-        gate.release()
-    assert admitted == [0, 1]
-
-
 def test_the_limit_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         AdmissionGate(0)
-
-
-class Gated(Actor):
-    """``"enter"`` runs inside a slot; ``"fail"`` fails and ``"park"`` waits (neither asks for one)."""
-
-    def __init__(self) -> None:
-        self.parked = anyio.Event()
-
-    async def handle(self, message: Any) -> Any:
-        if message == "fail":
-            raise ValueError("failed before asking for a slot")
-        if message == "park":
-            await self.parked.wait()
-            return "unparked"
-        async with self.admission():
-            return "entered"
-
-
-async def test_messages_that_never_reach_the_gate_do_not_hold_it() -> None:
-    """An idle actor's message is on its way to the gate from when it is queued; one cancelled
-    before it runs, one whose handler fails first and one whose handler waits on something else
-    all stop holding later tickets back."""
-    async with LocalSystem(max_running=1) as system:
-        refs = [system.spawn(Address("npc", str(n)), Gated) for n in range(4)]
-        cancelled = refs[0].ask_nowait("enter")
-        assert cancelled.cancel()
-        failed = refs[1].ask_nowait("fail")
-        parked = refs[2].ask_nowait("park")
-        with anyio.fail_after(HANG_GUARD):
-            assert await refs[3].ask("enter") == "entered"
-        with pytest.raises(Exception, match="cancelled"):
-            await cancelled.wait()
-        with pytest.raises(ValueError):
-            await failed.wait()
-        assert not parked.done()
-        refs[2].cancel_all()
 
 
 # --- turns over a bridge ---------------------------------------------------------------------------

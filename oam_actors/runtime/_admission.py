@@ -13,20 +13,12 @@ message of each other waiting flow, not behind their whole backlog. A holder can
 up while it waits for something outside this process (``Admission.pause``) and take one again
 with its ticket (``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
 
-Arrival order holds across the way to the gate too: a message queued for an idle actor is
-*arriving* (:meth:`AdmissionGate.expect`) until its handler first waits (by then one that asks for
-admission is at the gate) or it resolves, and no message is admitted past an earlier ticket still
-arriving. Without that, whichever handler reached the gate first while a slot was free got it,
-and an earlier turn still on its way there (its actor task not yet run) could be passed by later
-ones and then wait for a slot behind them.
-
 Bookkeeping on anyio events: no tasks, and no yield when a slot is free; a waiter handed a slot
 goes on through ``runtime.fair_pause`` as its flow's busy work.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +31,7 @@ import msgspec
 from oam_actors.runtime._fair import FairQueue
 from oam_actors.runtime._yielding import fair_pause
 
-__all__ = ["Admission", "AdmissionGate", "Arrival", "GateStatistics", "current_flow", "flow"]
+__all__ = ["Admission", "AdmissionGate", "GateStatistics", "current_flow", "flow"]
 
 _FLOW: ContextVar[str] = ContextVar("oam_actors_flow", default="")
 
@@ -78,24 +70,9 @@ class _Waiter:
         self.gone = False
 
 
-class Arrival:
-    """A ticket on its way to the gate (:meth:`AdmissionGate.expect`): later tickets are not
-    admitted past it until it reaches :meth:`AdmissionGate.acquire` or is closed. Closing twice,
-    or after it reached the gate, does nothing."""
-
-    __slots__ = ("_gate", "ticket")
-
-    def __init__(self, gate: AdmissionGate, ticket: int) -> None:
-        self._gate = gate
-        self.ticket = ticket
-
-    def close(self) -> None:
-        self._gate._arrived(self.ticket)
-
-
 class AdmissionGate:
     """At most ``limit`` holders at once; waiting flows are admitted in turn, each flow's lowest
-    ticket (earliest arrival) first, and never past an earlier ticket still arriving."""
+    ticket (earliest arrival) first."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -106,34 +83,22 @@ class AdmissionGate:
         self._waiting: FairQueue[_Waiter] = FairQueue()
         self._live_waiters = 0
         self._admitted = 0
-        # Tickets arriving; the heap may hold ones that arrived since (dropped when on top).
-        self._arriving: set[int] = set()
-        self._arriving_heap: list[int] = []
 
     def next_ticket(self) -> int:
         """The arrival ticket of a message queued now."""
         return next(self._tickets)
 
-    def expect(self, ticket: int) -> Arrival:
-        """``ticket`` is on its way to :meth:`acquire`: no later ticket is admitted before it
-        gets there or the returned arrival is closed (its owner must close it on every path)."""
-        self._arriving.add(ticket)
-        heapq.heappush(self._arriving_heap, ticket)
-        return Arrival(self, ticket)
-
     async def acquire(self, ticket: int, flow: str = "") -> None:
-        """Take a slot for ``flow``; waits while all are held or an earlier ticket is still
-        arriving. Returns at once, without yielding, when one is free and nobody waits.
+        """Take a slot for ``flow``; waits while all are held. Returns at once, without yielding,
+        when one is free (then nobody waits: a freed slot goes straight to a waiter).
         Cancellation while waiting leaves no slot taken."""
-        self._arriving.discard(ticket)
-        if self._running < self.limit and not self._live_waiters and not self._overtakes(ticket):
+        if self._running < self.limit and not self._live_waiters:
             self._running += 1
             self._admitted += 1
             return
         waiter = _Waiter()
         self._waiting.push(flow, ticket, waiter)
         self._live_waiters += 1
-        self._dispatch()  # it may be first in line for a free slot (or its arrival let others in)
         try:
             await waiter.event.wait()
             # Handed a slot: start as the flow's busy work, fairly (a freed slot must not start
@@ -149,42 +114,18 @@ class AdmissionGate:
 
     def release(self) -> None:
         """Give a slot back; the flow whose turn it is gets it for its earliest waiter."""
-        self._running -= 1
-        self._dispatch()
-
-    def statistics(self) -> GateStatistics:
-        return GateStatistics(self.limit, self._running, self._live_waiters, self._admitted)
-
-    def _arrived(self, ticket: int) -> None:
-        if ticket in self._arriving:
-            self._arriving.remove(ticket)
-            self._first_arriving()  # drops what has arrived from the heap, even with nobody waiting
-            self._dispatch()
-
-    def _first_arriving(self) -> int | None:
-        heap, arriving = self._arriving_heap, self._arriving
-        if not arriving:
-            heap.clear()
-            return None
-        while heap[0] not in arriving:
-            heapq.heappop(heap)
-        return heap[0]
-
-    def _overtakes(self, ticket: int) -> bool:
-        """Whether admitting ``ticket`` now would pass an earlier ticket still arriving."""
-        first = self._first_arriving()
-        return first is not None and first < ticket
-
-    def _dispatch(self) -> None:
-        """Hand free slots to the waiters whose turn it is, while none would pass an arrival."""
-        while self._running < self.limit and self._waiting and not self._overtakes(self._waiting.peek_key()):
+        while self._waiting:
             waiter = self._waiting.pop()
             if not waiter.gone:
                 self._live_waiters -= 1
                 waiter.granted = True
-                self._running += 1
                 self._admitted += 1
                 waiter.event.set()
+                return
+        self._running -= 1
+
+    def statistics(self) -> GateStatistics:
+        return GateStatistics(self.limit, self._running, self._live_waiters, self._admitted)
 
 
 class Admission:

@@ -83,12 +83,7 @@ class ActorCell:
     def enqueue(self, message: Any, *, tell: bool) -> Envelope:
         gate = self._gate
         envelope = Envelope(message, tell=tell, ticket=0 if gate is None else gate.next_ticket(), flow=current_flow())
-        # Only an idle running actor's next message is on its way to the gate; one queued behind
-        # other work would hold every later ticket back for as long as that work runs.
-        idle = gate is not None and self.state is CellState.RUNNING and self.mailbox.idle
         self.mailbox.put_nowait(envelope)
-        if gate is not None and idle:
-            envelope.arrival = gate.expect(envelope.ticket)
         return envelope
 
     async def control(self, message: Any) -> Any:

@@ -64,12 +64,6 @@ class FairQueue(Generic[T]):
         heapq.heappush(heap, (key, self._serial, item))
         self._size += 1
 
-    def peek_key(self) -> int:
-        """The key of the item :meth:`pop` would return. ``IndexError`` when empty."""
-        if not self._order:
-            raise IndexError("peek into an empty FairQueue")
-        return self._flows[self._order[0][3]][0][0]
-
     def pop(self) -> T:
         """The next item: the lowest-key item of the flow with the lowest tag. ``IndexError`` when empty."""
         if not self._order:
