@@ -161,6 +161,79 @@ async def test_a_freed_slot_goes_to_the_flows_in_turn_not_to_the_earliest_backlo
     assert gate.statistics() == msgspec.structs.replace(gate.statistics(), running=1, waiting=0, admitted=12)
 
 
+async def test_a_ticket_waits_for_an_earlier_one_of_its_flow_still_on_its_way_and_no_other_flow_does() -> None:
+    gate = AdmissionGate(3)
+    on_its_way = gate.expect(gate.next_ticket(), "a")
+    admitted: list[str] = []
+
+    async def wait(ticket: int, flow_name: str, name: str) -> None:
+        await gate.acquire(ticket, flow_name)
+        admitted.append(name)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait, gate.next_ticket(), "a", "a-later")
+        tasks.start_soon(wait, gate.next_ticket(), "b", "b")
+        await anyio.wait_all_tasks_blocked()
+        # Slots are free, yet a's later ticket waits; b's is not held by a's arrival.
+        assert admitted == ["b"]
+        assert (gate.statistics().running, gate.statistics().waiting) == (1, 1)
+        tasks.start_soon(wait, on_its_way.ticket, "a", "a-first")
+        await anyio.wait_all_tasks_blocked()
+    assert admitted == ["b", "a-first", "a-later"]
+    assert (gate.statistics().running, gate.statistics().waiting) == (3, 0)
+
+
+async def test_an_arrival_that_never_reaches_the_gate_holds_its_flow_only_until_closed() -> None:
+    """A message cancelled or finished before it asks for admission closes its arrival."""
+    gate = AdmissionGate(1)
+    dropped = gate.expect(gate.next_ticket(), "a")
+    later = gate.expect(gate.next_ticket(), "a")
+    admitted: list[int] = []
+
+    async def wait(ticket: int) -> None:
+        await gate.acquire(ticket, "a")
+        admitted.append(ticket)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait, gate.next_ticket())
+        await anyio.wait_all_tasks_blocked()
+        tasks.start_soon(wait, later.ticket)  # reaches the gate, but behind the first
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [] and gate.statistics().waiting == 2
+        dropped.close()
+        dropped.close()  # a second close does nothing
+        await anyio.wait_all_tasks_blocked()
+        assert admitted == [later.ticket]
+        gate.release()
+        await anyio.wait_all_tasks_blocked()
+    assert admitted == [later.ticket, later.ticket + 1]
+    assert gate.statistics() == msgspec.structs.replace(gate.statistics(), running=1, waiting=0, admitted=2)
+
+
+async def test_a_held_waiter_cancelled_leaves_nothing_behind() -> None:
+    gate = AdmissionGate(1)
+    arriving = gate.expect(gate.next_ticket(), "a")
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await gate.acquire(gate.next_ticket(), "a")
+    assert gate.statistics().waiting == 0
+    arriving.close()
+    await gate.acquire(gate.next_ticket(), "a")  # free, and nothing of the flow held any more
+    assert (gate.statistics().running, gate.statistics().waiting) == (1, 0)
+
+
+async def test_a_turn_cancelled_before_its_actor_runs_it_does_not_hold_its_connections_next_turn() -> None:
+    async with LocalSystem(max_running=1) as system, open_wire(system) as wire:
+        for name in ("first", "second"):
+            await wire.result(await wire.request("session/create", {"session": name, "model": {"type": "scripted", "steps": SCRIPT}}))
+        first = await wire.request("session/respond", {"session": "first", "prompt": "Go."})
+        await wire.request("session/cancel", {"session": "first"})  # before its actor task ran it
+        second = await wire.request("session/respond", {"session": "second", "prompt": "Go."})
+        assert (await wire.wait_for(lambda m: m.get("id") == first))["error"]["data"]["code"] == "cancelled"
+        assert (await wire.result(second))["text"] == "A reply in a few pieces."
+        assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=0, waiting=0)
+
+
 def test_the_limit_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         AdmissionGate(0)

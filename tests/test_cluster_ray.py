@@ -368,9 +368,12 @@ async def test_a_burst_of_turns_starts_in_arrival_order_on_a_shard(ray_instance:
 
 async def test_a_connection_is_admitted_ahead_of_another_connections_backlog_on_a_shard(ray_instance: None) -> None:
     """The flow (connection) of each request travels to the shard's gate: with one running slot,
-    a second connection's turn runs after one more of the first connection's, not after its
-    whole backlog of earlier arrivals. (Each flood turn takes three seconds, so the calm turn
-    reaches the shard's gate before the second one ends even on a loaded machine.)"""
+    a second connection's turn runs after the first connection's running one, not after its
+    whole backlog of earlier arrivals, and that connection's turns start in its arrival order.
+    The calm turn is sent once the first flood turn has answered, so the flood's backlog is at
+    the gate before it, whatever order the shard's actor tasks ran in. (Each flood turn takes
+    three seconds, so the calm turn reaches the gate before the second one ends even on a
+    loaded machine.)"""
     async with (RaySystem(shards=1, max_running=1) as gated, open_admission_wire(gated) as flood,
                 open_admission_wire(gated) as calm):
         for session in range(3):
@@ -378,6 +381,7 @@ async def test_a_connection_is_admitted_ahead_of_another_connections_backlog_on_
             await flood.result(await flood.request("session/create", {"session": f"f{session}", "model": {"type": "scripted", "steps": slow}}))
         await calm.result(await calm.request("session/create", {"session": "c", "model": {"type": "scripted", "steps": [{"text": "calm"}]}}))
         ids = [await flood.request("session/respond", {"session": f"f{n % 3}", "prompt": "Go."}) for n in range(9)]
+        assert (await flood.result(ids[0]))["text"] == "f0 0"
         assert (await calm.result(await calm.request("session/respond", {"session": "c", "prompt": "Go."})))["text"] == "calm"
         # Arrival order (one gate queue) would have run all nine first.
         assert [m["result"]["text"] for m in flood.log if m.get("id") in ids and "result" in m] == ["f0 0", "f1 0"]

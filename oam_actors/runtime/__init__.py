@@ -16,7 +16,7 @@ checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
-from oam_actors.runtime._admission import Admission, AdmissionGate, GateStatistics, current_flow, flow
+from oam_actors.runtime._admission import Admission, AdmissionGate, Arrival, GateStatistics, current_flow, flow
 from oam_actors.runtime._fair import FairQueue
 from oam_actors.runtime._yielding import FairYield, fair_pause, fair_yield
 from oam_actors.runtime._crossing import (
@@ -58,6 +58,7 @@ __all__ = [
     "Address",
     "Admission",
     "AdmissionGate",
+    "Arrival",
     "EndpointKind",
     "EndpointReferences",
     "ExcInfo",

@@ -13,13 +13,24 @@ message of each other waiting flow, not behind their whole backlog. A holder can
 up while it waits for something outside this process (``Admission.pause``) and take one again
 with its ticket (``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
 
+A flow's arrival order holds on the way to the gate too. A message queued for an idle actor is
+*arriving* (:meth:`AdmissionGate.expect`) until its handler reaches :meth:`AdmissionGate.acquire`,
+first waits, or the message resolves or is cancelled; a later ticket *of the same flow* is held
+until no earlier one of its flow is arriving. Without that, whichever handler reached the gate
+first got a free slot, and an earlier turn whose actor task had not yet run could be passed by
+later ones of its connection. Other flows are never held by it (a flood of turns from one
+connection must not slow another), and every path an arriving message can take ends its arrival,
+so none can hold its own flow back for longer than its actor task takes to reach its handler.
+
 Bookkeeping on anyio events: no tasks, and no yield when a slot is free; a waiter handed a slot
 goes on through ``runtime.fair_pause`` as its flow's busy work.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -31,7 +42,7 @@ import msgspec
 from oam_actors.runtime._fair import FairQueue
 from oam_actors.runtime._yielding import fair_pause
 
-__all__ = ["Admission", "AdmissionGate", "GateStatistics", "current_flow", "flow"]
+__all__ = ["Admission", "AdmissionGate", "Arrival", "GateStatistics", "current_flow", "flow"]
 
 _FLOW: ContextVar[str] = ContextVar("oam_actors_flow", default="")
 
@@ -62,17 +73,58 @@ class GateStatistics(msgspec.Struct, frozen=True):
 
 
 class _Waiter:
-    __slots__ = ("event", "gone", "granted")
+    __slots__ = ("event", "gone", "granted", "held")
 
-    def __init__(self) -> None:
+    def __init__(self, held: bool) -> None:
         self.event = anyio.Event()
         self.granted = False
         self.gone = False
+        self.held = held  # behind an earlier ticket of its flow still arriving, not yet queued
+
+
+class _Arrivals:
+    """One flow's tickets on their way to the gate, and its waiters held behind them.
+
+    Tickets are expected in increasing order, so ``order`` is sorted; it keeps tickets that have
+    arrived since (dropped once at its front), so the earliest one still arriving is found in
+    amortised constant time."""
+
+    __slots__ = ("held", "live", "order")
+
+    def __init__(self) -> None:
+        self.order: deque[int] = deque()
+        self.live: set[int] = set()
+        # A heap by ticket (a message waits at most once at a time: tickets differ, so waiters
+        # are never compared).
+        self.held: list[tuple[int, _Waiter]] = []
+
+    def first(self) -> int | None:
+        """The earliest ticket still arriving."""
+        order, live = self.order, self.live
+        while order and order[0] not in live:
+            order.popleft()
+        return order[0] if order else None
+
+
+class Arrival:
+    """A ticket on its way to the gate (:meth:`AdmissionGate.expect`): later tickets of its flow
+    are held until it reaches :meth:`AdmissionGate.acquire` or is closed. Closing twice, or after
+    it reached the gate, does nothing."""
+
+    __slots__ = ("_flow", "_gate", "ticket")
+
+    def __init__(self, gate: AdmissionGate, ticket: int, flow: str) -> None:
+        self._gate = gate
+        self._flow = flow
+        self.ticket = ticket
+
+    def close(self) -> None:
+        self._gate._arrived(self.ticket, self._flow)
 
 
 class AdmissionGate:
     """At most ``limit`` holders at once; waiting flows are admitted in turn, each flow's lowest
-    ticket (earliest arrival) first."""
+    ticket (earliest arrival) first, and never past an earlier ticket of its flow still arriving."""
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -81,24 +133,55 @@ class AdmissionGate:
         self._tickets = itertools.count()
         self._running = 0
         self._waiting: FairQueue[_Waiter] = FairQueue()
-        self._live_waiters = 0
+        self._queued = 0  # live waiters in ``_waiting``
+        self._held = 0  # live waiters held behind an arrival
+        self._arriving: dict[str, _Arrivals] = {}  # only flows with tickets arriving or waiters held
         self._admitted = 0
 
     def next_ticket(self) -> int:
         """The arrival ticket of a message queued now."""
         return next(self._tickets)
 
+    def expect(self, ticket: int, flow: str = "") -> Arrival:
+        """``ticket`` (the latest of ``flow`` so far) is on its way to :meth:`acquire`: no later
+        ticket of ``flow`` is admitted before it gets there or the returned arrival is closed
+        (its owner closes it on every path). Other flows are not held."""
+        arrivals = self._arriving.get(flow)
+        if arrivals is None:
+            arrivals = self._arriving[flow] = _Arrivals()
+        arrivals.order.append(ticket)
+        arrivals.live.add(ticket)
+        return Arrival(self, ticket, flow)
+
     async def acquire(self, ticket: int, flow: str = "") -> None:
-        """Take a slot for ``flow``; waits while all are held. Returns at once, without yielding,
-        when one is free (then nobody waits: a freed slot goes straight to a waiter).
+        """Take a slot for ``flow``; waits while all are held or an earlier ticket of ``flow`` is
+        still arriving. Returns at once, without yielding, when one is free and neither holds it
+        (then nobody waits in the queue: a freed slot goes straight to a waiter).
         Cancellation while waiting leaves no slot taken."""
-        if self._running < self.limit and not self._live_waiters:
+        arrivals = self._arriving.get(flow)
+        behind = False
+        if arrivals is not None:
+            arrivals.live.discard(ticket)
+            first = arrivals.first()
+            behind = first is not None and first < ticket
+        if not behind and self._running < self.limit and not self._queued:
             self._running += 1
             self._admitted += 1
+            if arrivals is not None:  # its arrival may free later tickets of its flow
+                self._settle(flow, arrivals)
+                self._dispatch()
             return
-        waiter = _Waiter()
-        self._waiting.push(flow, ticket, waiter)
-        self._live_waiters += 1
+        waiter = _Waiter(behind)
+        if behind:
+            assert arrivals is not None
+            heapq.heappush(arrivals.held, (ticket, waiter))
+            self._held += 1
+        else:
+            self._waiting.push(flow, ticket, waiter)
+            self._queued += 1
+            if arrivals is not None:
+                self._settle(flow, arrivals)
+            self._dispatch()
         try:
             await waiter.event.wait()
             # Handed a slot: start as the flow's busy work, fairly (a freed slot must not start
@@ -107,25 +190,54 @@ class AdmissionGate:
         except BaseException:
             if waiter.granted:
                 self.release()  # handed over just as the waiter was cancelled: pass it on
-            else:
+            elif not waiter.gone:
                 waiter.gone = True
-                self._live_waiters -= 1
+                if waiter.held:
+                    self._held -= 1
+                else:
+                    self._queued -= 1
             raise
 
     def release(self) -> None:
         """Give a slot back; the flow whose turn it is gets it for its earliest waiter."""
-        while self._waiting:
-            waiter = self._waiting.pop()
-            if not waiter.gone:
-                self._live_waiters -= 1
-                waiter.granted = True
-                self._admitted += 1
-                waiter.event.set()
-                return
         self._running -= 1
+        self._dispatch()
 
     def statistics(self) -> GateStatistics:
-        return GateStatistics(self.limit, self._running, self._live_waiters, self._admitted)
+        return GateStatistics(self.limit, self._running, self._queued + self._held, self._admitted)
+
+    def _arrived(self, ticket: int, flow: str) -> None:
+        arrivals = self._arriving.get(flow)
+        if arrivals is not None and ticket in arrivals.live:
+            arrivals.live.remove(ticket)
+            self._settle(flow, arrivals)
+            self._dispatch()
+
+    def _settle(self, flow: str, arrivals: _Arrivals) -> None:
+        """Queue the flow's held waiters that no earlier arrival holds any more; forget the flow
+        once nothing of it is arriving or held."""
+        first = arrivals.first()
+        held = arrivals.held
+        while held and (first is None or held[0][0] < first):
+            ticket, waiter = heapq.heappop(held)
+            if not waiter.gone:
+                waiter.held = False
+                self._held -= 1
+                self._waiting.push(flow, ticket, waiter)
+                self._queued += 1
+        if first is None and not held:
+            del self._arriving[flow]
+
+    def _dispatch(self) -> None:
+        """Hand the free slots to the queued waiters whose turn it is."""
+        while self._running < self.limit and self._waiting:
+            waiter = self._waiting.pop()
+            if not waiter.gone:
+                self._queued -= 1
+                waiter.granted = True
+                self._running += 1
+                self._admitted += 1
+                waiter.event.set()
 
 
 class Admission:

@@ -83,7 +83,13 @@ class ActorCell:
     def enqueue(self, message: Any, *, tell: bool) -> Envelope:
         gate = self._gate
         envelope = Envelope(message, tell=tell, ticket=0 if gate is None else gate.next_ticket(), flow=current_flow())
+        # Only an idle running actor's next message goes straight on to the gate; one queued
+        # behind other work would hold its flow's later tickets for as long as that work runs.
+        idle = gate is not None and self.state is CellState.RUNNING and self.mailbox.idle
         self.mailbox.put_nowait(envelope)
+        if idle:
+            assert gate is not None
+            envelope.arrival = gate.expect(envelope.ticket, envelope.flow)
         return envelope
 
     async def control(self, message: Any) -> Any:

@@ -6,15 +6,19 @@ or the actor stopped). Only the actor task moves it forward; any task may ``canc
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
 from oam_actors.runtime._errors import MessageCancelled, RuntimeErrorBase
 from oam_actors.runtime._ref import Reply
+
+if TYPE_CHECKING:
+    from oam_actors.runtime._admission import Arrival
 
 __all__ = ["Envelope"]
 
@@ -29,8 +33,8 @@ class Envelope(Reply):
     """A message, where it stands, and its outcome once done."""
 
     __slots__ = (
-        "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "flow", "message",
-        "tell", "ticket",
+        "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "arrival", "flow",
+        "message", "tell", "ticket",
     )
 
     def __init__(self, message: Any, *, tell: bool = False, ticket: int = 0, flow: str = "") -> None:
@@ -38,6 +42,9 @@ class Envelope(Reply):
         self.tell = tell
         self.ticket = ticket  # arrival order at the system's admission gate
         self.flow = flow  # whose work it is there (see ``runtime.flow``)
+        # On its way to the gate (set by the cell): closed once the handler first waits, or the
+        # message is cancelled or resolves, so no path leaves its flow held behind it.
+        self.arrival: Arrival | None = None
         self._stage = _Stage.QUEUED
         self._value: Any = None
         self._error: BaseException | None = None
@@ -93,6 +100,8 @@ class Envelope(Reply):
         if self._stage is _Stage.DONE or self._abort is not None or self._committed:
             return False
         self._abort = error_type
+        if self.arrival is not None:
+            self.arrival.close()  # it will never ask for admission now
         if self._scope is not None:
             self._scope.cancel()
         return True
@@ -101,6 +110,9 @@ class Envelope(Reply):
         """The handler starts under ``scope``."""
         self._stage = _Stage.RUNNING
         self._scope = scope
+        if self.arrival is not None:
+            # Runs once the handler first waits: a handler that asks for admission is at the gate by then.
+            asyncio.get_running_loop().call_soon(self.arrival.close)
 
     def mark_committed(self) -> None:
         """Pass the point of no return (the caller checked that no cancel won)."""
@@ -110,6 +122,8 @@ class Envelope(Reply):
         """Record the outcome and wake the waiter."""
         self._stage = _Stage.DONE
         self._scope = None
+        if self.arrival is not None:
+            self.arrival.close()
         self._value = value
         self._error = error
         if self._callbacks is not None:

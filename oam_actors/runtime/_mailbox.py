@@ -46,6 +46,11 @@ class Mailbox:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def idle(self) -> bool:
+        """Nothing running or queued."""
+        return self.running is None and not self._queue
+
     def put_nowait(self, envelope: Envelope) -> None:
         """Append ``envelope``; ``ActorStopped`` once closed, ``MailboxFull`` at the bound."""
         if self._closed:
