@@ -34,3 +34,22 @@ async def test_a_cancelled_wait_is_passed_over() -> None:
     deadlines.wake_after(kept, 0.01)
     await kept
     assert gone.cancelled()
+
+
+async def test_answered_waits_behind_one_that_is_never_answered_do_not_pile_up() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    never = loop.create_future()  # its client never answers: it stays at the head until its deadline
+    deadlines.wake_after(never, 0.05)
+    pending = []
+    for n in range(10_000):
+        future = loop.create_future()
+        deadlines.wake_after(future, 0.05)
+        if n % 1000 == 0:
+            pending.append(future)  # a few others are still waiting too
+        else:
+            future.set_result(None)  # answered in time
+    assert len(pending) + 1 <= len(deadlines) <= 64  # 10 001 before: every answered wait was kept
+    await asyncio.gather(never, *pending)  # the waits still pending were kept, and wake at their deadline
+    assert never.result() is None and all(future.result() is None for future in pending)
+    assert len(deadlines) == 0
