@@ -9,7 +9,8 @@ one that does (:class:`~oam_actors.models.coalesce.CoalescingModel`) answers the
 numbered batch and streams back exactly what the step itself would have been answered with (a
 bark's line, a decision's JSON object, a reply), so the agent validates it as usual.
 
-:class:`ItemModel` marks the one step of a one-off request that the item describes.
+:class:`ItemModel` marks the one step of a one-off request that the item describes;
+:func:`may_coalesce` says whether to.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import msgspec
 
 from .model import BatchItem, DelegatingModel, GenerationRequest, LanguageModel, StepKind, Usage
 
-__all__ = ["Describe", "ItemModel"]
+__all__ = ["Describe", "ItemModel", "may_coalesce"]
 
 _DESCRIBED_STEPS = frozenset({StepKind.RESPOND, StepKind.STRUCTURED})
 _DESCRIBED_BY_CALL = _DESCRIBED_STEPS | {StepKind.DECIDE}  # a talk's tool choice, too
@@ -28,6 +29,12 @@ _DESCRIBED_BY_CALL = _DESCRIBED_STEPS | {StepKind.DECIDE}  # a talk's tool choic
 
 Describe = Callable[[GenerationRequest], BatchItem | None]
 """The item of one step, built when the step is asked (``None``: it runs alone)."""
+
+
+def may_coalesce(model: LanguageModel, asked: bool) -> bool:
+    """Whether a step goes out with an item: its caller lets it be coalesced (``asked``) and
+    ``model`` coalesces (only such a backend reads items; for any other, building one is waste)."""
+    return asked and model.capabilities.coalesces
 
 
 class ItemModel(DelegatingModel):

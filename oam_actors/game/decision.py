@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..agent.batch import ItemModel
+from ..agent.batch import ItemModel, may_coalesce
 from ..agent.events import EventSink, TurnResult, TurnUsage
 from ..agent.model import LanguageModel
 from ..agent.policy import AgentOptions, ToolChoice, ToolChoiceKind
@@ -258,7 +258,7 @@ class DecisionEngine(OneOffEngine):
         """The model, with the decision described as a batch item when it may be coalesced: a
         backend that coalesces, no tools (a tool never runs twice) and the standard instructions
         (a batch has its own)."""
-        if not (request.coalesce and self.model.capabilities.coalesces) or request.tools \
+        if not may_coalesce(self.model, request.coalesce) or request.tools \
                 or self.instructions is not None:
             return self.model
         options = [(option_id, option.description) for option_id, option in zip(ids, request.options, strict=True)]

@@ -33,7 +33,7 @@ import anyio
 import msgspec
 
 from ..agent.agent import Agent
-from ..agent.batch import ItemModel
+from ..agent.batch import ItemModel, may_coalesce
 from ..agent.events import (
     PartialValue,
     TextDelta,
@@ -422,7 +422,7 @@ class NPC:
             options=options,
             world_summary=world_summary,
             situation=situation,
-            coalesce=coalesce and self.model.capabilities.coalesces,  # only such a backend reads items
+            coalesce=may_coalesce(self.model, coalesce),
         )
 
     def _schema_for(self, persona: Persona, options: NPCOptions) -> Schema:
@@ -621,7 +621,7 @@ class NPC:
         )
         moment = situation_text(situation)
         model = ItemModel(self.model, bark_item(persona, options.extra_instructions, moment, world_summary)) \
-            if coalesce and self.model.capabilities.coalesces else self.model
+            if may_coalesce(self.model, coalesce) else self.model
         one_off = Agent(model, instructions=instructions, options=agent_options, owner=self.owner)
         try:
             result = await one_off.respond(prompting.bark_prompt(moment, world_summary))
