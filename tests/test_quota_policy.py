@@ -313,6 +313,23 @@ def test_dialogue_tickets_a_batch_answers_are_no_demand_for_the_reserve() -> Non
     assert policy.statistics(61.0).dialogue_reserve == 1  # the next period's estimate: 0.5 * 1
 
 
+def test_a_dialogue_ticket_moved_to_another_phone_counts_once_in_the_reserve() -> None:
+    # Six lines queued on phone 1, which cooled down: a device pool cancels them there and
+    # submits them to phone 2. They are phone 2's demand only; counted on both, phone 1 would
+    # keep six slots of its window idle for lines that went elsewhere.
+    first, second = QuotaPolicy(NANO), QuotaPolicy(NANO)
+    first.on_throttled(0.0, retry_after=30.0)
+    lines = [ticket(f"npc{n}", D) for n in range(6)]
+    for t in lines:
+        first.submit(t)
+    assert first.statistics(0.0).dialogue_reserve == 6
+    for t in lines:
+        assert first.cancel(t.id)
+        second.submit(t)
+    assert (first.statistics(0.0).dialogue_reserve, second.statistics(0.0).dialogue_reserve) == (1, 6)
+    assert first.statistics(61.0).dialogue_reserve == 1  # nor in the next period's estimate
+
+
 def test_a_later_step_of_an_action_costs_its_owner_nothing() -> None:
     # "talker" took two dialogue steps for one action (a tool round, then the reply), "quiet" one
     # bark: both are one action behind, so they alternate from there as equals.

@@ -9,7 +9,9 @@ dialogue demand it has seen:
   moving average (EWMA) of dialogue tickets submitted per period (less those another ticket's
   generation answered: a coalesced batch's members need no slot of their own, and counting them
   kept phones idle for dialogue that never came, so dialogue was admitted at once and its batches
-  never formed), weight ``smoothing`` for the
+  never formed; and less those cancelled while queued: a device pool moves a step waiting on a
+  phone that cools down to another phone, which counts it, and it is one line, not one a
+  phone), weight ``smoothing`` for the
   latest period, or the count of the current period when that is higher (a surge raises the
   reserve at once; a lull lowers it one period at a time).
 - **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
@@ -85,8 +87,8 @@ class DialogueReserve:
         self._count += 1
 
     def withdraw(self, submitted: float) -> None:
-        """A dialogue ticket submitted at ``submitted`` was answered by another's generation: it
-        is no demand (once its period is rolled into the estimate, it stays there)."""
+        """A dialogue ticket submitted at ``submitted`` was answered by another's generation, or
+        cancelled: it is no demand (once its period is rolled into the estimate, it stays there)."""
         if self._count and self._period_end is not None and submitted >= self._period_end - self._period:
             self._count -= 1
 

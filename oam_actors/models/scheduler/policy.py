@@ -347,7 +347,8 @@ class QuotaPolicy:
         return self._ledger.start_tag(owner)
 
     def cancel(self, ticket_id: int) -> bool:
-        """Remove a queued ticket at once; ``False`` if it is not queued (running or ended)."""
+        """Remove a queued ticket at once; ``False`` if it is not queued (running or ended). A
+        cancelled dialogue ticket is no dialogue demand here (:mod:`.headroom`)."""
         return self._dequeue(ticket_id, served=False)
 
     def _dequeue(self, ticket_id: int, *, served: bool) -> bool:
@@ -358,11 +359,13 @@ class QuotaPolicy:
         if served:
             queue.take(entry)
             self._taken += 1
-            if entry.ticket.priority is Priority.DIALOGUE:
-                self._reserve.withdraw(max(self._now, entry.ticket.enqueued_at))
         else:
             queue.remove(entry)
             self._cancelled += 1
+        if entry.ticket.priority is Priority.DIALOGUE:
+            # Taken, it needs no slot; cancelled, none here: a device pool that moves a waiting
+            # step to another phone submits it there, where it counts (once, not once a phone).
+            self._reserve.withdraw(max(self._now, entry.ticket.enqueued_at))
         return True
 
     def poll(self, now: float) -> Decision:
