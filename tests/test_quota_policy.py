@@ -373,3 +373,44 @@ def test_phones_sharing_a_ledger_serve_an_npc_served_elsewhere_after_the_others(
     alone.submit(ticket("a", B))
     alone.submit(ticket("b", B))
     assert [t.owner for t in serve_all(alone)] == ["a", "b"]
+
+
+# -- dialogue: fair shares, earliest deadline first only when a line is near its deadline --------
+
+
+def test_an_old_line_near_its_deadline_is_not_overtaken_by_newer_lines_of_npcs_served_less() -> None:
+    # "rich" spoke eight times. At t = 16 it speaks again while a fresh NPC's line runs; then
+    # six NPCs never served speak at once, and more come every 2 s: 30 lines in the window,
+    # within what it allows, and earliest deadline first meets every deadline. In fairness
+    # bands alone the newer lines all went first and rich's line expired at t = 36; it must
+    # wait its turn while it has time, then go before the newer lines.
+    phone = Phone(latency=1.5)
+    for k in range(8):
+        phone.at(2.0 * k, "submit", ticket("rich", D, 2.0 * k, deadline=2.0 * k + 20.0))
+    phone.at(15.5, "submit", ticket("new0", D, 15.5, deadline=35.5))
+    line = ticket("rich", D, 16.0, deadline=36.0)
+    phone.at(16.0, "submit", line)
+    for n in range(1, 7):
+        phone.at(16.5, "submit", ticket(f"new{n}", D, 16.5, deadline=36.5))
+    for k in range(14):
+        at = 18.0 + 2.0 * k
+        phone.at(at, "submit", ticket(f"late{k}", D, at, deadline=at + 20.0))
+    phone.run(120.0)
+    assert phone.expired == []
+    assert len(phone.admitted) == 30
+    after = [t.owner for _, t in phone.admitted[9:]]  # what followed new0 on the phone
+    admitted_at = {t.id: now for now, t in phone.admitted}
+    assert line.deadline - 6.0 <= admitted_at[line.id] <= line.deadline  # near its deadline...
+    assert after.index("rich") >= 6  # ...after newer lines of NPCs served less while it had time
+    assert any(owner.startswith("late") for owner in after[after.index("rich") + 1:])  # then before
+
+
+def test_dialogue_keeps_fair_shares_between_conversations_while_deadlines_are_far() -> None:
+    # "chatty" queues ten lines, then "quiet" one, due later than all of them. Earliest deadline
+    # first would serve chatty's ten before quiet's one; with every deadline far off the fair
+    # bands alternate: quiet's line is second.
+    policy = QuotaPolicy(NANO)
+    for n in range(10):
+        policy.submit(ticket("chatty", D, 0.0, deadline=100.0 + n))
+    policy.submit(ticket("quiet", D, 0.0, deadline=200.0))
+    assert [t.owner for t in serve_all(policy)][:3] == ["chatty", "quiet", "chatty"]

@@ -19,6 +19,18 @@ and NPC work (decisions and background), ordered here.
   more). The credit (:data:`IDLE_CREDIT` requests) is how far behind an owner may be when it comes
   back: one whose requests expired unserved, or that asks rarely, goes first among owners served
   more, but can never claim more than that for its idle time.
+- **Dialogue near its deadline goes by deadline.** Dialogue is banded like NPC work (fair shares
+  between conversations, which matter while player dialogue keeps a phone busy), except that
+  the dialogue queue keeps its tickets in deadline order too (:meth:`ClassQueue.urgent`): when
+  the tickets due no later than one, itself included, served one per expected admission
+  interval of the backend, would leave it less than :data:`URGENCY_MARGIN` intervals of slack,
+  the earliest-due ticket goes next, whatever its owner's band. Banded alone, a line of an NPC
+  served much waited behind the newer lines of NPCs served less, on a phone whose dialogue was
+  backlogged for a moment, until its deadline passed, though every line could have started in
+  time. Earliest deadline first for all dialogue (tried) serves lines in arrival order under the
+  server's common queue time and costs the fair shares: a conversation that asks more gets
+  more. An urgent admission charges its owner like any other, but moves virtual time no
+  further than the band order's head.
 - **Bands.** Start tags are grouped in bands (one request wide, :data:`NPC_WORK_BAND`). The lowest
   band goes first; within it a decision goes before background work, then the earliest deadline
   (tickets without one last), then the lower tag, then arrival. An admission moves its owner's
@@ -37,6 +49,7 @@ arrival order and some got nothing in the run.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -45,13 +58,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .policy import Ticket
 
-__all__ = ["IDLE_CREDIT", "ClassQueue", "Ledger", "QueueEntry"]
+__all__ = ["IDLE_CREDIT", "URGENCY_MARGIN", "ClassQueue", "Ledger", "QueueEntry"]
 
 _NO_DEADLINE = math.inf
 NPC_WORK_BAND = 1.0
 """Request equivalents of service within which a decision goes before another owner's background work."""
 IDLE_CREDIT = 3.0
 """Request equivalents an owner may be behind virtual time when its ticket is tagged."""
+URGENCY_MARGIN = 2.0
+"""Admissions of slack beyond the tickets due first that a ticket of a queue kept by deadline
+(dialogue) keeps before it goes earliest deadline first: the admission in progress, and a little
+jitter of the event loop."""
 
 
 class QueueEntry:
@@ -156,13 +173,18 @@ _Item = tuple[int, int, float, float, int, int, str, QueueEntry, int]
 class ClassQueue:
     """One priority class over a shared :class:`Ledger`; see the module docstring."""
 
-    def __init__(self, ledger: Ledger, band: float = 1.0) -> None:
+    def __init__(self, ledger: Ledger, band: float = 1.0, *, by_deadline: bool = False) -> None:
+        """``by_deadline``: keep the queued tickets in deadline order too, for :meth:`urgent`."""
         self._ledger = ledger
         self._band = band
         self._lanes: dict[str, _Lane] = {}
         self._heap: list[_Item] = []
         self._serial = itertools.count()
         self._counts = [0, 0, 0]  # queued, by priority value
+        # (deadline, arrival, entry) of the queued tickets with a deadline, when kept by deadline;
+        # left entries are dropped lazily, all at once when they are half of the list.
+        self._due: list[tuple[float, int, QueueEntry]] | None = [] if by_deadline else None
+        self._due_live = 0
 
     def __len__(self) -> int:
         return sum(self._counts)
@@ -178,6 +200,9 @@ class ClassQueue:
             lane = self._lanes[name] = _Lane()
         heapq.heappush(lane.entries, (entry.key, entry))
         self._counts[entry.ticket.priority] += 1
+        if self._due is not None and entry.ticket.deadline is not None:
+            bisect.insort(self._due, (entry.key[1], entry.key[2], entry), key=_due_key)
+            self._due_live += 1
         scheduled = lane.scheduled
         if scheduled is None or entry.key < scheduled.key:
             # A new head (first, or due earlier than the owner's current one): the old item goes
@@ -189,6 +214,33 @@ class ClassQueue:
         entry.live = False
         self._counts[entry.ticket.priority] -= 1
         self._ledger.release(entry.ticket.owner)
+        if self._due is not None and entry.ticket.deadline is not None:
+            self._due_live -= 1
+
+    def urgent(self, now: float, service: float) -> QueueEntry | None:
+        """The earliest-due ticket of a queue kept by deadline when band order could make a ticket
+        miss its deadline: when the tickets due no later than one, itself included, served one
+        per ``service`` seconds from ``now``, leave it less than :data:`URGENCY_MARGIN` services
+        of slack. ``None`` otherwise (band order meets every deadline with room to spare)."""
+        due = self._due
+        if not self._due_live or service <= 0:
+            return None
+        if len(due) > 2 * self._due_live + 16:
+            due[:] = [item for item in due if item[2].live]
+        horizon = (self._due_live + URGENCY_MARGIN) * service  # no later ticket can be urgent
+        rank, first = 0, None
+        for deadline, _, entry in due:
+            if not entry.live:
+                continue
+            if first is None:
+                first = entry
+            rank += 1
+            slack = deadline - now
+            if slack > horizon:
+                return None
+            if slack < (rank + URGENCY_MARGIN) * service:
+                return first
+        return None
 
     def head(self) -> QueueEntry | None:
         heap, ledger = self._heap, self._ledger
@@ -221,18 +273,28 @@ class ClassQueue:
         """The start tag of :meth:`head` (infinity when the queue is empty)."""
         return math.inf if self.head() is None else self._heap[0][3]
 
-    def pop_head(self, behind: float = math.inf) -> QueueEntry:
-        """Take the entry :meth:`head` returned and charge its owner; virtual time moves to its
-        tag, or only to ``behind`` when that is lower (the head of a queue served before it)."""
+    def pop(self, entry: QueueEntry, behind: float = math.inf) -> None:
+        """Take ``entry`` (:meth:`head`, or :meth:`urgent`) out as admitted and charge its owner;
+        virtual time moves to its tag, or only to ``behind`` when that is lower (the head of a
+        queue served before it)."""
+        if self.head() is entry:
+            self._pop_head(behind)
+            return
+        # Out of band order (an urgent ticket): charged at its owner's tag, like any admission,
+        # but virtual time moves no further than the band order's head, so an owner served much
+        # does not drag it up and put every owner served less behind the credit's floor alike.
+        name = entry.ticket.owner
+        start = self._ledger.start_tag(name)
+        self._ledger.charge(name, start, entry.cost, vtime=min(start, behind, self.head_tag()))
+        self.remove(entry)  # its item in the heap, if it has one, is dropped when it surfaces
+
+    def _pop_head(self, behind: float) -> None:
         _, _, _, start, _, _, name, entry, _ = heapq.heappop(self._heap)
         lane = self._lanes[name]
         ledger = self._ledger
         ledger.charge(name, start, entry.cost, vtime=min(start, behind))
-        entry.live = False
-        self._counts[entry.ticket.priority] -= 1
-        ledger.release(name)
+        self.remove(entry)
         self._advance(name, lane)
-        return entry
 
     def _advance(self, name: str, lane: _Lane) -> None:
         entries = lane.entries
@@ -249,3 +311,7 @@ class ClassQueue:
         priority, deadline, arrival = entry.key
         heapq.heappush(self._heap, (math.floor(start / self._band), priority, deadline, start, arrival, token,
                                     name, entry, self._ledger.version(name)))
+
+
+def _due_key(item: tuple[float, int, QueueEntry]) -> tuple[float, int]:
+    return item[0], item[1]

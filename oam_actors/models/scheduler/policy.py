@@ -27,7 +27,10 @@ Contract
   pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; earliest deadline first among owners within one
-  request of service of each other and within an owner. The cost of a ticket is its dominant
+  request of service of each other and within an owner, and among dialogue once a line's slack
+  nears what the lines due before it need at the backend's expected admission interval (the
+  pace, the window's rate, or the time an admission runs per slot of concurrency, whichever is
+  longest). The cost of a ticket is its dominant
   share: one request, or its tokens counted in request equivalents
   (``tokens_per_window / requests_per_window``) when that is more. Fairness is over actions: a
   ``follow_up`` ticket (a later step of a turn: a tool round's next step, a repair) costs
@@ -99,6 +102,8 @@ __all__ = [
 _MIN_RETRY_AFTER = 1.0
 # Caps the backoff exponent so that a long throttle streak cannot overflow a float.
 _MAX_DOUBLINGS = 30
+# Weight of the latest admission in the average time an admission runs.
+_HOLD_SMOOTHING = 0.2
 
 
 class Priority(enum.IntEnum):
@@ -276,13 +281,15 @@ class QuotaPolicy:
         self._limits = limits
         self._ledger = ledger if ledger is not None else Ledger()
         # Dialogue is a class of its own; decisions and background work share one queue.
-        dialogue, npc_work = ClassQueue(self._ledger), ClassQueue(self._ledger, NPC_WORK_BAND)
+        dialogue = ClassQueue(self._ledger, by_deadline=True)
+        npc_work = ClassQueue(self._ledger, NPC_WORK_BAND)
         self._classes = (dialogue, npc_work, npc_work)
         self._order = (dialogue, npc_work)
         self._queued: dict[int, QueueEntry] = {}
         self._deadlines: list[tuple[float, int, QueueEntry]] = []
         self._serial = itertools.count()
         self._running: dict[int, _Charge] = {}
+        self._hold = -1.0  # seconds an admission runs, a moving average (negative: none seen)
         self._window: deque[_Charge] = deque()
         self._window_tokens = 0
         self._window_dialogue = 0
@@ -386,6 +393,8 @@ class QuotaPolicy:
         if tokens_used is not None and tokens_used < 0:
             raise ValueError("tokens_used must not be negative")
         charge = self._running.pop(ticket_id)
+        held = now - (charge.expires_at - self._limits.window_seconds)
+        self._hold = held if self._hold < 0 else self._hold + _HOLD_SMOOTHING * (held - self._hold)
         if tokens_used is not None:
             if charge.expires_at > now:
                 self._window_tokens += tokens_used - charge.tokens
@@ -537,7 +546,7 @@ class QuotaPolicy:
             ticket = entry.ticket
             late = ticket.deadline is not None and ticket.deadline < now
             if not late and self._can_start(ticket, now):
-                queue.pop_head(self._behind(queue))
+                queue.pop(entry, self._behind(queue))
                 self._start(ticket, now)
                 admitted.append(ticket)
             elif ticket.deadline is not None and ticket.deadline <= now:
@@ -552,11 +561,28 @@ class QuotaPolicy:
         return math.inf if queue is npc_work else npc_work.head_tag()
 
     def _top(self) -> tuple[ClassQueue, QueueEntry] | None:
+        dialogue = self._order[0]
+        entry = dialogue.urgent(self._now, self._service_seconds())
+        if entry is not None:
+            return dialogue, entry
         for queue in self._order:
             entry = queue.head()
             if entry is not None:
                 return queue, entry
         return None
+
+    def _spacing(self) -> float:
+        """Seconds between admissions at the rate the time limits allow."""
+        spacing = self._limits.min_interval_seconds
+        if self._limit is not None:
+            spacing = max(spacing, self._limits.window_seconds / self._limit)
+        return max(spacing, self._request_pace.interval)
+
+    def _service_seconds(self) -> float:
+        """Seconds between admissions to expect: the time limits' rate, or the generations' own
+        when running tickets take longer per slot of concurrency."""
+        cap = self._limits.max_concurrency
+        return max(self._spacing(), 0.0 if cap is None else self._hold / cap)
 
     def _can_start(self, ticket: Ticket, now: float) -> bool:
         return not self._full() and self._ready_at(ticket, now) <= now
@@ -677,11 +703,7 @@ class QuotaPolicy:
     def _retry_after(self, ticket: Ticket, now: float) -> float:
         """Estimate when a retry could start: the time limits, or the work queued ahead."""
         ahead = sum(self._classes[p].queued(p) for p in Priority if p <= ticket.priority)
-        spacing = self._limits.min_interval_seconds
-        if self._limit is not None:
-            spacing = max(spacing, self._limits.window_seconds / self._limit)
-        spacing = max(spacing, self._request_pace.interval)
-        wait = max(self._ready_at(ticket, now) - now, ahead * spacing)
+        wait = max(self._ready_at(ticket, now) - now, ahead * self._spacing())
         return max(_MIN_RETRY_AFTER, wait)
 
     def _next_wakeup(self, now: float) -> float | None:
