@@ -32,6 +32,7 @@ from oam_actors.cluster.wire import (
     Hello,
     Out,
     Saved,
+    SharedRef,
     Spawn,
     Stop,
     ValueWriter,
@@ -236,6 +237,14 @@ def test_a_value_writer_asks_only_about_types_held_by_reference_and_pickles_the_
     assert asked == [outlet, value["other"]] * 2
     with pytest.raises(TypeError, match="cannot cross to another process"):
         writer.dumps({"f": lambda: None})
+    assert loads_value(writer.dumps("after a failure")) == "after a failure"
+
+
+def test_a_value_writer_pickles_a_value_its_reference_asks_for_while_it_pickles() -> None:
+    outlet = _Outlet()
+    writer = ValueWriter(lambda obj: writer.dumps(["inner", 1]) if obj is outlet else None)
+    loaded = loads_value(writer.dumps({"outlet": outlet, "n": 2}), lambda ref: loads_value(ref))
+    assert loaded == {"outlet": ["inner", 1], "n": 2}
 
 
 def test_outlets_are_endpoints_by_their_methods() -> None:
@@ -385,6 +394,12 @@ async def test_frames_arrive_whole_in_order_and_batches_decode_as_they_were_sent
     whole = raw_frame(b"token") + raw_frame(encode_ops(ops)) + raw_frame(encode_items(items))
     for start in range(0, len(whole), 7):  # frames arrive split anywhere
         protocol.data_received(whole[start:start + 7])
+    at_once: list[bytes] = []
+    whole_read = FrameProtocol(at_once.append, first_limit=5)
+    whole_read.connection_made(_Transport())
+    whole_read.data_received(whole[:-3])  # two frames and most of the third in one read
+    whole_read.data_received(whole[-3:])
+    assert at_once == frames
     assert frames[0] == b"token"
     assert decode_ops(frames[1]) == ops
     decoded = decode_items(frames[2])
@@ -649,6 +664,26 @@ def test_a_holders_commit_checkpoints_its_owner_only_when_the_owner_hands_back_n
     owner.state = b"v2"
     shard._saved(npc, b"3")
     assert shard._take_batch() == [Saved(npc, b"3"), Saved(world, b"v2")]
+
+
+class _Counted(_Owner):
+    snapshots = 0
+
+    def snapshot(self) -> bytes:
+        self.snapshots += 1
+        return self.state
+
+
+async def test_an_actor_sharing_one_owners_object_twice_snapshots_that_owner_once_per_commit() -> None:
+    world, npc, owner = Address("world", "w"), Address("npc", "n"), _Counted()
+    shard = Shard(0, "node", "127.0.0.1")
+    shares = [SharedRef(world, b"document"), SharedRef(world, b"document again")]
+    async with LocalSystem() as system:
+        shard._system, shard._actors[world] = system, owner
+        shard._install(Spawn(npc, dumps_actor(_Counter(), lambda obj: None), 8, None, shares), {})
+        shard._saved(npc, b"1")
+    assert (shard._owners_of[npc], owner.snapshots) == ([world], 1)
+    assert shard._take_batch() == [Saved(npc, b"1"), Saved(world, b"v1")]
 
 
 def test_a_start_up_sweep_removes_only_socket_directories_whose_shard_is_gone(tmp_path: Path) -> None:

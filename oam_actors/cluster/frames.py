@@ -45,7 +45,7 @@ def raw_frame(payload: bytes) -> bytes:
 
 class FrameProtocol(asyncio.Protocol):
     """One connection's frames. ``on_frame(payload)`` is called for each frame received, in
-    order; it may raise, which ends the connection (a peer that breaks the framing or sends
+    order, with a view of the bytes read (valid while they are: decode it, keep no part); it may raise, which ends the connection (a peer that breaks the framing or sends
     what does not decode is a broken connection, not our crash). ``first_limit`` bounds the
     first frame (the token, before the peer is trusted).
 
@@ -55,7 +55,7 @@ class FrameProtocol(asyncio.Protocol):
 
     def __init__(
         self,
-        on_frame: Callable[[bytes], None],
+        on_frame: Callable[[memoryview], None],
         *,
         first_limit: int = MAX_FRAME_BYTES,
         context: contextvars.Context | None = None,
@@ -64,7 +64,8 @@ class FrameProtocol(asyncio.Protocol):
         self._context = contextvars.copy_context() if context is None else context
         self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
         self._limit = first_limit
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # the start of a frame not yet whole
+        self._wanted = _HEADER.size  # bytes the buffer needs before a frame can be whole
         self._transport: asyncio.Transport | None = None
         self._closed = asyncio.Event()
         self._why: Exception = anyio.EndOfStream()
@@ -77,24 +78,36 @@ class FrameProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            if len(buffer) < self._wanted:
+                return  # the frame under way is not whole yet
+            data = bytes(buffer)
+            buffer.clear()
+        # Whole frames go to the handler as views of what was read: no copy of their bytes.
+        view = memoryview(data)
         offset = 0
         try:
-            while len(buffer) - offset >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(buffer, offset)
+            while True:
+                if len(data) - offset < _HEADER.size:
+                    self._wanted = _HEADER.size
+                    break
+                (size,) = _HEADER.unpack_from(data, offset)
                 if size > self._limit:
                     raise ValueError(f"frame of {size} bytes exceeds {self._limit}")
                 end = offset + _HEADER.size + size
-                if len(buffer) < end:
+                if len(data) < end:
+                    self._wanted = end - offset
                     break
-                payload = bytes(buffer[offset + _HEADER.size:end])
+                payload = view[offset + _HEADER.size:end]
                 offset = end
                 self._limit = MAX_FRAME_BYTES
                 self._context.run(self._on_frame, payload)
         except Exception as exc:  # noqa: BLE001 - reported by closed(); the connection ends
             self._end(exc)
             return
-        del buffer[:offset]
+        if offset < len(data):
+            buffer += view[offset:]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end(exc)

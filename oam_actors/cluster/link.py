@@ -126,7 +126,7 @@ class ShardLink:
         self._replacement = replacement
         self._resolve_reply = resolve_reply
         self._node_id = node_id
-        self._outbound: list[tuple[Hosted | None, Op | None]] = []
+        self._outbound: list[tuple[Hosted | None, Op | None, Waiter | None]] = []
         self._waiters: dict[int, Waiter] = {}
         self._connection: FrameProtocol | None = None  # while up
         self._flushing = False  # a flush is scheduled
@@ -145,7 +145,7 @@ class ShardLink:
             return
         if waiter is not None:
             self._waiters[_waited(op)] = waiter
-        self._outbound.append((hosted, op))
+        self._outbound.append((hosted, op, waiter))
         if self._connection is not None and not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -197,16 +197,16 @@ class ShardLink:
             payload = encode_ops(self._plan(batch))
         except Exception as exc:  # noqa: BLE001 - the store failed or our bug: these ops fail, the link stays
             _log.error("shard %d: operations not sent", self.index, exc_info=exc)
-            for _, op in batch:
-                if (waiter := self._waiters.pop(_waited(op), None)) is not None:
+            for _, op, waiter in batch:
+                if waiter is not None and self._waiters.pop(_waited(op), None) is waiter:
                     waiter.settle(None, exc)
             return
         self._connection.send(payload)
 
-    def _plan(self, batch: list[tuple[Hosted | None, Op | None]]) -> list[Op]:
+    def _plan(self, batch: list[tuple[Hosted | None, Op | None, Waiter | None]]) -> list[Op]:
         ops: list[Op] = []
         incarnation = self.incarnation
-        for hosted, op in batch:
+        for hosted, op, waiter in batch:
             if hosted is not None and hosted.placed != incarnation and _needs_actor(op):
                 for owner in hosted.owners:  # what it shares must be there first
                     if owner.placed != incarnation:
@@ -216,7 +216,7 @@ class ShardLink:
                 hosted.placed = incarnation
             if op is not None:
                 ops.append(op)
-                if (waiter := self._waiters.get(_waited(op))) is not None:
+                if waiter is not None:
                     waiter.sent_to = incarnation
         return ops
 

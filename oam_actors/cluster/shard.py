@@ -197,7 +197,7 @@ class Shard:
         self._tasks.start_soon(self._watch, connection)
         return connection
 
-    def _frame(self, connection: FrameProtocol, payload: bytes) -> None:
+    def _frame(self, connection: FrameProtocol, payload: memoryview) -> None:
         if self._connection is connection:
             for op in decode_ops(payload):
                 self._apply_safely(op)
@@ -347,9 +347,11 @@ class Shard:
             return
         self._actors[op.address] = actor
         if op.shares:
-            self._owners_of[op.address] = [share.owner for share in op.shares]
-            for share in op.shares:
-                self._owner_states.setdefault(share.owner, None)
+            # Each owner once: an actor holding its owner's object in two places (an NPC's
+            # world tools and its grounding) shares it twice, and each commit snapshots owners.
+            owners = self._owners_of[op.address] = list(dict.fromkeys(share.owner for share in op.shares))
+            for owner in owners:
+                self._owner_states.setdefault(owner, None)
 
     def _unhosted(self, address: Address, exc: Exception) -> None:
         _log.error("shard %d: cannot host %s", self.index, address, exc_info=exc)

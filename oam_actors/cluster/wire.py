@@ -19,6 +19,7 @@ Exceptions travel as :class:`Failure`, because the protocol's errors do not pick
 
 from __future__ import annotations
 
+import contextvars
 import copyreg
 import io
 import operator
@@ -245,7 +246,7 @@ def encode_ops(ops: list[Op]) -> bytes:
     return _encoder.encode(ops)
 
 
-def decode_ops(payload: bytes) -> list[Op]:
+def decode_ops(payload: bytes | memoryview) -> list[Op]:
     return _ops.decode(payload)
 
 
@@ -254,7 +255,7 @@ def encode_items(items: list[Item]) -> bytes:
     return _encoder.encode(items)
 
 
-def decode_items(payload: bytes) -> list[Item]:
+def decode_items(payload: bytes | memoryview) -> list[Item]:
     return _items.decode(payload)
 
 
@@ -304,21 +305,43 @@ class ValueWriter:
     type pickles is looked up once per writer (in the pickler's ``dispatch_table``), so the C
     pickler calls back into Python only for the objects that may travel by reference (a hook
     such as ``reducer_override`` is called for every object that is not a str, number or plain
-    container: 8 calls for an ``npc/talk`` message). Types registered with ``runtime`` after the
-    writer first met them are not seen as such: make a writer after the imports that register."""
+    container: 8 calls for an ``npc/talk`` message). One pickler and buffer serve every value
+    (its memo cleared each time). Types registered with ``runtime`` after the writer first met
+    them are not seen as such: make a writer after the imports that register."""
 
     def __init__(self, reference: Reference) -> None:
         self._table = _ReduceTable(reference)
+        self._buffer = io.BytesIO()
+        self._pickler = self._new_pickler(self._buffer)
+        self._busy = False  # dumping: a value pickled from ``reference`` gets a pickler of its own
 
     def dumps(self, value: Any) -> bytes:
-        buffer = io.BytesIO()
+        if self._busy:
+            buffer = io.BytesIO()
+            self._dump(self._new_pickler(buffer), value)
+            return buffer.getvalue()
+        buffer = self._buffer
+        buffer.seek(0)
+        buffer.truncate()
+        self._pickler.clear_memo()
+        self._busy = True
+        try:
+            self._dump(self._pickler, value)
+        finally:
+            self._busy = False
+        return buffer.getvalue()
+
+    def _new_pickler(self, buffer: io.BytesIO) -> pickle.Pickler:
         pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
         pickler.dispatch_table = self._table
+        return pickler
+
+    @staticmethod
+    def _dump(pickler: pickle.Pickler, value: Any) -> None:
         try:
             pickler.dump(value)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             raise _not_crossing(value, exc) from exc
-        return buffer.getvalue()
 
 
 _REDUCE_EX = operator.methodcaller("__reduce_ex__", pickle.HIGHEST_PROTOCOL)  # what pickle does by default
@@ -328,7 +351,7 @@ _BY_NAME = operator.attrgetter("__qualname__")  # a class (of a metaclass): pick
 class _ReduceTable(dict[type, Callable[[Any], Any]]):
     """A pickler's ``dispatch_table``: for each type met, how its objects reduce. Types that may be
     held by reference ask ``reference``, which a reference travels as a call of
-    :func:`_referenced` (resolved by :class:`_ValueUnpickler`); the others reduce as without the
+    :func:`_referenced` (resolved by :func:`loads_value`); the others reduce as without the
     table (``copyreg``'s reducers included), in C."""
 
     def __init__(self, reference: Reference) -> None:
@@ -352,19 +375,33 @@ class _ReduceTable(dict[type, Callable[[Any], Any]]):
 
 
 def loads_value(data: bytes, resolve: Resolve | None = None) -> Any:
+    """What :func:`dumps_value` or a :class:`ValueWriter` pickled; ``resolve(reference)`` gives
+    what stands for each reference. The C unpickler runs alone (a subclass would call Python
+    for every global: a message names several): a reference loads as a call of
+    :func:`_referenced`, which asks the ``resolve`` of the load under way."""
     if resolve is None:
         return pickle.loads(data)
-    return _ValueUnpickler(io.BytesIO(data), resolve).load()
+    token = _RESOLVING.set(resolve)
+    try:
+        return pickle.loads(data)
+    finally:
+        _RESOLVING.reset(token)
+
+
+_RESOLVING: contextvars.ContextVar[Resolve | None] = contextvars.ContextVar("oam_actors_resolving", default=None)
+
+
+def _referenced(ref: Any) -> Any:
+    resolve = _RESOLVING.get()
+    if resolve is None:
+        raise pickle.UnpicklingError(f"a value holding the reference {ref!r} was loaded with nothing to resolve it")
+    return resolve(ref)
 
 
 # Never an endpoint nor a shared object's copy (those are instances of registered classes), so
 # not asked about: the actor pickler's persistent_id sees every object pickled, mostly these
 # (about 1,000 per NPC).
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None), bytes, tuple, list, dict})
-
-
-def _referenced(ref: Any) -> Any:
-    raise pickle.UnpicklingError(f"a value holding the reference {ref!r} was loaded with nothing to resolve it")
 
 
 Substitute = Callable[[Any], Any]
@@ -401,25 +438,6 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         return self._resolve(pid)
-
-
-class _ValueUnpickler(_Unpickler):
-    """Resolves what :class:`ValueWriter` kept by reference. Only for values: they name few
-    globals, and each costs a Python call here (an actor names hundreds)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if name == "_referenced" and module == __name__:
-            return self._resolve
-        # Looked up once per process: pickle imports the module and walks the name each time
-        # (a few microseconds per global; a message is a class or two of structs).
-        key = (module, name)
-        found = _FOUND.get(key, _FOUND)
-        if found is _FOUND:
-            found = _FOUND[key] = super().find_class(module, name)
-        return found
-
-
-_FOUND: dict[tuple[str, str], Any] = {}
 
 
 def dumps_actor(actor: Actor, reference: Reference, substitute: Substitute | None = None) -> bytes:
