@@ -9,7 +9,9 @@ encode/decode, value pickling, socket, checkpoint store, event loop, actor work)
 With ``--cprofile`` it uses cProfile instead, in the driver and inside every shard (a shard
 actor with two more calls, started and stopped around the burst of turns), on CPU time
 (``time.thread_time``: a process descheduled by the other is not charged), and prints per turn
-each process's function calls and the functions with the most cumulative time. Call counts are
+each process's function calls and the functions with the most cumulative time, then the same
+plain-turn loop on a ``LocalSystem`` and the boundary's function calls per plain turn (Ray's
+driver and shard together minus LocalSystem's one process). Call counts are
 the evidence to compare versions by on a shared machine (they do not move with the load);
 cProfile's own cost inflates the times, mostly of code that makes many small calls.
 
@@ -48,6 +50,7 @@ from bench_cluster import Client, crowd, latency, with_bridge
 from oam_actors.cluster import LOCAL_RAY_OPTIONS, RaySystem
 from oam_actors.cluster import system as cluster_system
 from oam_actors.cluster.shard import ShardHost
+from oam_actors.runtime import LocalSystem
 
 # The part of a crossing a sample belongs to: the innermost frame of its stack that one of these
 # names (event-loop frames count only when no other frame is named).
@@ -155,23 +158,24 @@ Metered = Callable[[Awaitable[Any]], Awaitable[Any]]
 async def cprofiled_run(shards: int, body: Callable[[Client, Metered], Awaitable[Any]], out: Path,
                         name: str) -> dict[str, Path]:
     """``body`` (which wraps its measured part in the callable it is given) under cProfile in the
-    driver and each shard; the profiles written to ``out``."""
+    driver and each shard (``shards`` 0: on a ``LocalSystem``, the driver alone); the profiles
+    written to ``out``."""
     paths: dict[str, Path] = {}
 
     async def measured(client: Client) -> None:
         system = client.bridge.system
-        assert isinstance(system, RaySystem)
+        links = system._links if isinstance(system, RaySystem) else []
         profile = cProfile.Profile(time.thread_time)
 
         async def metered(part: Awaitable[Any]) -> Any:
-            for link in system._links:
+            for link in links:
                 await link.handle.profile_start.remote()
             profile.enable()
             result = await part
             profile.disable()
             paths["driver"] = out / f"{name}-driver.prof"
             profile.dump_stats(paths["driver"])
-            for link in system._links:
+            for link in links:
                 paths[f"shard{link.index}"] = out / f"{name}-shard{link.index}.prof"
                 paths[f"shard{link.index}"].write_bytes(await link.handle.profile_stop.remote())
             return result
@@ -181,13 +185,14 @@ async def cprofiled_run(shards: int, body: Callable[[Client, Metered], Awaitable
     plain = cluster_system._ShardActor
     cluster_system._ShardActor = ray.remote(ProfiledShardHost)
     try:
-        await with_bridge(lambda: RaySystem(shards=shards), measured)
+        await with_bridge(lambda: RaySystem(shards=shards) if shards else LocalSystem(), measured)
     finally:
         cluster_system._ShardActor = plain
     return paths
 
 
-def summarize_calls(label: str, path: Path, per: int, top: int) -> None:
+def summarize_calls(label: str, path: Path, per: int, top: int) -> float:
+    """Print a profile's calls and top entries per turn; returns its function calls per turn."""
     stats = pstats.Stats(str(path))
     stats.strip_dirs()
     print(f"  {label}: {stats.total_calls / per:.1f} function calls per turn, {stats.total_tt * 1e6 / per:.0f} µs CPU "
@@ -196,6 +201,7 @@ def summarize_calls(label: str, path: Path, per: int, top: int) -> None:
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][3])  # type: ignore[attr-defined]
     for (file, line, function), (_, calls, own, cumulative, _) in rows[:top]:
         print(f"    {calls / per:10.2f} {own * 1e6 / per:8.1f} {cumulative * 1e6 / per:8.1f}  {file}:{line}({function})")
+    return stats.total_calls / per  # type: ignore[attr-defined]
 
 
 async def main_cprofile(args: argparse.Namespace, out: Path) -> None:
@@ -207,12 +213,18 @@ async def main_cprofile(args: argparse.Namespace, out: Path) -> None:
          lambda client, metered: crowd(args.npcs, args.turns, metered)(client), args.npcs * per_npc),
         (f"plain-turn latency, 1 shard, {args.latency_turns} turns one at a time", 1,
          lambda client, metered: metered(latency(args.latency_turns, tools=False)(client)), args.latency_turns + 20),
+        (f"plain-turn latency, LocalSystem, {args.latency_turns} turns one at a time", 0,
+         lambda client, metered: metered(latency(args.latency_turns, tools=False)(client)), args.latency_turns + 20),
     ]
+    calls: dict[int, float] = {}  # run -> function calls per plain turn, every process together
     for index, (title, shards, body, turns) in enumerate(runs):
         paths = await cprofiled_run(shards, body, out, f"run{index}")
         print(f"{title}:")
         for label, path in paths.items():
-            summarize_calls(label, path, turns if label == "driver" else max(1, turns // shards), args.top)
+            per = turns if label == "driver" else max(1, turns // max(1, shards))
+            calls[index] = calls.get(index, 0.0) + summarize_calls(label, path, per, args.top)
+    print(f"the Ray boundary: {calls[1] - calls[2]:.1f} function calls per plain turn (driver and shard on Ray, "
+          f"{calls[1]:.1f}, minus LocalSystem, {calls[2]:.1f})")
     ray.shutdown()
 
 
