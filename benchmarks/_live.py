@@ -10,6 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from local_model import default_cache, prepared  # noqa: E402
+
+
+def local_model_ready() -> bool:
+    """Whether ``scripts/local_model.py`` would serve at once (wheels and model in its cache),
+    rather than download ~1.1 GB first."""
+    return prepared(default_cache())
 
 
 class ServerDidNotStart(Exception):

