@@ -101,8 +101,8 @@ def test_a_good_line_is_the_json_object_its_step_alone_would_have_written() -> N
     ("Gorm: [joyful] Fine day. >> Hi.", Why.INVALID, "emotion 'joyful' is not one of its own"),
     ("Gorm: Fine day. >> Hi.", Why.INVALID, "no emotion"),
     ("Gorm: [happy] >> Hi.", Why.INVALID, "an emotion without a reply"),
-    ("Gorm: [happy] Fine day.", Why.INVALID, "0 player options, not 1 to 2"),
-    ("Gorm: [happy] Fine day. >> A. | B. | C.", Why.INVALID, "3 player options, not 1 to 2"),
+    ("Gorm: [happy] Fine day.", Why.INVALID, "no player options"),
+    ("Gorm: [happy] Fine day. >> A. | Ask Mira. | C.", Why.MISATTRIBUTED, "names Mira"),  # kept or not
     ("Mira: [happy] Fine day. >> Hi.", Why.MISATTRIBUTED, "written for Mira"),
     ("Gorm: [happy] Mira burnt the bread. >> Hi.", Why.MISATTRIBUTED, "names Mira"),
     ("Gorm: [happy] Fine day. >> Ask Mira.", Why.MISATTRIBUTED, "names Mira"),
@@ -112,12 +112,13 @@ def test_each_field_is_checked_by_the_npcs_own_schema(line: str, why: Why, detai
     assert read_batch(f"1. {line}\n2. Mira: [sad] Hm. >> Hi.", requests)[0] == Unanswered(why, detail)
 
 
-def test_an_npc_without_options_or_without_an_end_gets_neither() -> None:
-    requests = [structured("Gorm", options=0, can_end=False), structured("Mira")]
-    assert read_batch("1. Gorm: [sad] Go away. [end]\n2. Mira: [sad] Hm. >> Hi.", requests)[0] == \
-        Unanswered(Why.INVALID, "ends the conversation, which it may not")
-    assert read_batch("1. Gorm: [sad] Go away. >> Bye.\n2. Mira: [sad] Hm. >> Hi.", requests)[0] == \
-        Unanswered(Why.INVALID, "player options where it has none")
+def test_what_an_npcs_schema_has_no_room_for_is_dropped_as_from_its_step_alone() -> None:
+    # The step alone's JSON loses keys its schema lacks and options past its count (parse_reply).
+    requests = [structured("Gorm", options=0, can_end=False), structured("Mira", options=2)]
+    gorm, mira = read_batch("1. Gorm: [sad] Go away. >> Bye. | Why? [end]\n2. Mira: [sad] Hm. >> A. | B. | C.", requests)
+    assert isinstance(gorm, Answer) and json.loads(gorm.text) == {"emotion": "sad", "line": "Go away."}
+    assert isinstance(mira, Answer) and json.loads(mira.text) == {
+        "emotion": "sad", "line": "Hm.", "player_options": ["A.", "B."], "ends_conversation": False}
     assert read_batch("1. Gorm: [sad] Go away.", requests)[1] == Unanswered(Why.MISSING, "no line")
 
 
