@@ -6,16 +6,65 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from oam_actors import GenerationRequest, StepKind
-from oam_actors.agent.model import ReplyItem, StructuredReplyItem
+from oam_actors.agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem, StructuredReplyItem, ToolChoiceItem
 from oam_actors.models.coalesce import Answer, Unanswered, Why, read_batch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "coalesce_live"
+CAST = ("Gorm", "Mira", "Tobin", "Elsa", "Brann", "Hild", "Ulf", "Sela")
+DECISIONS = [  # the benchmark's: actor, situation, option ids
+    ("Snik", "The player raises a sword at you.", ("attack", "flee", "beg")),
+    ("Grak", "A rival clan insults your name.", ("challenge", "ignore", "laugh")),
+    ("Vera", "A customer offers half your price.", ("accept", "haggle", "refuse")),
+    ("Ods", "You hear a noise behind the barn.", ("investigate", "sleep", "shout")),
+    ("Pell", "The forge fire goes out.", ("relight", "hide", "call_master")),
+    ("Rusk", "A lone traveller walks by at dusk.", ("stalk", "howl", "retreat")),
+    ("Tamsin", "A strange box lies in the road.", ("open", "poke", "fetch_parents")),
+    ("Borin", "The tunnel ceiling creaks.", ("dig_on", "brace", "run")),
+    ("Liss", "A guard watches the crowd.", ("steal", "wait", "blend_in")),
+    ("Hobb", "Crows land on the wheat field.", ("scare", "shoot", "ignore")),
+]
 
 
 def recorded(name: str) -> str:
     return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def answers(results: list[Answer | Unanswered]) -> list[Any]:
+    return [json.loads(r.text) if r.text.startswith("{") else r.text for r in results if isinstance(r, Answer)]
+
+
+def test_a_bark_batch_in_quotes_is_every_characters_own_line() -> None:
+    requests = [GenerationRequest(kind=StepKind.TEXT, system="", prompt="", item=BarkItem(
+        speaker=name, situation="Dawn; the market square is filling up.")) for name in CAST]
+    results = read_batch(recorded("barks_market_dawn.txt"), requests)
+    assert answers(results) == [
+        "We can't wait for the market to open.", "Bread and butter, folks!",
+        "I'll have a fresh catch of cod tomorrow morning.", "Stay safe out there.", "I'm glad you're here.",
+        "I've got some herbs to sell.", "Thanks for letting me help out.", "Welcome, folks!"]
+
+
+def test_a_batch_of_ten_decisions_whose_reasons_name_their_own_character() -> None:
+    requests = [GenerationRequest(kind=StepKind.STRUCTURED, system="", prompt="", item=DecisionItem(
+        actor=actor, situation=situation, options=tuple(ItemOption(i) for i in ids))) for actor, situation, ids in DECISIONS]
+    read = answers(read_batch(recorded("decisions_snik_to_hobb.txt"), requests))
+    assert [(d["choice"], d["confidence"]) for d in read] == [
+        ("attack", 75), ("challenge", 90), ("accept", 90), ("sleep", 80), ("hide", 85), ("retreat", 80),
+        ("poke", 80), ("dig_on", 85), ("steal", 75), ("ignore", 70)]
+    assert read[0]["reasoning"] == "Snik: The goblin is too small to attack with a sword. He would flee or beg instead."
+
+
+def test_tool_choices_with_a_line_left_out_answer_the_others_and_send_that_one_alone() -> None:
+    tools = {"Gorm": "check_steel", "Mira": "check_oven", "Tobin": "check_catch"}
+    requests = [GenerationRequest(kind=StepKind.DECIDE, system="", prompt="", item=ToolChoiceItem(
+        talk=ReplyItem(speaker=name, line="Do you have it?", tool_results=(f"{tool} result: in stock",)),
+        tools=(f"- {tool}: Look it up. Arguments: {{}}", "- respond: answer the player"), names=(tool,)))
+        for name, tool in tools.items()]
+    results = read_batch(recorded("tool_choices_one_missing.txt"), requests)
+    assert answers(results) == [{"action": "respond", "arguments": {}}, {"action": "check_oven", "arguments": {}}]
+    assert results[2] == Unanswered(Why.MISSING, "no line")
 
 
 def structured(name: str, emotions: tuple[str, ...], options: int, can_end: bool, line: str) -> GenerationRequest:
