@@ -80,9 +80,10 @@ BENCHMARKS: list[Entry] = [
 ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors"}
 
 # The same, on a real local model: when it is ready (or --base-url), one run each.
-# coalesce_live starts no round after 9 minutes (a round takes 1-5 minutes on shared cores): done within run_one's 15.
-_COALESCE_LIVE = ["--bark-rounds", "3", "--decision-rounds", "3", "--structured-rounds", "2", "--talk-rounds", "1",
-                  "--talks", "3", "--seconds", "540"]
+# coalesce_live starts no round after 400 s: a round of 6 items takes 1-3 minutes on 2 cores, up to 9
+# (a structured one) when other work holds them, so a run ends within run_one's 15 minutes.
+_COALESCE_LIVE = ["--batch", "6", "--bark-rounds", "3", "--decision-rounds", "3", "--structured-rounds", "2",
+                  "--talk-rounds", "1", "--talks", "3", "--seconds", "400"]
 LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
     ("live_model", "bench_live_model.py", [], ["--lines", "4", "--structured", "1"],
      "the live eval on Qwen2.5-Coder-1.5B (llama.cpp): right actions, valid envelopes and replies"),
