@@ -68,6 +68,7 @@ from oam_actors.agent.model import (  # noqa: E402
 )
 from oam_actors.agent.schema import Schema  # noqa: E402
 from oam_actors.cli.argtypes import non_negative_int, positive_int  # noqa: E402
+from oam_actors.errors import AgentError  # noqa: E402
 from oam_actors.game import NPC, DecisionEngine, DecisionOption, DecisionRequest, DialogueTurn, Emotion, Persona  # noqa: E402
 from oam_actors.game.options import NPCOptions, ReplyFormat  # noqa: E402
 from oam_actors.models.coalesce import (  # noqa: E402
@@ -291,7 +292,7 @@ class Recording(_Watching):
 async def run(base_url: str, model_name: str, rounds: Rounds, batch: int, step_timeout: float,
               record: Path | None, seconds: float | None) -> dict[str, Any]:
     config = ProxyConfig(provider=Provider.OPENAI, model=model_name, base_url=base_url, context_size=4096,
-                         step_timeout=step_timeout)
+                         step_timeout=step_timeout, read_timeout=step_timeout)  # slow shared cores
     async with ProxyBackends(environ={"OPENAI_API_KEY": "local"}) as backends:
         recording = Recording(backends.model(config), record)
         scheduler = QuotaScheduler(QuotaLimits(max_concurrency=1))
@@ -315,7 +316,7 @@ async def run(base_url: str, model_name: str, rounds: Rounds, batch: int, step_t
     return {
         "_table": _table(kinds, total),
         "perKind": {kind: _kind_figures(counts, recording.batches, kind) for kind, counts in kinds.items()},
-        "roundsRun": len(plan) - skipped, "roundsSkippedForTime": skipped,
+        "roundsRun": len(plan) - skipped, "roundsSkippedForTime": skipped, "failedByKind": dict(crowd.failed),
         "decisions": {"decided": len(crowd.decided),
                       "choseOwnOption": sum(choice in ids for _, choice, ids in crowd.decided)},
         "talks": {"talks": len(crowd.talked),
@@ -344,13 +345,23 @@ class Crowd:
         self.decided: list[tuple[str, str, tuple[str, ...]]] = []  # actor, choice, its options
         self.talked: list[tuple[str, str, list[str], str]] = []  # speaker, own tool, tools it ran, line
         self.replied: list[tuple[str, DialogueTurn]] = []
+        self.failed: Counter[str] = Counter()
 
     async def round(self, kind: str, n: int) -> None:
         jobs = {"bark": self._barks, "decision": self._decisions, "talk": self._talks,
                 "structured": self._structured}[kind](n)
         async with anyio.create_task_group() as group:
             for job in jobs:
-                group.start_soon(job)
+                group.start_soon(self._counted, kind, job)
+
+    async def _counted(self, kind: str, job: Callable[[], Awaitable[None]]) -> None:
+        """``job``; one that fails (the server too slow for a step's timeout) is counted, and
+        the run goes on."""
+        try:
+            await job()
+        except AgentError as exc:
+            self.failed[kind] += 1
+            print(f"a {kind} failed: {exc}", file=sys.stderr, flush=True)
 
     def _barks(self, n: int) -> list[Callable[[], Awaitable[None]]]:
         situation = SITUATIONS[n % len(SITUATIONS)]
