@@ -251,12 +251,17 @@ class Recording(_Watching):
         started = time.perf_counter()
         pieces: list[str] = []
         usage: Usage | None = None
-        async for piece in self.model.stream(request):
-            if isinstance(piece, str):
-                pieces.append(piece)
-            else:
-                usage = piece
-            yield piece
+        try:
+            async for piece in self.model.stream(request):
+                if isinstance(piece, str):
+                    pieces.append(piece)
+                else:
+                    usage = piece
+                yield piece
+        except Exception as exc:
+            if batch:  # its items get the error (their step retry decides) or run alone
+                print(f"batch {kind} failed after {time.perf_counter() - started:.0f} s: {exc}", file=sys.stderr, flush=True)
+            raise
         if batch:
             assert kind is not None
             self._read(kind, request, "".join(pieces), time.perf_counter() - started, usage)
