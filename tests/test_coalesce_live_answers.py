@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from oam_actors import GenerationRequest, StepKind
-from oam_actors.agent.model import BarkItem, DecisionItem, ItemOption, ReplyItem, StructuredReplyItem, ToolChoiceItem
+from oam_actors.agent.model import BarkItem, BatchItem, DecisionItem, ItemOption, ReplyItem, StructuredReplyItem, ToolChoiceItem
 from oam_actors.models.coalesce import Answer, Unanswered, Why, read_batch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "coalesce_live"
@@ -90,3 +92,25 @@ def test_structured_replies_where_the_model_copied_the_first_items_form() -> Non
     # Options and [end] its schema has no field for are dropped, as from the step alone's JSON.
     assert isinstance(tobin, Answer) and json.loads(tobin.text) == {
         "emotion": "neutral", "line": "I'm sorry, but the weather is too bad to fish."}
+
+
+def recorded_batches(name: str) -> list[tuple[str, list[GenerationRequest], str]]:
+    """``bench_coalesce_live.py --record`` batches: kind, the items' requests, the answer."""
+    batches = []
+    for line in recorded(name).splitlines():
+        entry = msgspec.json.decode(line)
+        items = msgspec.convert(entry["items"], list[BatchItem])
+        kind = StepKind.STRUCTURED if entry["kind"] in {"decision", "structuredReply"} else StepKind.TEXT
+        batches.append((entry["kind"], [GenerationRequest(kind=kind, system="", prompt="", item=i) for i in items],
+                        entry["answer"]))
+    return batches
+
+
+def test_a_structured_batch_answered_with_the_examples_dots_sends_its_item_alone() -> None:
+    (_, decisions, decided), (_, replies, replied) = recorded_batches("run_decisions_structured.jsonl")
+    assert [json.loads(r.text)["choice"] for r in read_batch(decided, decisions) if isinstance(r, Answer)] == [
+        "attack", "challenge", "accept", "sleep", "relight", "retreat"]
+    # The model copied the example's "..." for Gorm's options, then wrote nothing for the others.
+    assert replied.strip() == "1. Gorm: [proud] I can't do it tonight, sorry. >> ... | ... | ... | [end]"
+    assert read_batch(replied, replies) == [Unanswered(Why.INVALID, "no player options")] + \
+        [Unanswered(Why.MISSING, "no line")] * 5

@@ -609,10 +609,11 @@ def _read_structured_reply(line: str, item: StructuredReplyItem, others: list[st
     found = next((e for e in item.emotions if e.casefold() == emotion), None)
     if found is None:
         return Unanswered(Why.INVALID, f"emotion {emotion!r} is not one of its own")
-    if not words:
+    if not any(c.isalnum() for c in words):  # "..." copied from the example is no reply
         return Unanswered(Why.INVALID, "an emotion without a reply")
     parts = listed[0].split("|") if listed else []
-    options = [o for o in (_LIST_MARKER.sub("", p.strip()).strip(_QUOTES + " ") for p in parts) if o]
+    cleaned = (_LIST_MARKER.sub("", p.strip()).strip(_QUOTES + " ") for p in parts)
+    options = [o for o in cleaned if any(c.isalnum() for c in o)]  # "...": the example's, not an option
     count = item.player_options
     if count and not options:
         return Unanswered(Why.INVALID, "no player options")
