@@ -114,3 +114,9 @@ def test_a_structured_batch_answered_with_the_examples_dots_sends_its_item_alone
     assert replied.strip() == "1. Gorm: [proud] I can't do it tonight, sorry. >> ... | ... | ... | [end]"
     assert read_batch(replied, replies) == [Unanswered(Why.INVALID, "no player options")] + \
         [Unanswered(Why.MISSING, "no line")] * 5
+
+
+def test_a_structured_batch_that_copied_named_placeholders_runs_every_item_alone() -> None:
+    # An example with "<reply>" instead of "...": the model wrote "[proud] <reply> >> no >> [end]" for all.
+    ((_, replies, replied),) = recorded_batches("structured_named_placeholders.jsonl")
+    assert read_batch(replied, replies) == [Unanswered(Why.INVALID, "an emotion without a reply")] * 6

@@ -103,6 +103,8 @@ def test_a_good_line_is_the_json_object_its_step_alone_would_have_written() -> N
     ("Gorm: [happy] >> Hi.", Why.INVALID, "an emotion without a reply"),
     ("Gorm: [happy] ... >> Hi.", Why.INVALID, "an emotion without a reply"),  # the example's dots
     ("Gorm: [happy] Fine day. >> ... | …", Why.INVALID, "no player options"),
+    ("Gorm: [happy] <reply> >> Hi.", Why.INVALID, "an emotion without a reply"),
+    ("Gorm: [happy] Fine day. >> <player option> | <player option>", Why.INVALID, "no player options"),
     ("Gorm: [happy] Fine day.", Why.INVALID, "no player options"),
     ("Gorm: [happy] Fine day. >> A. | Ask Mira. | C.", Why.MISATTRIBUTED, "names Mira"),  # kept or not
     ("Mira: [happy] Fine day. >> Hi.", Why.MISATTRIBUTED, "written for Mira"),

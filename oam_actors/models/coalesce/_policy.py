@@ -380,6 +380,8 @@ def _structured_reply_block(number: int, item: StructuredReplyItem) -> str:
 
 def _structured_example(number: int, item: StructuredReplyItem) -> str:
     emotion = next((e for e in (("happy", "neutral")[number - 1], "neutral") if e in item.emotions), item.emotions[0])
+    # Qwen2.5-Coder-1.5B copies these dots as options at times; named placeholders ("<reply>")
+    # were worse (copied into every item): the reader takes neither for words.
     options = f" >> {' | '.join(['...'] * item.player_options)}" if item.player_options else ""
     return f"{number}. {item.talk.speaker.strip()}: [{emotion}] ...{options}"
 
@@ -609,11 +611,11 @@ def _read_structured_reply(line: str, item: StructuredReplyItem, others: list[st
     found = next((e for e in item.emotions if e.casefold() == emotion), None)
     if found is None:
         return Unanswered(Why.INVALID, f"emotion {emotion!r} is not one of its own")
-    if not any(c.isalnum() for c in words):  # "..." copied from the example is no reply
+    if _placeholder(words):
         return Unanswered(Why.INVALID, "an emotion without a reply")
     parts = listed[0].split("|") if listed else []
     cleaned = (_LIST_MARKER.sub("", p.strip()).strip(_QUOTES + " ") for p in parts)
-    options = [o for o in cleaned if any(c.isalnum() for c in o)]  # "...": the example's, not an option
+    options = [o for o in cleaned if not _placeholder(o)]
     count = item.player_options
     if count and not options:
         return Unanswered(Why.INVALID, "no player options")
@@ -626,6 +628,14 @@ def _read_structured_reply(line: str, item: StructuredReplyItem, others: list[st
     if item.can_end:
         answer["ends_conversation"] = ends
     return Answer(msgspec.json.encode(answer).decode())
+
+
+_NAMED_PLACEHOLDER = re.compile(r"<[^<>]*>")
+
+
+def _placeholder(text: str) -> bool:
+    """Whether ``text`` is only the example's placeholders (``...``, ``<player option>``): no words."""
+    return not any(c.isalnum() for c in _NAMED_PLACEHOLDER.sub("", text))
 
 
 def _read_tool_choice(line: str, item: ToolChoiceItem, others: list[str]) -> ItemResult:
