@@ -25,7 +25,7 @@ class Mailbox:
     """A deque of envelopes bounded by ``max_queue``, plus the one running envelope."""
 
     __slots__ = (
-        "_cancelled", "_closed", "_failed", "_fair", "_processed", "_queue", "_wakeup", "address", "max_queue", "running",
+        "_began", "_cancelled", "_closed", "_failed", "_fair", "_processed", "_queue", "_wakeup", "address", "max_queue", "running",
     )
 
     def __init__(self, address: Address, max_queue: int) -> None:
@@ -41,6 +41,7 @@ class Mailbox:
         self._failed = 0
         self._cancelled = 0
         self._fair: FairYield | None = None  # the actor task's loop's, found on first use
+        self._began = -1  # the fair yields' round the last message began in
 
     @property
     def closed(self) -> bool:
@@ -61,22 +62,31 @@ class Mailbox:
         self._wake()
 
     async def get(self) -> Envelope | None:
-        """The next envelope, waiting for one; ``None`` once closed and empty. Always yields."""
+        """The next envelope, waiting for one; ``None`` once closed and empty. Yields unless the
+        actor task has been through the event loop since the last message began (``go_on``)."""
+        fair = self._fair
+        if fair is None:
+            fair = self._fair = fair_yield()
+        began = self._began
         while True:
             while not self._queue:
                 if self._closed:
                     return None
                 self._wakeup = anyio.Event()
                 await self._wakeup.wait()
+                began = -1  # this task has just been woken: it let the others run
             # Each message starts as its flow's busy work (``fair_pause``), whether it was waiting
             # or just arrived: a busy actor cannot starve the others, nor a busy flow
-            # (connection) the other flows.
-            fair = self._fair
-            if fair is None:
-                fair = self._fair = fair_yield()
-            await fair.pause(self._queue[0].flow)
+            # (connection) the other flows. A task back from the loop since the last message
+            # began (its handler waited) has let the others run: it yields only if it must
+            # wait for its turn.
+            flow = self._queue[0].flow
+            if not fair.go_on(flow, began):
+                await fair.pause(flow)
             if self._queue:
+                self._began = fair.mark()
                 return self._queue.popleft()
+            began = fair.mark()
 
     def close(self) -> None:
         """Reject further messages and wake the actor task to drain what is queued."""

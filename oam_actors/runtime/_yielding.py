@@ -18,6 +18,13 @@ back from idle goes next, and every busy flow gets the same share.
 One :class:`FairYield` per event loop (the loop is what is shared): :func:`fair_yield`, or
 :func:`fair_pause` for one yield. Its rounds are marked by a callback the loop runs once per round
 while anyone yields (no task of its own); asyncio only.
+
+Busy work that has just been through the event loop (a mailbox whose last message's handler
+waited for something) has let the others run already: :meth:`FairYield.go_on` lets it go on
+without another trip through the loop while its yield would be a plain checkpoint anyway (no
+waiters, the round not throttled or its yields not spent). The rounds tell: one that passed
+since the work last began means its task was suspended in between (its callback was queued
+before the task could be woken, and the loop runs its ready callbacks in order).
 """
 
 from __future__ import annotations
@@ -62,19 +69,34 @@ class FairYield:
         self._round_flow: str | None = None  # the first flow that yielded this round
         self._mixed = False  # another flow yielded this round too
         self._throttled = False  # the last round was mixed: this one's yields are counted
+        self.round = 0  # rounds marked so far; see ``go_on``
 
     @property
     def contended(self) -> bool:
         """Busy work waits for its turn now."""
         return len(self._waiting) > 0
 
+    def mark(self) -> int:
+        """The round now, its end marked: whoever sees a later round has been suspended since."""
+        self._start_round()
+        return self.round
+
+    def go_on(self, flow: str, began: int) -> bool:
+        """Whether ``flow``'s busy work, which last began in round ``began`` (from :meth:`mark`),
+        may go on without yielding: a round has passed since (its task has been through the loop
+        meanwhile) and a yield now would be a plain checkpoint. Counts as one of this round's
+        yields when it may."""
+        self._start_round()
+        self._note(flow)
+        if began != self.round and not self._waiting and (self._left > 0 or not self._throttled):
+            self._left -= 1
+            return True
+        return False
+
     async def pause(self, flow: str) -> None:
         """Let other tasks run; while the round's yields are spent, wait for ``flow``'s turn."""
         self._start_round()
-        if self._round_flow is None:
-            self._round_flow = flow
-        elif flow != self._round_flow:
-            self._mixed = True
+        self._note(flow)
         if not self._waiting and (self._left > 0 or not self._throttled):
             self._left -= 1
             await asyncio.sleep(0)  # anyio's checkpoint on asyncio, without its backend lookup
@@ -88,6 +110,12 @@ class FairYield:
             waiter.gone = True  # cancelled while waiting: its turn goes to the next one
             raise
 
+    def _note(self, flow: str) -> None:
+        if self._round_flow is None:
+            self._round_flow = flow
+        elif flow != self._round_flow:
+            self._mixed = True
+
     def _start_round(self) -> None:
         if not self._tick_pending:
             self._tick_pending = True
@@ -96,6 +124,7 @@ class FairYield:
     def _tick(self) -> None:
         """A new round: its yields, first to the waiters, flows in turn."""
         self._tick_pending = False
+        self.round += 1
         # One flow alone has nobody to be fair to: rounds where only one flow yields are free.
         self._throttled = self._mixed or bool(self._waiting)
         self._round_flow, self._mixed = None, False
