@@ -271,6 +271,21 @@ async def test_cancel_running_cancels_handler_and_next_message_runs() -> None:
         assert running.cancel() is False  # finished
 
 
+async def test_every_running_message_stays_cancellable_after_one_was_cut_short() -> None:
+    """Messages share a cancel scope until a cancel spends it: each cut-short message leaves the
+    ones after it running to the end, and the next running one can be cut short as well."""
+    async with LocalSystem() as system:
+        probe, ref = spawn_probe(system)
+        for round_ in range(3):
+            running = ref.ask_nowait(("block", f"g{round_}"))
+            after = [ref.ask_nowait(("echo", (round_, i))) for i in range(3)]
+            await probe.entered[f"g{round_}"].wait()
+            assert running.cancel() is True
+            assert await outcome(running) is MessageCancelled
+            assert [await reply.wait() for reply in after] == [(round_, i) for i in range(3)]
+        assert ref.statistics().cancelled == 3 and ref.statistics().processed == 9
+
+
 async def test_cancel_after_commit_is_a_no_op() -> None:
     async with LocalSystem() as system:
         probe, ref = spawn_probe(system)

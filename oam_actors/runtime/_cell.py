@@ -172,23 +172,34 @@ class ActorCell:
 
     async def _serve(self) -> None:
         mailbox = self.mailbox
-        while (envelope := await mailbox.get()) is not None:
-            if envelope.aborted is not None:
-                mailbox.drop(envelope, envelope.aborted(self.address))
-            elif mailbox.closed:
-                mailbox.drop(envelope, self._stopped_error())
-            else:
-                await self._handle(envelope)
+        while True:
+            # One cancel scope for as many messages as no cancel cuts short (a cancelled scope is
+            # spent): only a running message's abort cancels it (``Envelope.abort``), never one
+            # queued or done, so nothing but that message's handler is cut short by it.
+            with new_cancel_scope() as scope:
+                while (envelope := await mailbox.get()) is not None:
+                    if envelope.aborted is not None:
+                        mailbox.drop(envelope, envelope.aborted(self.address))
+                    elif mailbox.closed:
+                        mailbox.drop(envelope, self._stopped_error())
+                    else:
+                        mailbox.start(envelope, scope)
+                        value: Any = None
+                        error: Exception | None = None
+                        try:
+                            value = await self.actor.handle(envelope.message)
+                        except Exception as exc:  # noqa: BLE001 - supervision: fails this message only
+                            error = exc
+                        await self._finish(envelope, value, error)
+                        if scope.cancel_called:
+                            break
+                else:
+                    return
+            # The scope caught the cancel of the message it cut short (still running), if any.
+            if (envelope := mailbox.running) is not None:
+                await self._finish(envelope, None, None)
 
-    async def _handle(self, envelope: Envelope) -> None:
-        value: Any = None
-        error: Exception | None = None
-        with new_cancel_scope() as scope:
-            self.mailbox.start(envelope, scope)
-            try:
-                value = await self.actor.handle(envelope.message)
-            except Exception as exc:  # noqa: BLE001 - supervision: fails this message only
-                error = exc
+    async def _finish(self, envelope: Envelope, value: Any, error: Exception | None) -> None:
         if envelope.committed and self._checkpoint is not None:
             self._save_state(self._checkpoint)
         # A message whose cancel returned True resolves as cancelled, whatever the handler did.
