@@ -18,8 +18,8 @@ the history or cancelled, never both.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ import msgspec
 
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError
 from . import prompts
+from .cancellation import cancel_scope
 from .deadlines import deadlines_for
 from .envelope import Invalid, Respond, argument_candidates, parse_envelope, quote_answer
 from .events import (
@@ -310,10 +311,21 @@ class Turn:
     async def _run_local(self, tool: ToolDefinition, arguments: dict[str, Any]) -> ToolOutput:
         assert tool.handler is not None
         timeout = tool.timeout if tool.timeout is not None else self.options.local_tool_timeout
+        # Our own deadline, told apart from a TimeoutError the tool raises itself. It is a cancel
+        # scope without a deadline of its own, cancelled when a future on the loop's shared
+        # deadlines expires: an anyio deadline costs each tool a timer pushed and popped.
+        scope = expired = expire = None
+        if timeout:
+            scope = cancel_scope()
+            expired = asyncio.get_running_loop().create_future()
+            expired.add_done_callback(expire := _canceller(scope))
+            deadlines_for(expired.get_loop()).wake_after(expired, timeout)
         try:
-            # Our own deadline, told apart from a TimeoutError the tool raises itself.
-            with anyio.move_on_after(timeout or math.inf) as deadline:
+            if scope is None:
                 value = await tool.handler(arguments)
+            else:
+                with scope:
+                    value = await tool.handler(arguments)
         except AgentError as exc:
             if exc.code is ErrorCode.TOOL_FAILED:
                 raise
@@ -321,7 +333,11 @@ class Turn:
         except Exception as exc:  # a tool's failure is the model's information, not the turn's end
             _log.warning("local tool %s failed; the model is told", tool.name, exc_info=exc)
             return ErrorOutput(str(exc) or type(exc).__name__)
-        if deadline.cancelled_caught:
+        finally:
+            if expired is not None and not expired.done():
+                expired.remove_done_callback(expire)  # type: ignore[arg-type]
+                expired.cancel()  # leaves the deadlines' queue when it reaches the head
+        if scope is not None and scope.cancelled_caught:
             return ErrorOutput(f"Tool '{tool.name}' timed out after {format_duration(timeout)}.")
         if isinstance(value, TextOutput | JsonOutput | ErrorOutput):
             return value
@@ -705,6 +721,11 @@ class _ReplyReader(_Reader):
         final = self._cleaner.final()
         await self._display.show(final)
         return final
+
+
+def _canceller(scope: anyio.CancelScope) -> Callable[[asyncio.Future[None]], None]:
+    """A deadline future's callback: the scope it bounds is cancelled when it expires."""
+    return lambda _expired: scope.cancel()
 
 
 def _unexpected_model_error(exc: Exception, request: GenerationRequest, attempt: int) -> AgentError:
