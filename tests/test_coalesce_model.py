@@ -153,7 +153,7 @@ async def test_with_free_quota_a_bark_runs_at_once_as_its_own_request() -> None:
 
 
 async def test_batches_are_bounded_by_the_batch_size() -> None:
-    rig = Rig(settings=CoalesceSettings(max_items=3))
+    rig = Rig(settings=CoalesceSettings(max_items=3, linger_seconds=0.0))
     await rig.warm_up()
     lines = await rig.run(barking(crowd(rig.model)))
     assert lines == [f"{n} says hello." if i < 6 else f"{n} alone." for i, n in enumerate(NAMES)]
@@ -193,6 +193,75 @@ async def test_a_players_dialogue_lingers_only_with_its_own_setting() -> None:
     assert len(both.batches) == 1 and speakers(both.batches[0]) == ["Gorm", "Mira"]
     with pytest.raises(ValueError, match="dialogue_linger_seconds"):
         CoalesceSettings(dialogue_linger_seconds=float("nan"))
+
+
+def priority_bark(rig: Rig, name: str, priority: str) -> Callable[[], Awaitable[str]]:
+    """A bark-like item at ``priority`` (``dialogue``: as a player's talk steps are)."""
+    request = GenerationRequest(kind=StepKind.RESPOND, system=f"You play {name}.", prompt="Say something.",
+                                owner=f"npc:{name}", priority=priority, item=BarkItem(speaker=name))
+
+    async def job() -> str:
+        return "".join([p async for p in rig.model.stream(request) if isinstance(p, str)])
+    return job
+
+
+async def settled(rig: Rig, job: Callable[[], Awaitable[str]], group: anyio.abc.TaskGroup) -> list[str]:
+    """Start ``job``; the list holds its line once it is done (the clock does not move)."""
+    done: list[str] = []
+
+    async def run() -> None:
+        done.append(await job())
+    group.start_soon(run)
+    await anyio.wait_all_tasks_blocked()
+    return done
+
+
+async def test_the_adaptive_linger_gathers_company_only_after_steps_had_to_queue() -> None:
+    rig = Rig()  # the default: adaptive, one backend second (the clock's: time scale 1)
+    gorm, mira, tobin, elsa, brann, hild, ulf = crowd(rig.model)
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as group:
+            assert await settled(rig, barking([gorm])[0], group) == ["Gorm alone."]  # free: at once, alone
+            # Four barks queue behind it (one admission a second): Mira's admission takes the others.
+            assert await run_jobs(barking([mira, tobin, elsa, brann]), rig.clock) == [
+                f"{n} says hello." for n in ("Mira", "Tobin", "Elsa", "Brann")]
+            rig.clock.advance(1.0)  # the next admission is free again, but steps just queued
+            sent = len(rig.backend.requests)
+            hild_said = await settled(rig, barking([hild])[0], group)
+            assert not hild_said and len(rig.backend.requests) == sent  # Hild lingers for company
+            rig.clock.advance(0.5)
+            ulf_said = await settled(rig, barking([ulf])[0], group)
+            rig.clock.advance(0.5)  # Hild's linger ends: admitted at once, she takes Ulf along
+            await anyio.wait_all_tasks_blocked()
+            assert (hild_said, ulf_said) == (["Hild says hello."], ["Ulf says hello."])
+            assert speakers(rig.batches[-1]) == ["Hild", "Ulf"]
+            rig.clock.advance(30.0)  # idle: the backend has had free capacity for a while
+            assert await settled(rig, barking([gorm])[0], group) == ["Gorm alone."]
+    assert rig.model.coalescing_statistics().lingered == 2
+
+
+async def test_a_fixed_linger_of_zero_turns_the_adaptive_one_off() -> None:
+    rig = Rig(settings=CoalesceSettings(linger_seconds=0.0))
+    gorm, mira, tobin, elsa, brann = crowd(rig.model, NAMES[:5])
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as group:
+            assert await settled(rig, barking([gorm])[0], group) == ["Gorm alone."]
+            await run_jobs(barking([mira, tobin, elsa]), rig.clock)
+            rig.clock.advance(1.0)
+            assert await settled(rig, barking([brann])[0], group) == ["Brann alone."]  # queued or not: no linger
+    assert rig.model.coalescing_statistics().lingered == 0
+
+
+async def test_a_players_dialogue_never_lingers_even_while_dialogue_queues() -> None:
+    rig = Rig()
+    await rig.warm_up()
+    lines = await rig.run([priority_bark(rig, name, "dialogue") for name in NAMES[:4]])
+    assert lines == [f"{n} says hello." for n in NAMES[:4]]  # they queued: one batch took them
+    rig.clock.advance(1.0)
+    with anyio.fail_after(GUARD):
+        async with anyio.create_task_group() as group:
+            assert await settled(rig, priority_bark(rig, "Hild", "dialogue"), group) == ["Hild alone."]
+    assert rig.model.coalescing_statistics().lingered == 0
 
 
 # --- bad batch output: one extra attempt per affected item ------------------------------------------
@@ -466,7 +535,7 @@ async def test_items_per_generation_counts_only_the_items_a_generation_answered(
 
 
 async def test_a_batch_charges_every_member_and_the_next_takes_the_least_served_first() -> None:
-    rig = Rig(settings=CoalesceSettings(max_items=3))
+    rig = Rig(settings=CoalesceSettings(max_items=3, linger_seconds=0.0))
     scheduler = rig.model.backend.scheduler
     await rig.warm_up()
     await rig.run(barking(crowd(rig.model, NAMES[:3])))  # Gorm is admitted, Mira and Tobin ride along
@@ -485,7 +554,7 @@ async def test_each_member_queues_on_its_own_ticket_so_the_least_served_brings_i
     # and Tobin, never served. Mira's own ticket is the first the scheduler admits: her batch
     # takes Tobin's and Gorm's items out of their queues, all before Hild's step (with one ticket
     # per batch, the batch waited at Gorm's place, behind Hild).
-    rig = Rig(settings=CoalesceSettings(max_items=3))
+    rig = Rig(settings=CoalesceSettings(max_items=3, linger_seconds=0.0))
     gorm, mira, tobin = crowd(rig.model, ("Gorm", "Mira", "Tobin"))
     await rig.warm_up()
 

@@ -1,6 +1,6 @@
 """The pure coalescing policy: what may be combined, packing under the backend's limits, the
-batch prompt, and reading a batch's answer back per item (lenient numbering, per-item checks,
-attribution)."""
+batch prompt, reading a batch's answer back per item (lenient numbering, per-item checks,
+attribution), and how long NPC work lingers (adaptive, on a virtual clock's times)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from oam_actors.agent.model import (
     ToolSpec,
 )
 from oam_actors.models.coalesce import (
+    ADAPTIVE_LINGER,
     Answer,
     CoalesceSettings,
+    QueuePressure,
     Unanswered,
     Why,
     batch_key,
@@ -76,6 +78,66 @@ def test_settings_are_checked() -> None:
         CoalesceSettings(max_items=0)
     with pytest.raises(ValueError):
         CoalesceSettings(linger_seconds=-1.0)
+    with pytest.raises(ValueError, match="time_scale"):
+        CoalesceSettings(time_scale=0.0)
+
+
+# --- lingering ------------------------------------------------------------------------------------
+
+
+def test_npc_work_lingers_one_backend_second_only_while_its_priority_queues() -> None:
+    settings = CoalesceSettings()
+    assert settings.adaptive and ADAPTIVE_LINGER == 1.0
+    assert settings.linger_for("background", queueing=True) == settings.linger_for("decision", queueing=True) == 1.0
+    assert settings.linger_for("background", queueing=False) == 0.0  # free capacity: a lone bark goes at once
+    assert settings.linger_for("dialogue", queueing=True) == 0.0  # a player's dialogue never lingers
+
+
+def test_the_adaptive_linger_and_what_counts_as_queueing_scale_with_the_backends_time() -> None:
+    farm = CoalesceSettings(time_scale=0.1)  # a farm running ten times as fast: a phone second is 0.1 s
+    assert farm.linger_for("background", queueing=True) == pytest.approx(0.1)
+    assert farm.queued(0.06) and not farm.queued(0.04)  # half a phone second of waiting for admission
+    assert CoalesceSettings().queued(0.6) and not CoalesceSettings().queued(0.4)
+    pressure = farm.pressure()
+    pressure.record(0.0, queued=True)
+    pressure.record(0.05, queued=True)
+    assert pressure.queueing(0.1) and not pressure.queueing(0.5)  # two phone seconds fade a step by half
+    slow = CoalesceSettings().pressure()
+    slow.record(0.0, queued=True)
+    slow.record(0.05, queued=True)
+    assert slow.queueing(0.5)  # in real time, half a second is a quarter of a half-life
+
+
+def test_a_fixed_linger_or_none_overrides_the_adaptive_one_but_never_for_dialogue() -> None:
+    fixed, never = CoalesceSettings(linger_seconds=0.3), CoalesceSettings(linger_seconds=0.0)
+    assert not fixed.adaptive and not never.adaptive
+    assert fixed.linger_for("background") == fixed.linger_for("decision", queueing=True) == 0.3
+    assert never.linger_for("background", queueing=True) == 0.0
+    assert fixed.linger_for("dialogue", queueing=True) == 0.0
+    assert CoalesceSettings(dialogue_linger_seconds=0.2).linger_for("dialogue") == 0.2
+
+
+def test_queue_pressure_holds_while_recent_steps_queued_and_fades_when_capacity_is_free() -> None:
+    pressure = QueuePressure(half_life=2.0)
+    assert not pressure.queueing(0.0)  # nothing seen: free capacity
+    pressure.record(0.0, queued=True)
+    assert pressure.queueing(0.0)  # one step had to queue: the next lingers
+    for at in (0.5, 1.0, 1.5):
+        pressure.record(at, queued=True)
+    assert pressure.queueing(2.0)
+    for at in (2.0, 2.1, 2.2, 2.3, 2.4, 2.5):  # the backend admits at once again
+        pressure.record(at, queued=False)
+    assert not pressure.queueing(2.5)
+    pressure.record(3.0, queued=True)
+    assert not pressure.queueing(3.0)  # one wait among steps that went at once is no shortage
+
+
+def test_queue_pressure_fades_when_steps_stop_coming() -> None:
+    pressure = QueuePressure(half_life=2.0)
+    for n in range(50):
+        pressure.record(n / 10, queued=True)  # quota short for five seconds, every step queued
+    assert pressure.queueing(5.0) and pressure.queueing(10.0)
+    assert not pressure.queueing(5.0 + 2.0 * 6)  # idle six half-lives: a lone step goes at once
 
 
 # --- packing --------------------------------------------------------------------------------------

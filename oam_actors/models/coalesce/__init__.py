@@ -11,10 +11,13 @@ Contract
 - Only steps that are already waiting are packed: every step queues at the backend on its own
   ticket (its priority, deadline and place in fair queuing), and the step admitted first takes
   the others of its kind still waiting, in the order the backend would admit them, out of their
-  queues (:class:`DefersRequest`). With free quota nothing waits, so nothing is delayed (unless
-  ``linger_seconds`` is set: NPC work, barks and decisions, then waits that long for company;
-  player dialogue only with ``dialogue_linger_seconds``); under pressure batches grow by themselves, up to ``max_items`` and
-  the backend's context and output limits.
+  queues (:class:`DefersRequest`); under pressure batches grow by themselves, up to ``max_items``
+  and the backend's context and output limits. NPC work (barks, decisions) lingers for company
+  before it queues only while quota is short: while recent steps of its priority had to queue at
+  the backend, :data:`ADAPTIVE_LINGER` (one second of the backend's time: ``time_scale`` real
+  seconds on a simulated farm); with free capacity nothing waits, so nothing is delayed.
+  ``linger_seconds`` fixes the linger instead (0: never); player dialogue lingers only with
+  ``dialogue_linger_seconds``.
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
   numbered lines read leniently per item. Each item is checked on its own (a bark or a reply is
   one line that neither speaks as nor names another character of the batch; a decision names one of its
@@ -35,6 +38,7 @@ Contract
 
 from ._model import CoalescingModel, CoalescingStatistics, DefersRequest, open_coalesced
 from ._policy import (
+    ADAPTIVE_LINGER,
     BARK_TASK,
     DECISION_TASK,
     REPLY_ITEM_TOKENS,
@@ -43,6 +47,7 @@ from ._policy import (
     TOOL_CHOICE_TASK,
     Answer,
     CoalesceSettings,
+    QueuePressure,
     Unanswered,
     Why,
     batch_key,
@@ -53,6 +58,7 @@ from ._policy import (
 )
 
 __all__ = [
+    "ADAPTIVE_LINGER",
     "BARK_TASK",
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
@@ -64,6 +70,7 @@ __all__ = [
     "CoalescingModel",
     "CoalescingStatistics",
     "DefersRequest",
+    "QueuePressure",
     "Unanswered",
     "Why",
     "batch_key",

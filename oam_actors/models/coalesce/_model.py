@@ -10,7 +10,10 @@ of its line still waiting, in the order the backend would have admitted them (up
 charged in fair queuing as if admitted, using no quota), and build the prompt. Free quota means a
 step is admitted at once, alone, and its own request runs as it is; under pressure the line
 grows, and batches grow with it. A step whose own deadline passes first expires in its queue,
-as it would alone. Every step runs in its caller's task (no task of our own): cancelling a
+as it would alone. Before it queues, a step of NPC work may linger for company
+(:meth:`._policy.CoalesceSettings.linger_for`): by default only while steps of its priority had
+to queue (each step's wait for admission, a seat taken or a deadline passed in the queue feed
+its priority's :class:`._policy.QueuePressure`), so with free capacity a lone bark goes at once. Every step runs in its caller's task (no task of our own): cancelling a
 waiting step drops its ticket; cancelling a leader mid-batch queues the others again.
 """
 
@@ -31,7 +34,7 @@ from ...agent.model import Availability, GenerationRequest, LanguageModel, Model
 from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, ErrorCode
 from ..scheduler import Seat, SeatTaken
-from ._policy import Answer, CoalesceSettings, batch_key, batch_request, pack, read_batch
+from ._policy import Answer, CoalesceSettings, QueuePressure, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
 
@@ -77,7 +80,8 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     ``items``: steps that could be combined; ``generations``: the backend generations they used
     (batches, steps that ran alone, retries); ``served``: items a generation answered (from a
     batch, alone, or retried alone; not those that expired in the queue or failed);
-    ``itemsPerGeneration`` is served items per generation. ``batches``
+    ``itemsPerGeneration`` is served items per generation; ``lingered``: items that waited for
+    company before they queued. ``batches``
     answered two or more items (``batchedItems`` in all); ``retriedAlone`` items a batch did not
     answer (``missing``, ``invalid``, ``misattributed``, or the batch was refused for its content)
     ran again on their own; ``failed`` items got their batch's error (quota, a device fault, a
@@ -89,6 +93,7 @@ class CoalescingStatistics(msgspec.Struct, frozen=True, rename="camel"):
     generations: int = 0
     served: int = 0
     items_per_generation: float = 0.0
+    lingered: int = 0
     batches: int = 0
     batched_items: int = 0
     answered: int = 0
@@ -162,6 +167,7 @@ class CoalescingModel:
         self.settings = settings or CoalesceSettings()
         self._clock: Clock = clock or MonotonicClock()
         self._lines: dict[Hashable, _Line] = {}
+        self._pressure: dict[str, QueuePressure] = {}  # by priority: the backend queues by priority
         self._counts = dict.fromkeys(CoalescingStatistics.__struct_fields__, 0)
 
     @property
@@ -262,7 +268,10 @@ class CoalescingModel:
         batch: list[_Step] = []
         sent: list[GenerationRequest] = []
 
+        queued_at: list[float] = []  # when it queued at the backend (not while it lingered)
+
         def build() -> GenerationRequest:
+            self._waited(priority, self._clock.now() - queued_at[0])
             del line.waiting[step]
             batch.extend(self._take(line, step))
             self._counts["generations"] += 1
@@ -276,13 +285,16 @@ class CoalescingModel:
         pieces: list[str] = []
         usage: Usage | None = None
         line.waiting[step] = None
+        priority = step.request.priority
         try:
-            linger = self.settings.linger_for(step.request.priority)
+            linger = self.settings.linger_for(priority, queueing=self._queueing(priority))
             if linger > 0:
+                self._counts["lingered"] += 1
                 with anyio.CancelScope() as step.lingering:
                     await self._clock.sleep_until(self._clock.now() + linger)
                 step.lingering = None
             if not step.taken:
+                queued_at.append(self._clock.now())
                 async with aclosing(self._admitted(step.request, build, step.seat)) as stream:
                     async for piece in stream:
                         if not sent:
@@ -292,9 +304,11 @@ class CoalescingModel:
                         else:
                             pieces.append(piece)
         except SeatTaken:
-            pass  # a batch another step leads answers this one
+            self._waited(priority, math.inf)  # it queued until a batch another step leads took it
         except BaseException as exc:
             line.waiting.pop(step, None)
+            if not batch and isinstance(exc, AgentError) and exc.code == ErrorCode.RATE_LIMITED:
+                self._waited(priority, math.inf)  # its deadline passed in the queue
             if not sent or not self._batch_failed(batch, exc):
                 raise
             return
@@ -306,6 +320,19 @@ class CoalescingModel:
                 raise
         elif sent:
             self._split(batch, sent[0], "".join(pieces), usage)
+
+    def _queueing(self, priority: str) -> bool:
+        pressure = self._pressure.get(priority)
+        return pressure is not None and pressure.queueing(self._clock.now())
+
+    def _waited(self, priority: str, seconds: float) -> None:
+        """A step of ``priority`` left the backend's queue after ``seconds`` (the adaptive
+        linger's evidence of whether quota is short)."""
+        if self.settings.adaptive:
+            pressure = self._pressure.get(priority)
+            if pressure is None:
+                pressure = self._pressure[priority] = self.settings.pressure()
+            pressure.record(self._clock.now(), queued=self.settings.queued(seconds))
 
     def _admitted(self, request: GenerationRequest, build: _Build, seat: Seat) -> AsyncIterator[str | Usage]:
         backend = self.backend

@@ -1,6 +1,10 @@
-"""The coalescing policy: which waiting steps may share one generation, the batch prompt, and
-reading the batch's answer back per item. Pure: no I/O, no actors, no clock.
+"""The coalescing policy: which waiting steps may share one generation, the batch prompt,
+reading the batch's answer back per item, and how long NPC work lingers for company. Pure: no
+I/O, no actors, no clock (:class:`QueuePressure` is given the time).
 
+- :class:`CoalesceSettings` says how long a new batch lingers; by default only while its
+  priority's steps had to queue at the backend (:class:`QueuePressure`), one backend second
+  (:data:`ADAPTIVE_LINGER`, scaled by ``time_scale``), never for a player's dialogue.
 - :func:`batch_key` says what may be combined: steps carrying a combinable
   :data:`~oam_actors.agent.model.BatchItem` of the same kind, priority and sampling. ``None``
   means "run it alone" (no item, a repair, tools offered to a step that is not a talk's tool
@@ -67,6 +71,7 @@ from ...agent.model import (
 )
 
 __all__ = [
+    "ADAPTIVE_LINGER",
     "BARK_TASK",
     "DECISION_TASK",
     "REPLY_ITEM_TOKENS",
@@ -75,6 +80,7 @@ __all__ = [
     "TOOL_CHOICE_TASK",
     "Answer",
     "CoalesceSettings",
+    "QueuePressure",
     "Unanswered",
     "Why",
     "batch_key",
@@ -177,28 +183,98 @@ Example of the form:
 {example}"""
 
 
+ADAPTIVE_LINGER = 1.0
+"""Backend seconds a new batch of NPC work lingers while its priority queues at the backend: one
+phone second on a pool (a phone admits at most one step a phone second, so a bark lingers no
+longer than two of one phone's steps stand apart); one real second on a proxy, which runs in real
+time: short beside what a step queueing for a per-minute quota waits anyway, or a bark's deadline."""
+QUEUED_AFTER = 0.5
+"""Backend seconds a step waited for admission that count as having queued: free capacity admits
+at once; a pool's phones pace their steps a phone second apart."""
+PRESSURE_HALF_LIFE = 2.0
+"""Backend seconds over which a step's having queued (or not) counts half as much."""
+
+
 class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """``max_items`` per generation (1 turns coalescing off); ``linger_seconds`` a new batch of
-    NPC work (barks, decisions: every priority below dialogue) waits for company before it queues
-    at the backend, ``dialogue_linger_seconds`` the same for a player's dialogue (a talk's tool
-    choices and reply), which by default never waits: 0 is no added delay, and batches then form
-    only from steps that are already waiting."""
+    """``max_items`` per generation (1 turns coalescing off). How long a new batch of NPC work
+    (barks, decisions: every priority below dialogue) waits for company before it queues at the
+    backend: ``linger_seconds`` always, 0 never; ``None`` (the default) adapts: while steps of its
+    priority had to queue recently (:class:`QueuePressure`), :data:`ADAPTIVE_LINGER` backend
+    seconds, and not at all while the backend has free capacity. ``time_scale`` is real seconds
+    per backend second (a simulated farm's ``farm_time_scale``; 1 for real phones and proxies).
+    ``dialogue_linger_seconds`` is the same for a player's dialogue (a talk's tool choices and
+    reply), which by default never waits, quota short or not."""
 
     max_items: int = 10
-    linger_seconds: float = 0.0
+    linger_seconds: float | None = None
     dialogue_linger_seconds: float = 0.0
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_items < 1:
             raise ValueError("max_items must be at least 1")
         for name in ("linger_seconds", "dialogue_linger_seconds"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
+            if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a number of at least 0")
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
+            raise ValueError("time_scale must be a number greater than 0")
 
-    def linger_for(self, priority: str) -> float:
-        """How long a new batch of ``priority`` waits for company."""
-        return self.dialogue_linger_seconds if priority == "dialogue" else self.linger_seconds
+    @property
+    def adaptive(self) -> bool:
+        """Whether NPC work lingers only while its priority queues."""
+        return self.linger_seconds is None
+
+    def linger_for(self, priority: str, *, queueing: bool = False) -> float:
+        """How long a new batch of ``priority`` waits for company; ``queueing``: its priority's
+        recent steps had to queue at the backend (what the adaptive linger goes by)."""
+        if priority == "dialogue":
+            return self.dialogue_linger_seconds
+        if self.linger_seconds is not None:
+            return self.linger_seconds
+        return ADAPTIVE_LINGER * self.time_scale if queueing else 0.0
+
+    def queued(self, waited: float) -> bool:
+        """Whether a step that waited ``waited`` real seconds for admission had to queue."""
+        return waited >= QUEUED_AFTER * self.time_scale
+
+    def pressure(self) -> QueuePressure:
+        """A fresh record of whether one priority's steps queue, in this backend's time."""
+        return QueuePressure(PRESSURE_HALF_LIFE * self.time_scale)
+
+
+class QueuePressure:
+    """Whether one priority's recent steps had to queue at the backend: the share of them that
+    did, each counting half as much every ``half_life`` seconds, held against one more step that
+    did not queue, so the share fades when steps stop coming (an idle backend has free capacity):
+    it takes about a step's worth of queueing within the last ``half_life``, and at least half of
+    the steps since, to linger. Pure: the caller gives the time."""
+
+    __slots__ = ("_at", "_half_life", "_queued", "_steps")
+
+    def __init__(self, half_life: float) -> None:
+        self._half_life = half_life
+        self._at = -math.inf
+        self._queued = self._steps = 0.0
+
+    def record(self, now: float, *, queued: bool) -> None:
+        """A step was admitted (or taken, or expired) at ``now``, having queued or not."""
+        self._decay(now)
+        self._steps += 1.0
+        self._queued += queued
+
+    def queueing(self, now: float) -> bool:
+        """Whether at least half of the recent steps (and the one more) queued."""
+        self._decay(now)
+        return self._queued > 0 and 2 * self._queued >= self._steps + 1
+
+    def _decay(self, now: float) -> None:
+        if now > self._at:
+            if self._steps:
+                kept = 0.5 ** ((now - self._at) / self._half_life)
+                self._queued *= kept
+                self._steps *= kept
+            self._at = now
 
 
 class Why(enum.StrEnum):
