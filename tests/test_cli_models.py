@@ -65,6 +65,7 @@ def test_an_unknown_model_exits_2_listing_every_form_including_farm() -> None:
         (["--device", "ftp://phone:9"], {}, "--device", "must look like http://HOST:PORT"),
         (["--device", "http://127.0.0.1:9", "--device", "HTTP://127.0.0.1:9/"], {}, "--device", "listed twice"),
         (["--model", "farm:0"], {}, "--model", "a farm needs at least one phone"),
+        (["--model", "farm:1", "--coalesce-linger", "-1"], {}, "--coalesce-linger", "at least 0, got '-1'"),
     ],
 )
 def test_a_bad_model_option_exits_2_with_one_line_naming_it(
@@ -72,6 +73,18 @@ def test_a_bad_model_option_exits_2_with_one_line_naming_it(
 ) -> None:
     line = usage_error(oam_actors("stdio", *args, env=env))
     assert line.startswith(f"oam-actors stdio: error: argument {option}: ") and says in line, line
+
+
+@pytest.mark.parametrize(("args", "linger"), [([], None), (["--coalesce-linger", "0"], 0.0),
+                                             (["--coalesce-linger", "0.25"], 0.25)])
+def test_coalesce_linger_is_adaptive_unless_given_and_zero_turns_it_off(args: list[str], linger: float | None) -> None:
+    from oam_actors.cli.main import build_parser
+    from oam_actors.cli.models import model_config_from_args
+
+    argv = ["stdio", "--model", "farm:2", *args]
+    parser, _ = build_parser(argv)
+    settings = model_config_from_args(parser.parse_args(argv)).coalesce
+    assert settings is not None and settings.linger_seconds == linger and settings.adaptive is (linger is None)
 
 
 def test_serve_refuses_a_bad_model_before_listening() -> None:
@@ -168,6 +181,8 @@ async def test_an_embedded_bridge_reports_a_farm_pool_through_model_status() -> 
     async with setup.backends, setup.resources, LocalSystem() as system, setup.hosted:
         assert setup.system_model is not None and isinstance(setup.system_model(), CoalescingModel)
         assert isinstance(setup.system_model().backend, DevicePool)  # type: ignore[attr-defined]
+        # It coalesces in the farm's time: its adaptive linger is a phone second, 0.01 s here.
+        assert setup.system_model().settings.time_scale == 0.01  # type: ignore[attr-defined]
         async with BridgeClient(bridge_with(system, setup.system_model, model_extensions(setup))) as client:
             await client.request("session/create", {"session": "guard"})
             await client.request("session/respond", {"session": "guard", "prompt": "Good morning!"})

@@ -91,9 +91,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coalesce-batch", type=positive_int, default=CoalesceSettings().max_items, metavar="N",
                         help=f"--coalesce: items per generation at most (default {CoalesceSettings().max_items}; "
                         "1 turns coalescing off)")
-    parser.add_argument("--coalesce-linger", type=non_negative_float, default=0.0, metavar="S",
-                        help="--coalesce: seconds a new batch of barks or decisions waits for company before it "
-                        "queues (default 0; player dialogue never waits)")
+    parser.add_argument("--coalesce-linger", type=non_negative_float, default=None, metavar="S",
+                        help="--coalesce: seconds a new batch of barks or decisions always waits for company before "
+                        "it queues; 0: never (default: adaptive, one second of the backend's time, a phone second "
+                        "on a farm, only while their steps have to queue for quota; player dialogue never waits)")
     add_quota_arguments(parser)
 
 

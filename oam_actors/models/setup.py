@@ -34,7 +34,8 @@ its own model actor the same way (hosted on first use, shared by every shard and
 ``setup.status_model`` is the model ``model/status`` reports on (a device pool's), or ``None``.
 A pool or proxy system model is coalesced (``coalesce``, on by default;
 :mod:`oam_actors.models.coalesce`): barks, tool-free decisions and talk steps that wait for it share
-generations; on Ray that happens in the model actor.
+generations; on Ray that happens in the model actor. A farm's coalescing runs in phone time (its
+``time_scale`` is ``farm_time_scale``: barks and decisions linger a phone second while they queue).
 
 A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
 """
@@ -198,15 +199,16 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     if pool is None and proxy is None:
         return ModelSetup(ScriptedModel if config.model else None, types, backends, devices)
     if pool is not None:
+        coalesce = _pool_coalescing(config)
         if host is not None:
             opener: Callable[[], Any] = pool.opener()
-            if config.coalesce is not None:  # coalesced in the model actor, where every shard's steps meet
-                opener = functools.partial(open_coalesced, opener, config.coalesce)
+            if coalesce is not None:  # coalesced in the model actor, where every shard's steps meet
+                opener = functools.partial(open_coalesced, opener, coalesce)
             cluster = host(f"system:{pool.label}", opener)
             if config.devices:  # sessions naming the same phones use the same pool
                 devices.share(config.devices, cluster.model)
             return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
-        model_of_pool = _coalesced(pool.model, config.coalesce)
+        model_of_pool = _coalesced(pool.model, coalesce)
         if config.devices:
             devices.share(config.devices, model_of_pool)
         return ModelSetup(model_of_pool, types, backends, devices, pool=pool, status_model=model_of_pool)
@@ -232,6 +234,14 @@ async def _entered(*managers: AbstractAsyncContextManager[object]) -> AsyncItera
         for manager in managers:
             await stack.enter_async_context(manager)
         yield
+
+
+def _pool_coalescing(config: ModelConfig) -> CoalesceSettings | None:
+    """The pool's coalescing in its own time: a farm's phone second lasts ``farm_time_scale``
+    real seconds (so does its adaptive linger); real phones run in real time."""
+    if config.coalesce is None or _FARM.fullmatch(config.model or "") is None:
+        return config.coalesce
+    return msgspec.structs.replace(config.coalesce, time_scale=config.farm_time_scale)
 
 
 def _coalesced(pool: Callable[[], DevicePool], settings: CoalesceSettings | None) -> Callable[[], Any]:

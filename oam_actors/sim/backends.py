@@ -149,17 +149,21 @@ class _PoolBackend:
 
                 opener: Callable[[], Any] = self.host.opener()
                 if self.config.coalesce:  # in the model actor, so every shard's steps share batches
-                    opener = functools.partial(open_coalesced, opener, CoalesceSettings())
+                    opener = functools.partial(open_coalesced, opener, self._coalescing())
                 hosted = await stack.enter_async_context(ClusterModel(f"sim:{self.name}:{self.config.seed}", opener))
                 self._model = hosted.model()
             else:
                 self._pool = (await stack.enter_async_context(self.host)).model()
-                self._model = CoalescingModel(self._pool) if self.config.coalesce else self._pool
+                self._model = CoalescingModel(self._pool, self._coalescing()) if self.config.coalesce else self._pool
             self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+    def _coalescing(self) -> CoalesceSettings:
+        """Coalescing in the phones' time (real phones run in real time)."""
+        return CoalesceSettings()
 
     def system_model(self) -> ModelFactory | None:
         model = self._model
@@ -212,6 +216,9 @@ class FarmBackend(_PoolBackend):
             raise PoolConfigError(f"a farm needs at least one phone; got {config.phones}")
         return PoolHost(phones=[demo_phone_config(n, config) for n in range(config.phones)],
                         config=scaled_config(config.time_scale, queue_seconds=queue_times(config.deadlines)))
+
+    def _coalescing(self) -> CoalesceSettings:
+        return CoalesceSettings(time_scale=self.config.time_scale)  # a phone second lasts time_scale real seconds
 
     async def statistics(self) -> dict[str, Any]:
         stats = await super().statistics()
