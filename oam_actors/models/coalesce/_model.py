@@ -13,8 +13,9 @@ grows, and batches grow with it. A step whose own deadline passes first expires 
 as it would alone. Before it queues, a step of NPC work may linger for company
 (:meth:`._policy.CoalesceSettings.linger_for`): by default only while steps of its priority had
 to queue (each step's wait for admission, a seat taken or a deadline passed in the queue feed
-its priority's :class:`._policy.QueuePressure`), so with free capacity a lone bark goes at once. Every step runs in its caller's task (no task of our own): cancelling a
-waiting step drops its ticket; cancelling a leader mid-batch queues the others again.
+its priority's :class:`._policy.QueuePressure`), so with free capacity a lone bark goes at once.
+Every step runs in its caller's task (no task of our own): cancelling a waiting step drops its
+ticket; cancelling a leader mid-batch queues the others again.
 """
 
 from __future__ import annotations
@@ -267,8 +268,7 @@ class CoalescingModel:
         another step leads takes it first, wait for that batch's outcome."""
         batch: list[_Step] = []
         sent: list[GenerationRequest] = []
-
-        queued_at: list[float] = []  # when it queued at the backend (not while it lingered)
+        queued_at: list[float] = []  # when it queued at the backend (after any linger)
 
         def build() -> GenerationRequest:
             self._waited(priority, self._clock.now() - queued_at[0])
