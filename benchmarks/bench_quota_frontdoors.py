@@ -200,12 +200,18 @@ def main() -> None:
     rpm = str(round(options.limit * 60 / options.window))
     port = free_port()
     start = ROOT / "cluster" / "start.sh"
-    subprocess.run([str(start), "local", "1", str(port)], check=True, capture_output=True, timeout=180)
+    # start.sh runs `ray` and `python3` from PATH: put this interpreter's first, so the cluster
+    # runs in the environment the benchmark was started with (activated or not).
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    started = subprocess.run([str(start), "local", "1", str(port)], capture_output=True, text=True,
+                             timeout=180, env=env)
+    if started.returncode != 0:
+        sys.exit(f"cluster/start.sh local 1 {port} failed: {(started.stderr.strip().splitlines() or ['no output'])[-1]}")
     try:
         ray_run = one_run("Ray: 2 doors, 1 model actor",
                           ["--runtime", "ray", "--address", f"127.0.0.1:{port}", "--rpm", rpm], options)
     finally:
-        subprocess.run([str(start), "stop", str(port)], capture_output=True, timeout=120)
+        subprocess.run([str(start), "stop", str(port)], capture_output=True, timeout=120, env=env)
     local_run = one_run("LocalSystem: 2 independent doors", ["--rpm", rpm], options)
     print(f"provider: {options.limit} requests per {options.window:g} s window ({rpm} RPM), offered "
           f"{options.load:g}x for {options.seconds:g} s through 2 front doors")
