@@ -86,19 +86,11 @@ class FairYield:
         may go on without yielding: a round has passed since (its task has been through the loop
         meanwhile) and a yield now would be a plain checkpoint. Counts as one of this round's
         yields when it may."""
-        self._start_round()
-        self._note(flow)
-        if began != self.round and not self._waiting and (self._left > 0 or not self._throttled):
-            self._left -= 1
-            return True
-        return False
+        return self._free(flow, began != self.round)
 
     async def pause(self, flow: str) -> None:
         """Let other tasks run; while the round's yields are spent, wait for ``flow``'s turn."""
-        self._start_round()
-        self._note(flow)
-        if not self._waiting and (self._left > 0 or not self._throttled):
-            self._left -= 1
+        if self._free(flow):
             await asyncio.sleep(0)  # anyio's checkpoint on asyncio, without its backend lookup
             return
         waiter = _Waiter()
@@ -110,11 +102,18 @@ class FairYield:
             waiter.gone = True  # cancelled while waiting: its turn goes to the next one
             raise
 
-    def _note(self, flow: str) -> None:
+    def _free(self, flow: str, wanted: bool = True) -> bool:
+        """Note ``flow``'s yield in this round; whether it may be a plain checkpoint (nobody waits
+        for a turn, and the round is not throttled or has yields left), spending one if so."""
+        self._start_round()
         if self._round_flow is None:
             self._round_flow = flow
         elif flow != self._round_flow:
             self._mixed = True
+        if wanted and not self._waiting and (self._left > 0 or not self._throttled):
+            self._left -= 1
+            return True
+        return False
 
     def _start_round(self) -> None:
         if not self._tick_pending:
