@@ -217,6 +217,11 @@ class ClassQueue:
         if self._due is not None and entry.ticket.deadline is not None:
             self._due_live -= 1
 
+    @property
+    def due(self) -> int:
+        """Queued tickets kept in deadline order (0 unless the queue is kept by deadline)."""
+        return self._due_live
+
     def urgent(self, now: float, service: float) -> QueueEntry | None:
         """The earliest-due ticket of a queue kept by deadline when band order could make a ticket
         miss its deadline: when the tickets due no later than one, itself included, served one

@@ -562,9 +562,10 @@ class QuotaPolicy:
 
     def _top(self) -> tuple[ClassQueue, QueueEntry] | None:
         dialogue = self._order[0]
-        entry = dialogue.urgent(self._now, self._service_seconds())
-        if entry is not None:
-            return dialogue, entry
+        if dialogue.due:  # the service estimate only when a dialogue line has a deadline to miss
+            entry = dialogue.urgent(self._now, self._service_seconds())
+            if entry is not None:
+                return dialogue, entry
         for queue in self._order:
             entry = queue.head()
             if entry is not None:
