@@ -10,6 +10,7 @@ one two-shard system (distinct addresses each); the fault tests get systems of t
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -47,9 +48,11 @@ from oam_actors.models.setup import ModelConfig, create_model_setup
 from oam_actors.runtime import (
     Actor,
     ActorExists,
+    ActorSystem,
     ActorStopped,
     Address,
     HostFailed,
+    LocalSystem,
     MailboxFull,
     MessageCancelled,
 )
@@ -244,6 +247,67 @@ async def test_a_full_mailbox_refuses_at_once(system: RaySystem) -> None:
         for reply in replies:
             with pytest.raises(MessageCancelled):
                 await reply.wait()
+
+
+class Held(Actor):
+    """Records each message as it begins, then waits for a control ``"release"``; control
+    ``"began"`` answers what has begun. ``"fail"`` fails once released."""
+
+    async def on_start(self) -> None:
+        self.began: list[Any] = []
+        self.released = anyio.Semaphore(0)  # made here: it lives in the shard
+
+    async def handle(self, message: Any) -> Any:
+        self.began.append(message)
+        await self.released.acquire()
+        if message == "fail":
+            raise ValueError("told to fail")
+        return message
+
+    async def handle_control(self, message: Any) -> Any:
+        if message == "release":
+            self.released.release()
+        return list(self.began)
+
+
+@asynccontextmanager
+async def either_system(kind: str, ray_system: RaySystem) -> AsyncIterator[ActorSystem]:
+    if kind == "ray":
+        yield ray_system
+    else:
+        async with LocalSystem() as local:
+            yield local
+
+
+@pytest.mark.parametrize("kind", ["local", "ray"])
+async def test_a_tell_past_a_full_mailbox_is_refused_and_every_accepted_one_is_handled(
+    kind: str, system: RaySystem, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with either_system(kind, system) as actors:
+        ref = actors.spawn(Address("held", f"tells-{kind}"), Held, max_queue=2)
+        with anyio.fail_after(HANG_GUARD):
+            ref.tell_nowait("fail")
+            while await ref.ask_control("began") != ["fail"]:  # running: not counted by the bound
+                await anyio.sleep(0.01)
+            ref.tell_nowait(1)
+            ref.tell_nowait(2)
+            with pytest.raises(MailboxFull):
+                ref.tell_nowait("one too many")
+            with pytest.raises(MailboxFull):
+                ref.ask_nowait("one too many")
+            assert (ref.statistics().running, ref.statistics().queued) == (1, 2)
+            with caplog.at_level(logging.ERROR):
+                for _ in range(3):
+                    await ref.ask_control("release")
+                while await ref.ask_control("began") != ["fail", 1, 2]:
+                    await anyio.sleep(0.01)
+                last = ref.ask_nowait("last")  # its reply follows the told messages' outcomes
+                await ref.ask_control("release")
+                assert await last.wait() == "last"
+            assert await ref.ask_control("began") == ["fail", 1, 2, "last"]
+        stats = ref.statistics()
+        assert (stats.queued, stats.running, stats.processed, stats.failed) == (0, 0, 3, 1)
+        assert any(f"held:tells-{kind}" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
 async def test_errors_reach_the_asker_as_they_were_raised(system: RaySystem) -> None:

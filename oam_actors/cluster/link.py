@@ -310,8 +310,8 @@ class ShardLink:
 
 
 def _waited(op: Op | None) -> int:
-    """The number the outcome of ``op`` is waited on by, or -1 (tells, cancels, activations)."""
-    return op.seq if isinstance(op, Ask | Control | Stop) else -1
+    """The number the outcome of ``op`` is waited on by, or -1 (cancels, activations)."""
+    return op.seq if isinstance(op, Ask | Tell | Control | Stop) else -1
 
 
 def _needs_actor(op: Op | None) -> bool:

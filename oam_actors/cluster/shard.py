@@ -268,7 +268,7 @@ class Shard:
             self._apply(op)
         except Exception as exc:  # noqa: BLE001 - a bug fails its op, not the data path
             _log.error("shard %d: %r failed", self.index, op, exc_info=exc)
-            if isinstance(op, Ask | Control | Stop):
+            if isinstance(op, Ask | Tell | Control | Stop):
                 self._emit(Done(op.seq, failure=Failure.of(exc)))
 
     def _apply(self, op: Op) -> None:
@@ -279,14 +279,14 @@ class Shard:
         match op:
             case Ask(seq=seq, address=address, message=message, flow=key):
                 with flow(key):  # the driver's connection, for the fair admission gate
-                    self._ask(seq, address, message)
+                    self._ask(seq, address, message, self._answered)
             case Spawn():
                 self._spawn(op)
             case Control(seq=seq, address=address, message=message):
                 self._tasks.start_soon(self._control, seq, address, message)
-            case Tell(address=address, message=message, flow=key):
+            case Tell(seq=seq, address=address, message=message, flow=key):
                 with flow(key):
-                    self._tell(address, message)
+                    self._ask(seq, address, message, self._told)
             case CancelOne(seq=seq):
                 if (reply := self._asks.get(seq)) is not None:
                     reply.cancel()
@@ -357,7 +357,9 @@ class Shard:
         _log.error("shard %d: cannot host %s", self.index, address, exc_info=exc)
         self._emit(Unhosted(address, Failure.of(exc)))
 
-    def _ask(self, seq: int, address: Address, message: bytes) -> None:
+    def _ask(self, seq: int, address: Address, message: bytes, answered: Callable[[int, Any, BaseException | None], None]) -> None:
+        """Queue an ask or a tell (told messages are asked here too: the driver counts them in
+        the actor's mailbox until their ``Done``); ``answered`` emits that ``Done``."""
         ref = self._lookup(address)
         try:
             if ref is None:
@@ -367,20 +369,15 @@ class Shard:
             self._emit(Done(seq, failure=Failure.of(exc)))
             return
         self._asks[seq] = reply
-        reply.add_done_callback(lambda value, error: self._answered(seq, value, error))
+        reply.add_done_callback(lambda value, error: answered(seq, value, error))
 
     def _answered(self, seq: int, value: Any, error: BaseException | None) -> None:
         self._asks.pop(seq, None)
         self._emit(_done(seq, value, error))
 
-    def _tell(self, address: Address, message: bytes) -> None:
-        ref = self._lookup(address)
-        try:
-            if ref is None:
-                raise ActorStopped(address)
-            ref.tell_nowait(loads_value(message, self._stand_in))
-        except (ActorStopped, MailboxFull) as exc:
-            _log.info("shard %d: told message dropped: %s", self.index, exc)
+    def _told(self, seq: int, value: Any, error: BaseException | None) -> None:
+        self._asks.pop(seq, None)
+        self._emit(_done(seq, None, error))  # nobody reads a told message's result
 
     async def _control(self, seq: int, address: Address, message: bytes) -> None:
         ref = self._lookup(address)

@@ -20,7 +20,10 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
 - ``cancel_all`` and ``Reply.cancel`` decide *which* messages are cancelled in the shard, in
   order with everything sent before; the count (the bool) they return is this side's view: a
   message committing at that very moment is counted although it will deliver its result.
-- ``statistics`` counts this side's view (sent and not answered = queued + running).
+- ``statistics`` counts this side's view (sent and not answered = queued + running). Told
+  messages count until the shard has handled them, as asks do: a tell past ``max_queue`` raises
+  ``MailboxFull`` here, and one accepted here is handled unless its actor stops or its shard dies
+  (a told message that fails, lost with its shard too, is logged here).
 - A shard whose process dies is restarted by Ray (on another node if its node is gone).
   Messages, control calls and stops it had received resolve with ``HostFailed``; what was still
   queued here goes to the new process. An actor is re-created there when next used: from the
@@ -184,11 +187,14 @@ class _Outcome:
 
 @final
 class _RayReply(Reply):
-    __slots__ = ("_callbacks", "_cancelling", "_done", "_entry", "_error", "_event", "_value", "address", "sent_to",
-                 "seq")
+    """An ask's reply, or a told message's (``told``: nobody holds it; its failure is logged)."""
 
-    def __init__(self, seq: int, entry: _Entry) -> None:
+    __slots__ = ("_callbacks", "_cancelling", "_done", "_entry", "_error", "_event", "_value", "address", "sent_to",
+                 "seq", "told")
+
+    def __init__(self, seq: int, entry: _Entry, *, told: bool = False) -> None:
         self.seq = seq
+        self.told = told
         self.address = entry.address
         self.sent_to: str | None = None
         self._entry = entry
@@ -243,6 +249,8 @@ class _RayReply(Reply):
             entry.cancelled += 1
         else:
             entry.failed += 1
+            if self.told:  # as LocalSystem logs it, here where the message was sent
+                _log.error("%s: a told message failed", self.address, exc_info=error)
         for fn in self._callbacks:
             fn(value, error)
         self._callbacks.clear()
@@ -260,20 +268,24 @@ class _RayRef(ActorRef):
         self._entry = entry
 
     def ask_nowait(self, message: Any) -> Reply:
-        entry = self._live_entry()
-        if len(entry.outstanding) > entry.max_queue:
-            raise MailboxFull(self.address, entry.max_queue)
-        payload = self._payload(message)
-        reply = _RayReply(self._system._next_seq(), entry)
-        entry.outstanding[reply.seq] = reply
+        entry, reply, payload = self._accept(message, told=False)
         entry.link.send(entry, Ask(reply.seq, self.address, payload, current_flow()), reply)
         return reply
 
     def tell_nowait(self, message: Any) -> None:
+        # Counted in the mailbox as an ask is until the shard answers it: past the bound the
+        # sender hears MailboxFull, and the shard never meets a full mailbox with it.
+        entry, reply, payload = self._accept(message, told=True)
+        entry.link.send(entry, Tell(reply.seq, self.address, payload, current_flow()), reply)
+
+    def _accept(self, message: Any, *, told: bool) -> tuple[_Entry, _RayReply, bytes]:
         entry = self._live_entry()
         if len(entry.outstanding) > entry.max_queue:
             raise MailboxFull(self.address, entry.max_queue)
-        entry.link.send(entry, Tell(self.address, self._payload(message), current_flow()))
+        payload = self._payload(message)
+        reply = _RayReply(self._system._next_seq(), entry, told=told)
+        entry.outstanding[reply.seq] = reply
+        return entry, reply, payload
 
     async def ask_control(self, message: Any) -> Any:
         entry = self._live_entry()

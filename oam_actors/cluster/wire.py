@@ -94,6 +94,10 @@ class Ask(msgspec.Struct, frozen=True, array_like=True, tag=True):
 
 
 class Tell(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """An ask whose reply nobody waits for: its ``Done`` (numbered ``seq``) carries no value,
+    only a failure, and frees its place in the driver's count of the actor's mailbox."""
+
+    seq: int
     address: Address
     message: bytes
     flow: str = ""
