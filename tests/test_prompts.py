@@ -360,13 +360,14 @@ def test_a_history_that_grows_is_trimmed_as_if_rendered_anew() -> None:
     turn: list[Entry] = [PromptEntry("x" * 36), ResponseEntry("y" * 26)]  # 20 + 1 tokens a turn
     history: list[Entry] = []
     shown = prompts.HistoryLines(Labels())
+    blank = [PromptEntry(" "), ResponseEntry("w")]  # a blank prompt shows no line
     for turns in range(1, 6):
-        history.extend(turn)
+        history.extend(blank if turns == 3 else turn)
         shown.sync(history)  # renders the two new entries only
         for budget in (1, 21, 40, 62, 63, 200):
             assert shown.hidden(fixed_tokens=0, budget=budget) == prompts.trim_history(history, fixed_tokens=0, budget=budget)
-        assert shown.text(0) == "\n".join(prompts.render_entries(history, Labels()))
-        assert shown.text(2 * turns) == ""
+        for hidden in range(2 * turns + 1):
+            assert shown.text(hidden) == "\n".join(prompts.render_entries(history[hidden:], Labels()))
     history[-1] = ResponseEntry("z")  # a history rewritten in place is rendered anew
     shown.sync(history)
     assert shown.text(8) == "User: " + "x" * 36 + "\nAssistant: z"

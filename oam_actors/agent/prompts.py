@@ -180,8 +180,8 @@ class HistoryLines:
     """
 
     __slots__ = (
-        "_chars", "_count", "_history", "_last", "_line_count", "_line_starts", "_lines", "_rendered", "_sizes",
-        "_texts", "_total", "_turn_entries", "labels", "render_response",
+        "_chars", "_count", "_history", "_joined", "_last", "_line_count", "_line_offsets", "_line_starts",
+        "_rendered", "_sizes", "_texts", "_total", "_turn_entries", "labels", "render_response",
     )
 
     def __init__(self, labels: Labels, render_response: ResponseRenderer | None = None) -> None:
@@ -193,7 +193,10 @@ class HistoryLines:
         self._history = history
         self._count = 0  # entries rendered
         self._last: Entry | None = None  # the last of them, to notice a history rewritten in place
-        self._lines: list[str] = []  # the rendered lines (blank prompts show none)
+        # The rendered lines (blank prompts show none) joined by newlines, extended as the history
+        # grows: a step's history text is a slice of it, not a join of every line at every turn.
+        self._joined = ""
+        self._line_offsets: list[int] = []  # per line: where it starts in the joined text
         self._line_starts: list[int] = []  # per entry: its index in the lines
         self._sizes: list[int] = []  # per turn: tokens of its lines joined, plus one newline
         self._turn_entries: list[int] = []  # per turn: its number of entries
@@ -219,8 +222,10 @@ class HistoryLines:
             rendered.clear()
             return
         self._texts.clear()
-        lines, starts, sizes, entries = self._lines, self._line_starts, self._sizes, self._turn_entries
+        offsets, starts, sizes, entries = self._line_offsets, self._line_starts, self._sizes, self._turn_entries
         labels, render = self.labels, self.render_response
+        added: list[str] = []
+        end = len(self._joined)  # where the next line starts, less its newline
         for index in range(count, len(history)):
             entry = history[index]
             if isinstance(entry, PromptEntry) or not entries:
@@ -228,16 +233,23 @@ class HistoryLines:
                 entries.append(0)
                 self._chars = self._line_count = 0
             entries[-1] += 1
-            starts.append(len(lines))
+            starts.append(len(offsets))
             kept = rendered.get(id(entry))
             line = kept[1] if kept is not None and kept[0] is entry else _entry_line(entry, labels, render)
             if line is not None:
-                lines.append(line)
+                if offsets:
+                    end += 1
+                offsets.append(end)
+                end += len(line)
+                added.append(line)
                 self._chars += len(line)
                 self._line_count += 1
             size = estimate_tokens_of_length(self._chars + max(self._line_count - 1, 0)) + 1
             self._total += size - sizes[-1]
             sizes[-1] = size
+        if added:
+            text = "\n".join(added)
+            self._joined = f"{self._joined}\n{text}" if self._joined else text
         self._count = len(history)
         self._last = history[-1]
         rendered.clear()
@@ -270,10 +282,13 @@ class HistoryLines:
 
     def text(self, hidden: int = 0) -> str:
         """The lines of the entries after the first ``hidden``, joined by newlines."""
+        if not hidden:
+            return self._joined
         text = self._texts.get(hidden)
         if text is None:
-            first = self._line_starts[hidden] if hidden < self._count else len(self._lines)
-            text = self._texts[hidden] = "\n".join(self._lines[first:])
+            offsets = self._line_offsets
+            first = self._line_starts[hidden] if hidden < self._count else len(offsets)
+            text = self._texts[hidden] = self._joined[offsets[first]:] if first < len(offsets) else ""
         return text
 
 
