@@ -143,6 +143,7 @@ class Turn:
     # The step prompts' text before the task, by (entries hidden, tool uses shown).
     _bodies: dict[tuple[int, int], str] = field(default_factory=dict, init=False, repr=False)
     _offered: tuple[list[ToolDefinition], tuple[ToolSpec, ...]] | None = field(default=None, init=False, repr=False)
+    _base_requests: dict[bool, GenerationRequest] = field(default_factory=dict, init=False, repr=False)
 
     def resume(self, tool_uses: Sequence[ToolUseEntry]) -> None:
         """Continue a turn whose first tool rounds ran elsewhere (a stateless client sends their
@@ -529,28 +530,40 @@ class Turn:
                 fixed_tokens=fixed, budget=stable.budget, minimum_recent_turns=options.minimum_recent_turns
             )
         deciding = kind is StepKind.DECIDE or kind is StepKind.TOOL_ARGUMENTS
-        request = GenerationRequest(
+        # What the step itself decides, on the turn's request for its kind of step.
+        request = msgspec.structs.replace(
+            self._base_requests.get(deciding) or self._base_request(deciding, stable),
             kind=kind,
-            system=stable.system,
             prompt=self._prompt_text(kind, task, history, entries - trimmed, trimmed, uses),
-            temperature=options.decision_temperature if deciding else options.temperature,
-            max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
-            sampling=options.sampling,
-            stop_at_json=deciding,
             is_repair=is_repair,
-            user_prompt=self.prompt,
             tool_outputs=uses.outputs,
             tools=specs,
             tool_name=tools[0].name if kind is StepKind.TOOL_ARGUMENTS else None,
             schema=self.schema.generation_schema if self.schema is not None and kind is StepKind.STRUCTURED else None,
-            owner=self.agent.owner,
-            priority=options.priority,
-            queue_seconds=options.queue_seconds,
-            budget=options.budget,
             follow_up=bool(self.steps),
             streamed=streamed,
         )
         return request, trimmed
+
+    def _base_request(self, deciding: bool, stable: _Stable) -> GenerationRequest:
+        """The fields every decide (``deciding``) or reply step of this turn shares, made once per
+        turn: a step replaces only its own, fewer fields than building its request whole."""
+        options = self.options
+        base = self._base_requests[deciding] = GenerationRequest(
+            kind=StepKind.DECIDE if deciding else StepKind.RESPOND,
+            system=stable.system,
+            prompt="",
+            temperature=options.decision_temperature if deciding else options.temperature,
+            max_output_tokens=options.decision_max_tokens if deciding else options.max_response_tokens,
+            sampling=options.sampling,
+            stop_at_json=deciding,
+            user_prompt=self.prompt,
+            owner=self.agent.owner,
+            priority=options.priority,
+            queue_seconds=options.queue_seconds,
+            budget=options.budget,
+        )
+        return base
 
     def _prompt_text(
         self, kind: StepKind, task: str, history: prompts.HistoryLines, shown: int, trimmed: int, uses: _ToolUses
