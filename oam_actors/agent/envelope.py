@@ -119,7 +119,10 @@ def _clean_name(raw: str) -> str:
 _RESPOND_KEYS: Final = frozenset(_normal_key(word) for word in _RESPOND_WORDS)
 
 
-def _resolve(raw: str, tools: Sequence[str]) -> _Match | None:
+@functools.lru_cache(maxsize=4096)
+def _resolve(raw: str, tools: tuple[str, ...]) -> _Match | None:
+    """What ``raw`` names among ``tools`` (memoised: every decide step of a session resolves the
+    same few names against the same tools, and this compares each tool's normal forms)."""
     name = _clean_name(raw)
     if not name:
         return None
@@ -144,7 +147,7 @@ def resolve_action(name: str, tools: Sequence[str], *, allow_respond: bool) -> s
     ``tools.``, ``tool:`` are ignored; then exact name, same words, same normalised key, and
     finally the respond words (only with ``allow_respond``) are tried, in that order.
     """
-    match = _resolve(name, tools)
+    match = _resolve(name, tuple(tools))
     if match is None:
         return None
     if match.tool is not None:
@@ -232,7 +235,7 @@ def _arguments(obj: dict[str, Any], action_key: str, action_value: Any) -> tuple
 
 
 def _single_key(
-    obj: dict[str, Any], tools: Sequence[str], allow_respond: bool
+    obj: dict[str, Any], tools: tuple[str, ...], allow_respond: bool
 ) -> Call | Respond | Invalid | None:
     """``{"take_order": {…}}`` is a call, ``{"respond": "Welcome!"}`` a reply."""
     if len(obj) != 1:
@@ -248,7 +251,7 @@ def _single_key(
     return Call(match.tool, ({} if arguments is None else arguments,))
 
 
-def _interpret(obj: dict[str, Any], tools: Sequence[str], allow_respond: bool) -> Call | Respond | Invalid:
+def _interpret(obj: dict[str, Any], tools: tuple[str, ...], allow_respond: bool) -> Call | Respond | Invalid:
     first_name: str | None = None
     fields = _fields(obj)
     for normal in _ACTION_KEYS:
@@ -271,7 +274,7 @@ def _interpret(obj: dict[str, Any], tools: Sequence[str], allow_respond: bool) -
     return Invalid(f'"{first_name}" is not an available action; use one of: {_options(tools, allow_respond)}')
 
 
-def _bare_word(text: str, tools: Sequence[str], allow_respond: bool) -> Call | Respond | Invalid | None:
+def _bare_word(text: str, tools: tuple[str, ...], allow_respond: bool) -> Call | Respond | Invalid | None:
     """``check_menu``, ```check_menu()```, ``respond.`` written without any JSON."""
     word = candidate_texts(text)[0].strip().strip(_NAME_EDGES + "\n")
     if not word or len(word) > _MAX_BARE_WORD or "\n" in word:
