@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -191,6 +193,21 @@ def test_resolve_action(name: str, expected: str | None) -> None:
 def test_resolve_action_respond_only_when_allowed() -> None:
     assert resolve_action("respond", TOOLS, allow_respond=False) is None
     assert resolve_action("take_order", ["check_menu"], allow_respond=True) is None  # only offered tools
+
+
+@pytest.mark.parametrize("tools", [TOOLS, ("reply", "take_order"), ("tools.x", "x")])
+@pytest.mark.parametrize(
+    "name", ["take_order", "Check Menu", "tools.check_menu", "`take_order`", "respond", "reply", "tools.x", "x", "order_food", ""]
+)
+@pytest.mark.parametrize("allow_respond", [True, False])
+def test_the_canonical_envelope_reads_as_the_full_interpretation_does(
+    tools: tuple[str, ...], name: str, allow_respond: bool
+) -> None:
+    from oam_actors.agent.envelope import _interpret, _unwrap  # the reading the shortcut must agree with
+
+    envelope = {"action": name, "arguments": {"item": "ale"}}
+    text = json.dumps(envelope)
+    assert parse_envelope(text, tools, allow_respond=allow_respond) == _interpret(_unwrap(envelope), tools, allow_respond)
 
 
 def test_exact_name_wins_over_looser_matches() -> None:

@@ -251,6 +251,22 @@ def _single_key(
     return Call(match.tool, ({} if arguments is None else arguments,))
 
 
+def _canonical(obj: dict[str, Any], tools: tuple[str, ...], allow_respond: bool) -> Call | Respond | Invalid | None:
+    """The envelope exactly as the decide task asks for it, ``{"action": name, "arguments": {…}}``
+    with a name that resolves: what :func:`_interpret` makes of it ("action" is its first action
+    key and "arguments" its only argument candidate), without normalising every key twice.
+    ``None`` for any other shape."""
+    if len(obj) != 2:
+        return None
+    name, arguments = obj.get("action"), obj.get("arguments")
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None
+    match = _resolve(name, tools)
+    if match is None:
+        return None
+    return _respond(tools, allow_respond) if match.tool is None else Call(match.tool, (arguments,))
+
+
 def _interpret(obj: dict[str, Any], tools: tuple[str, ...], allow_respond: bool) -> Call | Respond | Invalid:
     first_name: str | None = None
     fields = _fields(obj)
@@ -293,7 +309,8 @@ def parse_envelope(text: str, tools: Sequence[str], *, allow_respond: bool) -> C
     tools = tuple(tools)
     found = find_json(text)
     if isinstance(found, dict):
-        return _interpret(_unwrap(found), tools, allow_respond)
+        canonical = _canonical(found, tools, allow_respond)
+        return canonical if canonical is not None else _interpret(_unwrap(found), tools, allow_respond)
     fallback = _bare_word(text, tools, allow_respond)
     return fallback if fallback is not None else Invalid("the answer was not a JSON object")
 
