@@ -17,6 +17,8 @@ entries are printed).
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import time
 from collections.abc import Callable

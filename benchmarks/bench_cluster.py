@@ -30,6 +30,8 @@ ends of the boundary) and prints its top entries; the shards' CPU per turn is in
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import json
 import os

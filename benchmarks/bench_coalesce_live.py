@@ -33,6 +33,8 @@ starts no round after that). ``--record`` keeps each batch's items and answer (t
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import functools
 import json
@@ -50,7 +52,6 @@ import anyio
 import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _live import ServerDidNotStart, live_model  # noqa: E402

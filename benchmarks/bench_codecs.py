@@ -8,6 +8,8 @@ decoded into canonical events. Usage, from the repository root:
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import time
 from collections.abc import Callable

@@ -25,6 +25,8 @@ Run: python3 benchmarks/bench_crowd.py [--npcs 10000] [--stdio] [--stdio-only] [
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import gc
 import io

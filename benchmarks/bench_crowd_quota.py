@@ -42,6 +42,8 @@ Exit status 1 when a goal is missed.
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import random
 import sys

@@ -25,6 +25,8 @@ from ``bench_scheduler.py``).
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import itertools
 import random

@@ -19,6 +19,8 @@ Run: python3 benchmarks/bench_hostile.py [--flooders 8] [--samples 200] [--turns
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import json
 import socket

@@ -7,6 +7,8 @@ Not a test.
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import sys
 import time
 from collections.abc import Callable

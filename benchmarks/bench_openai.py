@@ -13,6 +13,8 @@ one asyncio loop in this process with minimal HTTP/1.1 and JSON-lines code.
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import asyncio
 import json

@@ -16,6 +16,8 @@ Run: python3 benchmarks/bench_proxy.py [--steps 300] [--deltas 40]
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import statistics
 import subprocess
@@ -27,7 +29,6 @@ from pathlib import Path
 import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from oam_actors.agent.model import GenerationRequest, StepKind
 from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel, new_client

@@ -25,6 +25,8 @@ Run: ``python3 benchmarks/bench_quota_frontdoors.py [--seconds 60] [--limit 15] 
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import json
 import os

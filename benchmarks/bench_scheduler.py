@@ -21,6 +21,8 @@ learning, every BUSY with queue time left is retried. Needs the repository root 
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import heapq
 import itertools

@@ -20,6 +20,8 @@ and the top entries are printed.
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import json
 import os

@@ -11,6 +11,8 @@ The server is pinned to one core with taskset when available, as in bench_stdio.
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import json
 import os

@@ -26,6 +26,8 @@ machine a send cost ~30 µs of thread CPU against ~450 µs of wall time), not CP
 
 from __future__ import annotations
 
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
 import argparse
 import cProfile
 import collections
