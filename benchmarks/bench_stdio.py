@@ -12,7 +12,8 @@ Goal: tool-round turns at 100 sessions >= 5,000/s.
 
 Run: python3 benchmarks/bench_stdio.py [--pings 50000] [--sessions 1,100,1000] [--turns 2000]
      [--no-floor] [--profile stdio.prof]
-The client runs in this process (a reader thread and a writer thread); the server process is pinned
+The client runs in this process (a reader thread and one writer thread, so reading never waits on a
+write: the deadlock a full pipe both ways would make); the server process is pinned
 to one core with taskset when available so the figure is "one core of this machine". With
 ``--profile`` the bridge runs under cProfile (one run of the turns at the first sessions figure)
 and the top entries are printed.
@@ -25,6 +26,7 @@ import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an 
 import argparse
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -95,7 +97,7 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
     total = per_session * sessions
     script = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"template": "Done: {toolOutput}"}]
     lock = threading.Lock()
-    write_lock = threading.Lock()
+    outgoing: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     sent_at: dict[int, float] = {}
     latencies: list[float] = []
     errors: list[int | None] = []
@@ -104,8 +106,24 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
     pending_creates = sessions
 
     def write(data: bytes) -> None:
-        with write_lock:
-            proc.stdin.write(data)  # type: ignore[union-attr]
+        outgoing.put(data)
+
+    def send() -> None:
+        # The only writer, so the reader never waits on a write: were it to block behind a write
+        # to a full pipe, the server (the floor's one thread, or the bridge holding back input
+        # while its output is unread) would block writing to us, and neither side would move.
+        while (data := outgoing.get()) is not None:
+            chunks = [data]
+            while len(chunks) < 256 and not outgoing.empty():  # whatever else is queued, in one write
+                more = outgoing.get()
+                if more is None:
+                    outgoing.put(None)
+                    break
+                chunks.append(more)
+            try:
+                proc.stdin.write(b"".join(chunks))  # type: ignore[union-attr]
+            except BrokenPipeError:
+                return
 
     def lines():
         buffer = b""
@@ -141,6 +159,8 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
                         return
 
     threading.Thread(target=read, daemon=True).start()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
     creates = b"".join(
         _encode({"jsonrpc": "2.0", "id": -(i + 1), "method": "session/create",
                  "params": {"session": f"s{i}", "tools": [TOOL],
@@ -164,6 +184,8 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
     finished.wait(300)
     elapsed = time.perf_counter() - start
     cpu = cpu_seconds(proc.pid) - cpu_before
+    outgoing.put(None)
+    sender.join(30)
     proc.stdin.close()  # type: ignore[union-attr]
     proc.wait(60)
     ordered = sorted(latencies) or [float("nan")]
