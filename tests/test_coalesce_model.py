@@ -235,9 +235,18 @@ async def test_the_adaptive_linger_gathers_company_only_after_steps_had_to_queue
             await anyio.wait_all_tasks_blocked()
             assert (hild_said, ulf_said) == (["Hild says hello."], ["Ulf says hello."])
             assert speakers(rig.batches[-1]) == ["Hild", "Ulf"]
-            rig.clock.advance(30.0)  # idle: the backend has had free capacity for a while
-            assert await settled(rig, barking([gorm])[0], group) == ["Gorm alone."]
-    assert rig.model.coalescing_statistics().lingered == 2
+            # Idle: the share of steps that queued fades, but quota spent in the last half window
+            # (30 backend seconds) is not back yet: a new NPC's first bark still lingers.
+            rig.clock.advance(15.0)
+            ida, jon = crowd(rig.model, ("Ida", "Jon"))
+            ida_said = await settled(rig, barking([ida])[0], group)
+            assert not ida_said
+            rig.clock.advance(1.0)
+            await anyio.wait_all_tasks_blocked()
+            assert ida_said == ["Ida alone."]
+            rig.clock.advance(30.0)  # half a window without steps queueing: free capacity
+            assert await settled(rig, barking([jon])[0], group) == ["Jon alone."]
+    assert rig.model.coalescing_statistics().lingered == 3
 
 
 async def test_a_fixed_linger_of_zero_turns_the_adaptive_one_off() -> None:

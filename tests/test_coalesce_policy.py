@@ -98,10 +98,12 @@ def test_the_adaptive_linger_and_what_counts_as_queueing_scale_with_the_backends
     assert farm.linger_for("background", queueing=True) == pytest.approx(0.1)
     assert farm.queued(0.06) and not farm.queued(0.04)  # half a phone second of waiting for admission
     assert CoalesceSettings().queued(0.6) and not CoalesceSettings().queued(0.4)
-    pressure = farm.pressure()
-    pressure.record(0.0, queued=True)
-    pressure.record(0.05, queued=True)
-    assert pressure.queueing(0.1) and not pressure.queueing(0.5)  # two phone seconds fade a step by half
+    fading, held = farm.pressure(), farm.pressure()
+    for pressure in (fading, held):
+        pressure.record(0.0, queued=True)
+        pressure.record(0.05, queued=True)
+    assert not fading.queueing(0.5)  # two phone seconds fade a step by half (never seen lingering: no hold)
+    assert held.queueing(0.1) and held.queueing(3.0) and not held.queueing(3.2)  # held 30 phone seconds
     slow = CoalesceSettings().pressure()
     slow.record(0.0, queued=True)
     slow.record(0.05, queued=True)
@@ -138,6 +140,22 @@ def test_queue_pressure_fades_when_steps_stop_coming() -> None:
         pressure.record(n / 10, queued=True)  # quota short for five seconds, every step queued
     assert pressure.queueing(5.0) and pressure.queueing(10.0)
     assert not pressure.queueing(5.0 + 2.0 * 6)  # idle six half-lives: a lone step goes at once
+
+
+def test_queue_pressure_once_lingering_holds_for_a_quota_window_after_the_last_shortage() -> None:
+    pressure = QueuePressure(half_life=2.0, hold=60.0)
+    assert not pressure.queueing(0.0)
+    for at in (0.0, 0.5, 1.0):
+        pressure.record(at, queued=True)
+    assert pressure.queueing(1.0)  # enters: most recent steps queued
+    for n in range(40):  # lingering batches are admitted at once: the share falls to nothing
+        pressure.record(1.0 + n / 2, queued=False)
+    assert pressure.queueing(30.0) and pressure.queueing(60.9)  # stays: the window spent is not back yet
+    pressure.record(40.0, queued=True)  # one wait among many that went at once: no new shortage
+    assert not pressure.queueing(61.0)  # leaves a window after the shortage it last saw
+    for at in (70.0, 70.2, 70.4):
+        pressure.record(at, queued=True)
+    assert pressure.queueing(70.4) and pressure.queueing(130.0) and not pressure.queueing(130.5)  # enters again
 
 
 # --- packing --------------------------------------------------------------------------------------

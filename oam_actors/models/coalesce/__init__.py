@@ -14,8 +14,9 @@ Contract
   queues (:class:`DefersRequest`); under pressure batches grow by themselves, up to ``max_items``
   and the backend's context and output limits. NPC work (barks, decisions) lingers for company
   before it queues only while quota is short: while recent steps of its priority had to queue at
-  the backend, :data:`ADAPTIVE_LINGER` (one second of the backend's time: ``time_scale`` real
-  seconds on a simulated farm); with free capacity nothing waits, so nothing is delayed.
+  the backend, or did within the last half quota window (:data:`PRESSURE_HOLD`),
+  :data:`ADAPTIVE_LINGER` (one second of the backend's time: ``time_scale`` real seconds on a
+  simulated farm); after half a window of free capacity nothing waits, so nothing is delayed.
   ``linger_seconds`` fixes the linger instead (0: never); player dialogue lingers only with
   ``dialogue_linger_seconds``.
 - One batch is one generation: one shared instruction block, the items numbered, an answer of
@@ -41,6 +42,7 @@ from ._policy import (
     ADAPTIVE_LINGER,
     BARK_TASK,
     DECISION_TASK,
+    PRESSURE_HOLD,
     REPLY_ITEM_TOKENS,
     REPLY_TASK,
     STRUCTURED_REPLY_TASK,
@@ -70,6 +72,7 @@ __all__ = [
     "CoalescingModel",
     "CoalescingStatistics",
     "DefersRequest",
+    "PRESSURE_HOLD",
     "QueuePressure",
     "Unanswered",
     "Why",

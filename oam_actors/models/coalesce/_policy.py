@@ -3,8 +3,9 @@ reading the batch's answer back per item, and how long NPC work lingers for comp
 I/O, no actors, no clock (:class:`QueuePressure` is given the time).
 
 - :class:`CoalesceSettings` says how long a new batch lingers; by default only while its
-  priority's steps had to queue at the backend (:class:`QueuePressure`), one backend second
-  (:data:`ADAPTIVE_LINGER`, scaled by ``time_scale``), never for a player's dialogue.
+  priority's steps had to queue at the backend, or did within the last half quota window
+  (:class:`QueuePressure`), one backend second (:data:`ADAPTIVE_LINGER`, scaled by
+  ``time_scale``), never for a player's dialogue.
 - :func:`batch_key` says what may be combined: steps carrying a combinable
   :data:`~oam_actors.agent.model.BatchItem` of the same kind, priority and sampling. ``None``
   means "run it alone" (no item, a repair, tools offered to a step that is not a talk's tool
@@ -74,6 +75,7 @@ __all__ = [
     "ADAPTIVE_LINGER",
     "BARK_TASK",
     "DECISION_TASK",
+    "PRESSURE_HOLD",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
     "STRUCTURED_REPLY_TASK",
@@ -193,14 +195,22 @@ QUEUED_AFTER = 0.5
 at once; a pool's phones pace their steps a phone second apart."""
 PRESSURE_HALF_LIFE = 2.0
 """Backend seconds over which a step's having queued (or not) counts half as much."""
+PRESSURE_HOLD = 30.0
+"""Backend seconds NPC work keeps lingering after its steps last had to queue: half a rolling
+quota window (Nano's 60 phone seconds, a proxy's minute), by when on average half of what a burst
+spent is back. Lingering removes its own evidence (a batch
+that lingered is admitted at once, so within a few half-lives its steps look unqueued), but what
+the phones spent in a burst of small batches comes back only over the next window: without the hold, NPC
+work stops lingering while quota is still short, spends it a step a generation, and queues again."""
 
 
 class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
     """``max_items`` per generation (1 turns coalescing off). How long a new batch of NPC work
     (barks, decisions: every priority below dialogue) waits for company before it queues at the
     backend: ``linger_seconds`` always, 0 never; ``None`` (the default) adapts: while steps of its
-    priority had to queue recently (:class:`QueuePressure`), :data:`ADAPTIVE_LINGER` backend
-    seconds, and not at all while the backend has free capacity. ``time_scale`` is real seconds
+    priority had to queue recently, or did within the last :data:`PRESSURE_HOLD` backend seconds
+    (:class:`QueuePressure`), :data:`ADAPTIVE_LINGER` backend seconds, and not at all while the
+    backend has had free capacity that long. ``time_scale`` is real seconds
     per backend second (a simulated farm's ``farm_time_scale``; 1 for real phones and proxies).
     ``dialogue_linger_seconds`` is the same for a player's dialogue (a talk's tool choices and
     reply), which by default never waits, quota short or not."""
@@ -240,7 +250,7 @@ class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     def pressure(self) -> QueuePressure:
         """A fresh record of whether one priority's steps queue, in this backend's time."""
-        return QueuePressure(PRESSURE_HALF_LIFE * self.time_scale)
+        return QueuePressure(PRESSURE_HALF_LIFE * self.time_scale, hold=PRESSURE_HOLD * self.time_scale)
 
 
 class QueuePressure:
@@ -248,13 +258,16 @@ class QueuePressure:
     did, each counting half as much every ``half_life`` seconds, held against one more step that
     did not queue, so the share fades when steps stop coming (an idle backend has free capacity):
     it takes about a step's worth of queueing within the last ``half_life``, and at least half of
-    the steps since, to linger. Pure: the caller gives the time."""
+    the steps since, to linger. Once lingering, it stays so for ``hold`` seconds after that last
+    held (:data:`PRESSURE_HOLD`). Pure: the caller gives the time."""
 
-    __slots__ = ("_at", "_half_life", "_queued", "_steps")
+    __slots__ = ("_at", "_half_life", "_hold", "_queued", "_steps", "_until")
 
-    def __init__(self, half_life: float) -> None:
+    def __init__(self, half_life: float, *, hold: float = 0.0) -> None:
         self._half_life = half_life
+        self._hold = hold
         self._at = -math.inf
+        self._until = -math.inf  # lingering until then, whatever the share
         self._queued = self._steps = 0.0
 
     def record(self, now: float, *, queued: bool) -> None:
@@ -264,9 +277,13 @@ class QueuePressure:
         self._queued += queued
 
     def queueing(self, now: float) -> bool:
-        """Whether at least half of the recent steps (and the one more) queued."""
+        """Whether at least half of the recent steps (and the one more) queued, now or within
+        the last ``hold`` seconds."""
         self._decay(now)
-        return self._queued > 0 and 2 * self._queued >= self._steps + 1
+        if self._queued > 0 and 2 * self._queued >= self._steps + 1:
+            self._until = now + self._hold
+            return True
+        return now < self._until
 
     def _decay(self, now: float) -> None:
         if now > self._at:
