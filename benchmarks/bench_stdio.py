@@ -112,17 +112,15 @@ def bench_turns(sessions: int, turns: int, command: list[str] | None = None) -> 
         # The only writer, so the reader never waits on a write: were it to block behind a write
         # to a full pipe, the server (the floor's one thread, or the bridge holding back input
         # while its output is unread) would block writing to us, and neither side would move.
-        while (data := outgoing.get()) is not None:
-            chunks = [data]
+        while True:
+            chunks = [outgoing.get()]
             while len(chunks) < 256 and not outgoing.empty():  # whatever else is queued, in one write
-                more = outgoing.get()
-                if more is None:
-                    outgoing.put(None)
-                    break
-                chunks.append(more)
+                chunks.append(outgoing.get())
             try:
-                proc.stdin.write(b"".join(chunks))  # type: ignore[union-attr]
+                proc.stdin.write(b"".join(filter(None, chunks)))  # type: ignore[union-attr]
             except BrokenPipeError:
+                return
+            if chunks[-1] is None:  # the last put: nothing is written after it
                 return
 
     def lines():
