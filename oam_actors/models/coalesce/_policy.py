@@ -198,10 +198,10 @@ PRESSURE_HALF_LIFE = 2.0
 PRESSURE_HOLD = 30.0
 """Backend seconds NPC work keeps lingering after its steps last had to queue: half a rolling
 quota window (Nano's 60 phone seconds, a proxy's minute), by when on average half of what a burst
-spent is back. Lingering removes its own evidence (a batch
-that lingered is admitted at once, so within a few half-lives its steps look unqueued), but what
-the phones spent in a burst of small batches comes back only over the next window: without the hold, NPC
-work stops lingering while quota is still short, spends it a step a generation, and queues again."""
+spent is back. Lingering removes its own evidence (a batch that lingered is admitted at once, so
+within a few half-lives its steps look unqueued), but what the phones spent in a burst of small
+batches comes back only over the next window: without the hold, NPC work stops lingering while
+quota is still short, spends it a step a generation, and queues again."""
 
 
 class CoalesceSettings(msgspec.Struct, frozen=True, kw_only=True):
