@@ -317,6 +317,14 @@ def ceiling_terms(one: dict[str, float], two: dict[str, float]) -> dict[str, flo
             "two_cores_estimate": round(2 * kept / (1 + share), 2), "free_driver": round(min(2.0, 2 * kept), 2)}
 
 
+def driver_feeds(two: dict[str, float]) -> dict[str, float]:
+    """How far one driver (one front door: its transports and bridges) carries a cluster: its core saturates at
+    ``1 / driver CPU per turn`` turns a second, the work of that many turns' shard CPU
+    (``shards``: cores of shards it can keep busy, at this machine's shard CPU per turn)."""
+    turns = 1000 / two["driver_ms"]
+    return {"turns_per_s": round(turns), "shards": round(two["shards_ms"] / two["driver_ms"], 1)}
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -348,6 +356,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     report["scaling_ceiling_under_load"] = round(scaling_ceiling(one, two, others=True), 2)
     report["driver_share_of_shards"] = round(two["driver_ms"] / two["shards_ms"], 3)
     report["ceiling_terms"] = ceiling_terms(one, two)
+    report["driver_feeds"] = driver_feeds(two)
     # The latency loops take turns in blocks (the order alternating), so a change in the machine's
     # load between the local and the Ray measurement moves both alike.
     blocks = max(1, args.rounds)
@@ -392,6 +401,9 @@ def show(report: dict[str, Any]) -> None:
     print(f"  1.85x on 2 cores needs the driver at most 8.1% of the shards' CPU AND the same CPU per turn at 2 shards "
           f"as at 1; with this machine's shard CPU at 2 shards even a driver costing nothing allows "
           f"{terms['free_driver']}x")
+    feeds = report["driver_feeds"]
+    print(f"one driver process saturates its core at {feeds['turns_per_s']:,} turns/s: about {feeds['shards']} "
+          f"busy shards' worth at this CPU per turn (beyond that, more front doors: `serve --runtime ray --address ...`, each with shards of its own)")
     for name, turn in report["turn_ms"].items():
         print(f"session turn, {name}: p50 {turn['p50']} ms, p99 {turn['p99']} ms")
     adds = report["boundary_adds_p50_ms"]
