@@ -1,6 +1,7 @@
 """Throughput and latency of `oam-actors stdio`, measured over the real subprocess.
 
-1. Pipelined pings: N pings written as fast as possible; pings per second until the last answer.
+1. Pipelined pings: N pings written as fast as possible, once a first ping is answered (the
+   server's start-up is not counted); pings per second until the last answer.
 2. Scripted session turns with one client tool round, at several concurrency levels: each session's
    script is [toolCalls(open_gate), template]; the client answers every tool/call at once. Reports
    turns per second, p50 / p99 latency per turn (respond sent → response read) and the server's
@@ -56,11 +57,13 @@ def start_bridge(command: list[str] | None = None) -> subprocess.Popen[bytes]:
 
 
 def bench_pings(count: int, command: list[str] | None = None) -> float:
+    """Pings per second once the server answers (its start-up is not counted: a first ping is
+    answered before the clock starts)."""
     proc = start_bridge(command)
     assert proc.stdin and proc.stdout
     payload = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i for i in range(count))
-    done = threading.Event()
-    seen = 0
+    ready, done = threading.Event(), threading.Event()
+    seen = -1  # the warm-up ping's answer brings it to 0
 
     def read() -> None:
         nonlocal seen
@@ -69,9 +72,13 @@ def bench_pings(count: int, command: list[str] | None = None) -> float:
             if not chunk:
                 break
             seen += chunk.count(b"\n")
+            ready.set()
         done.set()
 
     threading.Thread(target=read, daemon=True).start()
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":-1,"method":"ping"}\n')
+    proc.stdin.flush()
+    ready.wait(120)
     start = time.perf_counter()
     proc.stdin.write(payload)
     proc.stdin.flush()
