@@ -318,11 +318,10 @@ def ceiling_terms(one: dict[str, float], two: dict[str, float]) -> dict[str, flo
 
 
 def driver_feeds(two: dict[str, float]) -> dict[str, float]:
-    """How far one driver (one front door: its transports and bridges) carries a cluster: its core saturates at
-    ``1 / driver CPU per turn`` turns a second, the work of that many turns' shard CPU
-    (``shards``: cores of shards it can keep busy, at this machine's shard CPU per turn)."""
-    turns = 1000 / two["driver_ms"]
-    return {"turns_per_s": round(turns), "shards": round(two["shards_ms"] / two["driver_ms"], 1)}
+    """How far one driver (a front door: its transports and bridges) carries a cluster: its core
+    saturates at ``1 / driver CPU per turn`` turns a second; ``shards``: how many busy shards'
+    cores that is, at this machine's shard CPU per turn."""
+    return {"turns_per_s": round(1000 / two["driver_ms"]), "shards": round(two["shards_ms"] / two["driver_ms"], 1)}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -403,7 +402,8 @@ def show(report: dict[str, Any]) -> None:
           f"{terms['free_driver']}x")
     feeds = report["driver_feeds"]
     print(f"one driver process saturates its core at {feeds['turns_per_s']:,} turns/s: about {feeds['shards']} "
-          f"busy shards' worth at this CPU per turn (beyond that, more front doors: `serve --runtime ray --address ...`, each with shards of its own)")
+          f"busy shards' worth at this CPU per turn (beyond that, more front doors: "
+          f"`serve --runtime ray --address ...`, each with shards of its own)")
     for name, turn in report["turn_ms"].items():
         print(f"session turn, {name}: p50 {turn['p50']} ms, p99 {turn['p99']} ms")
     adds = report["boundary_adds_p50_ms"]
