@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import msgspec
 import pytest
 
 from oam_actors.bridge.params import Params, is_object_id, preview
@@ -177,3 +178,26 @@ def test_instants_are_written_in_utc_whole_seconds() -> None:
     assert wire_instant(moment) == "2024-05-01T12:00:07Z"
     assert wire_instant().endswith("Z") and len(wire_instant()) == 20
 
+
+
+class _Usual(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    flag: bool = False
+
+
+def test_fields_read_a_usual_object_in_one_call() -> None:
+    assert Params({"name": "gorm", "flag": True}).fields(_Usual) == _Usual("gorm", True)
+    assert Params({"name": "gorm"}).fields(_Usual) == _Usual("gorm", False)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"name": "gorm", "flag": None},  # null is absent to the accessors: they decide the default
+        {"name": "gorm", "flag": 1},  # a number is no boolean
+        {"name": "gorm", "extra": 1},  # an unknown member is a warning the accessors word
+        {"flag": True},  # a missing member is an error they word
+    ],
+)
+def test_fields_leave_anything_unusual_to_the_accessors(values: dict) -> None:
+    assert Params(values).fields(_Usual) is None

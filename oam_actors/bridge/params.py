@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -35,6 +35,7 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
 _PREVIEW_CHARS = 40
+_Shape = TypeVar("_Shape", bound=msgspec.Struct)
 _ENCODE = msgspec.json.Encoder().encode
 
 
@@ -141,6 +142,16 @@ class Params:
         if value is None:
             return None
         return Params(value, f"{self._prefix}{name}.")
+
+    def fields(self, shape: type[_Shape]) -> _Shape | None:
+        """The whole object read as ``shape`` in one msgspec call, for a method's usual request;
+        ``None`` when it does not fit (a member unknown, null or of another type): then the
+        accessors read it, and word the warning or the error. ``shape`` forbids unknown fields
+        and types its members as strictly as the accessors do."""
+        try:
+            return msgspec.convert(self._values, shape)
+        except msgspec.ValidationError:
+            return None
 
     def unknown(self, known: Iterable[str]) -> list[str]:
         """One warning per member not in ``known`` (``null`` ones too: they were sent), in order."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from ..agent import ToolChoice
 from ..agent.transcript import Entry
 from ..agent.tools import too_many_tools_warning
@@ -31,6 +33,17 @@ _CREATE_KEYS = ("npc", "persona", "tools", "world", "memory", "options", "model"
 _RESTORE_KEYS = ("state", "npc", "tools", "options", "world", "model")
 _TALK_KEYS = ("npc", "line", "context", "stream", "toolChoice", "deadlineSeconds", "coalesce")
 _UPDATE_KEYS = ("npc", "persona", "options", "memory", "tools")
+
+
+class _UsualTalk(msgspec.Struct, forbid_unknown_fields=True):
+    """An ``npc/talk`` as load tests and games send it, read in one call (``Params.fields``);
+    a deadline, a tool choice or anything unusual takes the accessors' path."""
+
+    npc: str
+    line: str
+    context: Any = None
+    stream: bool = False
+    coalesce: bool = True
 
 
 async def npc_create(game: GameState, call: Call) -> Any:
@@ -147,6 +160,14 @@ async def _build(
 
 async def npc_talk(game: GameState, call: Call) -> Any:
     params = call.params
+    usual = params.fields(_UsualTalk)
+    if usual is not None:
+        record, ref = game.npc_by_id(usual.npc)
+        message = Talk(
+            request_id=_request_id(call), line=usual.line, context=usual.context, stream=usual.stream,
+            tool_choice=None, warnings=[], outlet=call.bridge, budget=game.budget(None), coalesce=usual.coalesce,
+        )
+        return game.enqueue(record, ref, message)
     _, record, ref = game.npc(params)
     line = params.string("line", required=True)
     assert line is not None
@@ -154,7 +175,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
     stream = params.boolean("stream", default=False)
     choice_raw = params.raw("toolChoice")
     message = Talk(
-        request_id=call.id if call.id is not None else call.bridge.new_local_id(),
+        request_id=_request_id(call),
         line=line,
         context=params.raw("context"),
         stream=bool(stream),
@@ -165,6 +186,10 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         coalesce=bool(params.boolean("coalesce", default=True)),
     )
     return game.enqueue(record, ref, message)
+
+
+def _request_id(call: Call) -> Any:
+    return call.id if call.id is not None else call.bridge.new_local_id()
 
 
 async def npc_bark(game: GameState, call: Call) -> Any:
