@@ -20,7 +20,7 @@
 4. Naive baseline: one Ray actor per object (what placement in shards avoids): time and memory to
    create N of them (sessions with one tool), and their turns per second, each turn a Ray call.
 
-Run: ``python3 benchmarks/bench_cluster.py [--npcs 96] [--turns 1920] [--rounds 3] [--naive 8]
+Run: ``python3 benchmarks/bench_cluster.py [--npcs 96] [--turns 1920] [--rounds 5] [--naive 8]
 [--profile PATH]``. Starts a private local Ray instance (2 CPUs). Not a test: it prints a table and
 a JSON line. On a shared machine the crowd figures move with other load: the load average is
 printed with them. Goals: 2 shards at least 1.85x one; the boundary under 0.5 ms per plain turn at
@@ -424,7 +424,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--npcs", type=int, default=96)
     parser.add_argument("--turns", type=int, default=1920)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency-turns", type=int, default=300)
     parser.add_argument("--asks", type=int, default=5000)
     parser.add_argument("--naive", type=int, default=8, help="objects in the naive baseline (0: skip)")
