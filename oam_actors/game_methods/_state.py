@@ -11,6 +11,7 @@ that share a namespace (``Bridge(shared=True)``) share one registry.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -208,7 +209,7 @@ class GameState:
         self.bridge.admit()
         reply = ref.ask_nowait(message)
         record.pending.add(reply)
-        return self.bridge.queued(reply, settled=lambda: record.pending.discard(reply))
+        return self.bridge.queued(reply, settled=functools.partial(record.pending.discard, reply))
 
     def run_request(self, worker: DecisionEngine | ContentGenerator, message: Any) -> Deferred:
         """Run a one-off request on its own actor (the address its client tools answer to)."""
