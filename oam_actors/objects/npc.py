@@ -58,8 +58,14 @@ __all__ = [
 ]
 
 
+_ENCODE = msgspec.json.Encoder().encode
+
+
 class Talk(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``npc/talk`` turn; ``outlet`` is the connection that asked (``None``: the NPC's own)."""
+    """One ``npc/talk`` turn; ``outlet`` is the connection that asked (``None``: the NPC's own).
+    Answered with the result as JSON (``msgspec.Raw``), which the bridge writes as it is: encoded
+    where the turn ran, it crosses a shard boundary as bytes, and the driver, which every shard's
+    turns go through, neither unpickles nor encodes it."""
 
     request_id: RequestId
     line: str
@@ -207,7 +213,7 @@ class NPCActor(Actor):
                 return self.npc.persona
         raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
 
-    async def _talk(self, message: Talk) -> dict[str, Any]:
+    async def _talk(self, message: Talk) -> msgspec.Raw:
         async with self.admission() as admission:
             relay = TurnRelay(
                 message.outlet if message.outlet is not None else self.outlet,
@@ -235,7 +241,7 @@ class NPCActor(Actor):
                 relay.close()
         if self.npc.compaction_pending:
             self._queue_compaction()
-        return turn.to_wire(npc=self.npc_id, warnings=message.warnings)
+        return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
 
     def _queue_compaction(self) -> None:
         ref = self.system.lookup(self.address)
