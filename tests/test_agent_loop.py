@@ -801,6 +801,17 @@ async def test_without_text_deltas_the_reply_is_cleaned_the_same_and_nothing_str
         assert len(events.of(ModelStep)) == 1
 
 
+async def test_without_step_events_the_turn_is_the_same_and_no_model_step_is_emitted() -> None:
+    runs = []
+    for steps in (True, False):
+        model = envelope(ScriptStep.call("check_menu"), ScriptStep.respond(), ScriptStep.say("Ale is 3."))
+        events = Events()
+        result = await agent_with(model).respond("Price?", emit=events, step_events=steps)
+        assert bool(events.of(ModelStep)) is steps
+        runs.append((result.text, result.steps, [type(e) for e in events.events if not isinstance(e, ModelStep)]))
+    assert runs[0] == runs[1]
+
+
 async def test_a_step_is_streamed_only_when_its_pieces_are_watched() -> None:
     cases = [({"emit": Events()}, True), ({"emit": Events(), "text_deltas": False}, False), ({}, False)]
     for kwargs, streamed in cases:

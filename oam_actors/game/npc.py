@@ -483,7 +483,10 @@ class NPC:
                 await _send(emit, [event])
 
         try:
-            return await agent.respond(attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values)
+            # ``forward`` passes no ``modelStep`` on: the agent need not build them.
+            return await agent.respond(
+                attempt.prompt, schema=attempt.schema, emit=forward, partial_values=partial_values, step_events=False,
+            )
         finally:
             agent.model = self.model
 
