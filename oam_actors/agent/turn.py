@@ -241,6 +241,11 @@ class Turn:
             found = find_json(text)
             if not isinstance(found, dict):
                 return _Failed("the answer was not a JSON object", tool, None)
+            # The object as written nearly always is the arguments (the first candidate): the
+            # envelope readings around it are worked out only when it is not.
+            decided = self._conform(tool, (found,), dedupe=False)
+            if isinstance(decided, _Decided):
+                return decided
             return self._conform(tool, argument_candidates(found, tool.name), dedupe=False)
 
         return await self._with_repair(
