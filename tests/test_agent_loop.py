@@ -39,6 +39,7 @@ from oam_actors.agent import (
     parse_tool_definitions,
 )
 from oam_actors.agent.transcript import PromptEntry, ResponseEntry, ToolUseEntry
+from oam_actors.agent.turn import decide_offer
 from oam_actors import (
     AgentError,
     ErrorCode,
@@ -859,3 +860,18 @@ async def test_model_step_events_match_the_result_steps() -> None:
     result = await agent_with(model).respond("Price?", emit=events)
     assert [e.step for e in events.of(ModelStep)] == result.steps
     assert [s.index for s in result.steps] == [0, 1, 2]
+
+
+# --- the decide offer ----------------------------------------------------------------------------
+
+
+def test_the_decide_offer_is_shared_by_the_same_tools_and_never_by_others() -> None:
+    shared = [ToolDefinition("check_menu", "List the menu.")]
+    assert decide_offer(shared, allow_respond=True) is decide_offer(list(shared), allow_respond=True)
+    assert decide_offer(shared, allow_respond=False) is not decide_offer(shared, allow_respond=True)
+    # Tool sets made and dropped one after another (their ids free for reuse), more than are kept.
+    for n in range(600):
+        names = decide_offer([ToolDefinition(f"tool_{n}")], allow_respond=True)[1]
+        assert names == (f"tool_{n}",)
+    parts, names, by_name = decide_offer(shared, allow_respond=True)
+    assert names == ("check_menu",) and by_name == {"check_menu": shared[0]} and "check_menu" in parts[0]

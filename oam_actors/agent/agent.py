@@ -26,11 +26,9 @@ from .policy import AgentOptions, TurnOverrides
 from .schema import Schema
 from .tools import ToolDefinition, ToolOutput
 from .transcript import Entry, ResponseEntry, ToolUseEntry, Transcript, split_turns
-from .turn import Turn
+from .turn import DecideOffer, Turn
 
 __all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS", "DecideOffer"]
-
-DecideOffer = tuple[tuple[str, str], tuple[str, ...], dict[str, ToolDefinition]]
 """A decide step's offer: the task's tool parts, the tools' names, the tools by name."""
 
 DEFAULT_SUMMARY_INSTRUCTIONS = (
@@ -76,8 +74,6 @@ class Agent:
         self._in_progress: list[Entry] = []
         self._external: dict[str, _ExternalSlot] = {}
         self._history_lines: prompts.HistoryLines | None = None
-        # What decide steps offer, by allow_respond, with the tools it was made for.
-        self._decide_offers: dict[bool, tuple[tuple[int, ...], list[ToolDefinition], DecideOffer]] = {}
 
     # --- settings ----------------------------------------------------------------------------
 
@@ -104,22 +100,6 @@ class Agent:
             lines = self._history_lines = prompts.HistoryLines(labels, self.render_response)
         lines.sync(self.history)
         return lines
-
-    def decide_offer(self, tools: list[ToolDefinition], *, allow_respond: bool) -> DecideOffer:
-        """What a decide step offers ``tools`` with: the task's tool parts
-        (:func:`prompts.decide_task_parts`), the names, the tools by name; made again only when
-        the tools change."""
-        kept = self._decide_offers.get(allow_respond)
-        # The tools by identity: the kept ones are held, so no other object can have their ids.
-        ids = tuple(map(id, tools))
-        if kept is not None and kept[0] == ids:
-            return kept[2]
-        offer = (
-            prompts.decide_task_parts(tools, allow_respond=allow_respond),
-            tuple(t.name for t in tools), {t.name: t for t in tools},
-        )
-        self._decide_offers[allow_respond] = (ids, list(tools), offer)
-        return offer
 
     @property
     def turn_entries(self) -> list[Entry]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -67,9 +68,35 @@ from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["Turn", "format_duration"]
+__all__ = ["DecideOffer", "Turn", "decide_offer", "format_duration"]
 
 _log = logging.getLogger(__name__)
+
+DecideOffer = tuple[tuple[str, str], tuple[str, ...], dict[str, ToolDefinition]]
+
+# Shared by every agent offering the same tool objects (a crowd's NPCs, fresh agents over one
+# tool list): keyed by their identities, each held by its entry so no other object takes an id
+# while it is a key. The most recently used offers are kept.
+_DECIDE_OFFERS: OrderedDict[tuple[Any, ...], tuple[tuple[ToolDefinition, ...], DecideOffer]] = OrderedDict()
+_DECIDE_OFFERS_KEPT = 256
+
+
+def decide_offer(tools: Sequence[ToolDefinition], *, allow_respond: bool) -> DecideOffer:
+    """What a decide step offers ``tools`` with: the task's tool parts
+    (:func:`prompts.decide_task_parts`), the names, the tools by name (not to be changed: shared)."""
+    key = (allow_respond, *map(id, tools))
+    kept = _DECIDE_OFFERS.get(key)
+    if kept is not None:
+        _DECIDE_OFFERS.move_to_end(key)
+        return kept[1]
+    offer = (
+        prompts.decide_task_parts(tools, allow_respond=allow_respond),
+        tuple(t.name for t in tools), {t.name: t for t in tools},
+    )
+    _DECIDE_OFFERS[key] = (tuple(tools), offer)
+    if len(_DECIDE_OFFERS) > _DECIDE_OFFERS_KEPT:
+        _DECIDE_OFFERS.popitem(last=False)
+    return offer
 
 
 def format_duration(seconds: float) -> str:
@@ -219,7 +246,7 @@ class Turn:
     async def _decide(self, tools: list[ToolDefinition], *, allow_respond: bool) -> Any:
         mode = ToolCallingMode.ALLOWED if allow_respond else ToolCallingMode.REQUIRED
         # The same for every round of this turn (the tools and the prompt do not change).
-        parts, names, by_name = self.agent.decide_offer(tools, allow_respond=allow_respond)
+        parts, names, by_name = decide_offer(tools, allow_respond=allow_respond)
         task = self._decide_tasks.get(allow_respond)
         if task is None:
             task = self._decide_tasks[allow_respond] = prompts.decide_task_with(parts, self.prompt)
