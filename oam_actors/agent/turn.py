@@ -501,7 +501,7 @@ class Turn:
 
     def _reader(
         self, request: GenerationRequest, display: _ReplyDisplay | None, stream_reply: bool, streamed: bool
-    ) -> _Reader:
+    ) -> _Reader | _Watched:
         """How one attempt's text is shown while it streams: as the reply (on ``display``, or
         cleaned only at the end without one), as partial JSON values, or not at all (decide
         steps stop at the first complete JSON value)."""
@@ -512,16 +512,18 @@ class Turn:
             return _PartialReader(self._emit)
         return _Reader(stop_at_json=request.stop_at_json)
 
-    async def _generate(self, request: GenerationRequest, reader: _Reader) -> tuple[str, Usage | None]:
+    async def _generate(self, request: GenerationRequest, reader: _Reader | _Watched) -> tuple[str, Usage | None]:
         """One attempt: read the model's stream; returns the (cleaned, for replies) text."""
         usage: Usage | None = None
         stream = self.agent.model.stream(request)
+        # Only a watched reader emits (awaits) as it reads; a plain one is called, not awaited.
+        watched = isinstance(reader, _Watched)
         ended = False
         try:
             async for piece in stream:
                 if isinstance(piece, Usage):
                     usage = piece
-                elif await reader.push(piece):
+                elif await reader.show(piece) if watched else reader.push(piece):
                     break
             else:
                 ended = True  # an exhausted stream has nothing left to release
@@ -530,7 +532,7 @@ class Turn:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
                     await aclose()
-        return await reader.finish(), usage
+        return await reader.end() if watched else reader.finish(), usage
 
     def _add_usage(self, request: GenerationRequest, text: str, usage: Usage | None) -> None:
         total = self.usage
@@ -711,30 +713,13 @@ class _Reader:
         pieces = self.pieces
         return pieces[0] if len(pieces) == 1 else "".join(pieces)
 
-    async def push(self, piece: str) -> bool:
+    def push(self, piece: str) -> bool:
         pieces = self.pieces
         pieces.append(piece)
         return self._stop_at_json and has_complete_value(piece if len(pieces) == 1 else "".join(pieces))
 
-    async def finish(self) -> str:
+    def finish(self) -> str:
         return self.text
-
-
-class _PartialReader(_Reader):
-    """A structured step: each new complete prefix of the JSON value is emitted as it grows."""
-
-    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
-        super().__init__()
-        self._emit = emit
-        self._last: Any = None
-
-    async def push(self, piece: str) -> bool:
-        self.pieces.append(piece)
-        partial = complete_prefix(self.text)
-        if partial is not None and partial != self._last:
-            self._last = partial
-            await self._emit(PartialValue(partial))
-        return False
 
 
 class _CleanReader(_Reader):
@@ -744,25 +729,54 @@ class _CleanReader(_Reader):
         super().__init__()
         self._cleaner = cleaner
 
-    async def finish(self) -> str:
+    def finish(self) -> str:
         self._cleaner.add(self.text)
         return self._cleaner.final()
 
 
-class _ReplyReader(_Reader):
+class _Watched:
+    """A reader whose pieces are shown as they come: :meth:`show` says whether to stop reading."""
+
+    async def show(self, piece: str) -> bool:
+        raise NotImplementedError
+
+    async def end(self) -> str:
+        raise NotImplementedError
+
+
+class _PartialReader(_Watched):
+    """A structured step: each new complete prefix of the JSON value is emitted as it grows."""
+
+    def __init__(self, emit: Callable[[TurnEvent], Any]) -> None:
+        self._read = _Reader()
+        self._emit = emit
+        self._last: Any = None
+
+    async def show(self, piece: str) -> bool:
+        read = self._read
+        read.push(piece)
+        partial = complete_prefix(read.text)
+        if partial is not None and partial != self._last:
+            self._last = partial
+            await self._emit(PartialValue(partial))
+        return False
+
+    async def end(self) -> str:
+        return self._read.text
+
+
+class _ReplyReader(_Watched):
     """A reply step: the cleaned text so far is shown as it grows; the result is the cleaned text."""
 
     def __init__(self, display: _ReplyDisplay, cleaner: ReplyCleaner) -> None:
-        super().__init__()
         self._display = display
         self._cleaner = cleaner
 
-    async def push(self, piece: str) -> bool:
-        self.pieces.append(piece)
+    async def show(self, piece: str) -> bool:
         await self._display.show(self._cleaner.push(piece))
         return False
 
-    async def finish(self) -> str:
+    async def end(self) -> str:
         final = self._cleaner.final()
         await self._display.show(final)
         return final
