@@ -105,6 +105,21 @@ def test_root_is_array(raw: Any, expected: bool) -> None:
     assert Schema.compile(raw).root_is_array is expected
 
 
+@pytest.mark.parametrize(
+    ("raw", "empty", "array"),
+    [
+        ({"type": "array", "description": "Names.", "items": {"type": "string", "description": "A name."}}, False, True),
+        ({"type": "object", "description": "Nothing to fill in."}, True, False),
+        (ORDER, False, False),
+    ],
+)
+def test_schemas_of_one_outline_have_its_kind(raw: Any, empty: bool, array: bool) -> None:
+    schema = Schema.compile(raw)
+    others = schema.described(["Other."] * len(schema._descriptions))
+    for each in (schema, others):
+        assert (each.is_empty_object, each.root_is_array) == (empty, array)
+
+
 # --- check errors (§5.2) -------------------------------------------------------------------------
 
 

@@ -59,6 +59,7 @@ Violation.__module__ = __name__
 format_violations.__module__ = __name__
 
 _EMPTY_OBJECT = {"type": "object", "properties": {}}
+_UNSET = object()
 # Keywords that give an object schema something to fill in (§6.5 "Empty object").
 _NOT_EMPTY = frozenset({"anyOf", "oneOf", "allOf", "$ref", "enum", "const", "items"})
 
@@ -190,23 +191,30 @@ class Schema:
     def derived(self, name: str, compute: Callable[[Any], Any]) -> Any:
         """``compute(generation_schema)``, memoised under ``name``: the schema is immutable, so
         texts derived from it (renderings, prompt examples) are computed once per schema."""
-        cache = self.__dict__.setdefault("_derived", {})
-        if name not in cache:
-            cache[name] = compute(self.generation_schema)
-        return cache[name]
+        cache = self.__dict__.get("_derived")
+        if cache is None:
+            cache = self.__dict__["_derived"] = {}
+        value = cache.get(name, _UNSET)
+        if value is _UNSET:
+            value = cache[name] = compute(self.generation_schema)
+        return value
 
     @property
     def is_empty_object(self) -> bool:
         """True for an object schema with nothing to fill in: a tool that takes no arguments.
 
-        ``True`` (anything) counts, as ``{}`` does. Computed once (every turn asks).
+        ``True`` (anything) counts, as ``{}`` does. Computed once (every turn asks), per outline when it is shared.
         """
+        if self._shape is not None:
+            return self._shape.is_empty_object
         return self.derived("is_empty_object", _is_empty_object)
 
     @property
     def root_is_array(self) -> bool:
         """True when the root (after ``$ref``) is an array schema: structured output is a list.
-        Computed once (every structured step asks)."""
+        Computed once (every structured step asks), per outline when it is shared."""
+        if self._shape is not None:
+            return self._shape.root_is_array
         return self.derived("root_is_array", _root_is_array)
 
 
@@ -251,6 +259,9 @@ class _Shape:
         self.warnings = tuple(check_schema(self.outline))
         self.validator = Validator(self.outline)
         self.orderer = Orderer(self.outline)
+        # The descriptions filled in change no kind: every schema of the outline has these.
+        self.is_empty_object = _is_empty_object(self.outline)
+        self.root_is_array = _root_is_array(self.outline)
         # A placeholder shows in a rendering only where its description would; it is told apart
         # from the document's own text only when no other string holds a NUL (JSON escapes it).
         self.fillable = outline_text.count(b"\\u0000") == 2 * descriptions
