@@ -613,6 +613,8 @@ def test_save_state_drops_a_trailing_unanswered_prompt():
         {"type": "prompt", "text": "Hi"}, {"type": "response", "text": "Hello."}, {"type": "prompt", "text": "And?"}]}}
     saved = NPCSaveState.from_wire(wire)
     assert [type(e) for e in saved.transcript.entries] == [PromptEntry, ResponseEntry]
+    answered = {"persona": {"name": "Mira"}, "transcript": {"entries": wire["transcript"]["entries"][:2]}}
+    assert NPCSaveState.from_wire(answered).transcript.entries == saved.transcript.entries
 
 
 async def test_reset_clears_conversation_and_optionally_memory():

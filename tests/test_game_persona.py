@@ -292,7 +292,8 @@ def test_memory_store_stages_until_commit():
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [("  **Gorm**: “Hello.” ", "Hello."), ("'Tis fine", "'Tis fine"), ("Gorm says: Aye.", "Aye."),
-     ('"A" and "B"', '"A" and "B"'), ("gorm: lowercase label", "lowercase label"), ("Gormless fool.", "Gormless fool.")],
+     ('"A" and "B"', '"A" and "B"'), ("gorm: lowercase label", "lowercase label"), ("Gormless fool.", "Gormless fool."),
+     ("Gorm, no label here", "Gorm, no label here"), ("Note: Gorm: Aye.", "Note: Gorm: Aye.")],
 )
 def test_spoken_line_cleanup(raw, expected):
     assert spoken_line(raw, "Gorm") == expected

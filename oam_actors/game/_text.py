@@ -69,6 +69,8 @@ def speaker_labels(speaker: str) -> tuple[str, ...]:
 
 
 def _strip_label(text: str, speaker: str) -> str:
+    if ":" not in text:
+        return text  # every label holds a colon: most lines have none to strip
     lowered = text.lower()
     for label in speaker_labels(speaker):
         if lowered.startswith(label.lower()):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -272,7 +273,7 @@ class NPC:
     @property
     def turn_count(self) -> int:
         """Turns kept verbatim in the history (compacted turns are not counted)."""
-        return sum(isinstance(entry, PromptEntry) for entry in self._agent.history)
+        return sum(map(isinstance, self._agent.history, itertools.repeat(PromptEntry)))
 
     @property
     def compaction_pending(self) -> bool:
@@ -725,6 +726,8 @@ def _agent_options(
 def _complete_turns(transcript: Transcript) -> Transcript:
     """Without a trailing prompt that has no response yet."""
     entries = transcript.entries
+    if not entries or isinstance(entries[-1], ResponseEntry):
+        return transcript  # the usual case: the last turn has its response
     last_prompt = max((i for i, e in enumerate(entries) if isinstance(e, PromptEntry)), default=-1)
     if last_prompt < 0 or any(isinstance(e, ResponseEntry) for e in entries[last_prompt:]):
         return transcript
