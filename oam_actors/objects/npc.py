@@ -215,6 +215,8 @@ class NPCActor(Actor):
 
     async def _talk(self, message: Talk) -> msgspec.Raw:
         async with self.admission() as admission:
+            # A request that does not stream and has no client tool to call needs no events.
+            follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
             relay = TurnRelay(
                 message.outlet if message.outlet is not None else self.outlet,
                 head={"npc": self.npc_id},
@@ -223,22 +225,21 @@ class NPCActor(Actor):
                 target=self.address,
                 event_method="npc/event",
                 admission=admission,
-            )
-            # A request that does not stream and has no client tool to call needs no events.
-            follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
+            ) if follow else None
             try:
                 turn = await self.npc.talk(
                     message.line,
                     context=message.context,
                     tool_choice=message.tool_choice,
-                    emit=relay if follow else None,
+                    emit=relay,
                     on_commit=self.commit,
                     budget=message.budget,
                     partial_values=message.stream,
                     coalesce=message.coalesce,
                 )
             finally:
-                relay.close()
+                if relay is not None:
+                    relay.close()
         if self.npc.compaction_pending:
             self._queue_compaction()
         return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
