@@ -195,6 +195,8 @@ class SessionActor(Actor):
             if choice.kind is ToolChoiceKind.TOOL and choice.tool not in {t.name for t in self.agent.tools}:
                 raise invalid_params(f"Parameter 'toolChoice' names '{choice.tool}', which is not a tool of this session.")
         async with self.admission() as admission:
+            # A request that does not stream and has no client tool to call needs no events.
+            follow = message.stream or any(tool.handler is None for tool in self.agent.tools)
             relay = TurnRelay(
                 message.outlet if message.outlet is not None else self.outlet,
                 head={"session": self.session_id},
@@ -202,7 +204,7 @@ class SessionActor(Actor):
                 stream=message.stream,
                 target=self.address,
                 admission=admission,
-            )
+            ) if follow else None
             try:
                 result = await self.agent.respond(
                     message.prompt,
@@ -215,7 +217,8 @@ class SessionActor(Actor):
                     step_events=message.stream,  # the relay streams nothing else of them
                 )
             finally:
-                relay.close()
+                if relay is not None:
+                    relay.close()
         wire = result.to_wire(session=self.session_id)
         if message.warnings:
             wire["warnings"] = [*message.warnings, *wire.get("warnings", [])]
