@@ -26,10 +26,9 @@ from .policy import AgentOptions, TurnOverrides
 from .schema import Schema
 from .tools import ToolDefinition, ToolOutput
 from .transcript import Entry, ResponseEntry, ToolUseEntry, Transcript, split_turns
-from .turn import DecideOffer, Turn
+from .turn import Turn
 
-__all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS", "DecideOffer"]
-"""A decide step's offer: the task's tool parts, the tools' names, the tools by name."""
+__all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS"]
 
 DEFAULT_SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation below for your own later use: keep names, facts, decisions, "

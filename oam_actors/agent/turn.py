@@ -73,6 +73,7 @@ __all__ = ["DecideOffer", "Turn", "decide_offer", "format_duration"]
 _log = logging.getLogger(__name__)
 
 DecideOffer = tuple[tuple[str, str], tuple[str, ...], dict[str, ToolDefinition]]
+"""A decide step's offer: the task's tool parts, the tools' names, the tools by name."""
 
 # Shared by every agent offering the same tool objects (a crowd's NPCs, fresh agents over one
 # tool list): keyed by their identities, each held by its entry so no other object takes an id
