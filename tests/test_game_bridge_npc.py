@@ -179,6 +179,17 @@ def test_a_plain_turn(bridge: BridgeProcess) -> None:
     assert entry(bridge, "t1")["turnCount"] == 1
 
 
+def test_null_talk_params_read_as_absent_and_a_wrong_type_is_named(bridge: BridgeProcess) -> None:
+    # The usual talk is read in one call; these leave it for the accessors, which must agree.
+    create(bridge, "n1", [reply("Aye."), reply("Aye again.")])
+    request = bridge.request("npc/talk", {"npc": "n1", "line": "Hi", "stream": None, "coalesce": None, "context": None})
+    message, related = bridge.response(request)
+    assert message["result"]["line"] == "Aye." and "warnings" not in message["result"] and related == []
+    error = error_of(bridge, "npc/talk", {"npc": "n1", "line": "Hi", "stream": "yes"})
+    assert (error["code"], error["message"]) == (-32602, "Parameter 'stream' must be a boolean; got \"yes\".")
+    assert error_of(bridge, "npc/talk", {"npc": "n1", "line": 7})["message"] == "Parameter 'line' must be a string; got 7."
+
+
 def test_a_streamed_turn_sends_its_events_first(bridge: BridgeProcess) -> None:
     create(bridge, "s1", [reply("Steel is patient, lad.", "amused")])
     request = bridge.request("npc/talk", {"npc": "s1", "line": "Teach me.", "stream": True})
