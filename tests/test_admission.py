@@ -16,7 +16,7 @@ import anyio
 import msgspec
 import pytest
 
-from oam_actors import Bridge
+from oam_actors import Bridge, GenerationRequest, ScriptedModel, ScriptStep, StepKind
 from oam_actors.runtime import ActorSystem, AdmissionGate, FairQueue, LocalSystem, fair_pause, flow
 
 HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
@@ -372,3 +372,24 @@ async def test_busy_flows_share_the_loop_per_flow_not_per_task() -> None:
             tasks.start_soon(busy, "crowd")
         tasks.start_soon(busy, "lone")
     assert steps["crowd"] <= 3 * steps["lone"], steps  # a plain checkpoint would give the crowd ~10 x
+
+
+async def test_a_scripted_models_streamed_pieces_share_the_loop_per_flow() -> None:
+    """The same with a scripted model's streamed steps, whose yields between pieces let others
+    run: a flood of streamed turns on one connection leaves another's stream its share."""
+    model = ScriptedModel(fallback=ScriptStep.say("word " * 400, chunks=400))
+    request = GenerationRequest(kind=StepKind.RESPOND, system="", prompt="", streamed=True)
+    pieces = {"crowd": 0, "lone": 0}
+
+    async def stream(flow_name: str) -> None:
+        with flow(flow_name):
+            async for _ in model.stream(request):
+                pieces[flow_name] += 1
+                if pieces["lone"] >= 50:
+                    return
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(10):
+            tasks.start_soon(stream, "crowd")
+        tasks.start_soon(stream, "lone")
+    assert pieces["crowd"] <= 3 * pieces["lone"], pieces  # plain checkpoints gave the crowd ~10 x

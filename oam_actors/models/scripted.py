@@ -31,6 +31,7 @@ import msgspec
 from ..agent.cancellation import checkpoint_if_cancelled
 from ..agent.model import Availability, GenerationRequest, ModelCapabilities, StepKind, Usage
 from ..errors import AGENT_CODES, AgentError, ErrorCode, invalid_params
+from ..runtime import current_flow, fair_pause
 
 __all__ = ["ScriptCall", "ScriptStep", "ScriptStyle", "ScriptedModel", "StepForm"]
 
@@ -200,10 +201,12 @@ class ScriptedModel:
         text = piece_text if piece_text is not None else _render(step, request)
         if request.streamed:
             # Pieces someone watches stream as a real model's would, with the event loop running
-            # between them (a cancel at one's event lands right after it).
+            # between them (a cancel at one's event lands right after it). The yield is only to
+            # let others run, so it is the turn's connection's fair one: a flood of streamed
+            # turns on other connections does not make every round of the loop longer.
             for piece in _pieces(step, text):
                 yield piece
-                await anyio.lowlevel.checkpoint()
+                await fair_pause(current_flow())
             return
         # Nobody watches: nothing runs between the pieces that could cancel the step, so one
         # check (for a cancel at the step's own event) does, and no hop (a scripted model waits

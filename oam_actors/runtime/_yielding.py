@@ -6,14 +6,14 @@ round. Eight connections keeping 160 sessions busy make a round tens of millisec
 each connection gets a share of the loop per *task* it keeps busy, not per connection.
 
 A task that yields only to let others run (a mailbox before each message, a bridge between two
-batches of lines, a turn handed a freed admission slot) calls :func:`fair_pause` with its flow
-(``runtime.flow``: the connection). It is a plain checkpoint while the round before was one
-flow's alone (nobody to be fair to: a single busy connection runs as fast as without any of
-this), or while few such yields have come this round (:data:`PER_ROUND`). Otherwise the task
-waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by flow, and each round lets
-:data:`PER_ROUND` waiters go on, flows in turn (:data:`SOLO_PER_ROUND` when they are all one
-flow's). A round then holds a bounded amount of busy work however many tasks are busy, a flow
-back from idle goes next, and every busy flow gets the same share.
+batches of lines, a turn handed a freed admission slot, a scripted model between the pieces it
+streams) calls :func:`fair_pause` with its flow (``runtime.flow``: the connection). It is a plain
+checkpoint while the round before was one flow's alone (nobody to be fair to: a single busy
+connection runs as fast as without any of this), or while few such yields have come this round
+(:data:`PER_ROUND`). Otherwise the task waits, in a :class:`~oam_actors.runtime._fair.FairQueue` by
+flow, and each round lets :data:`PER_ROUND` waiters go on, flows in turn (:data:`SOLO_PER_ROUND`
+when they are all one flow's). A round then holds a bounded amount of busy work however many tasks
+are busy, a flow back from idle goes next, and every busy flow gets the same share.
 
 One :class:`FairYield` per event loop (the loop is what is shared): :func:`fair_yield`, or
 :func:`fair_pause` for one yield. Its rounds are marked by a callback the loop runs once per round
