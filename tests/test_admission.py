@@ -8,7 +8,7 @@ RaySystem in test_cluster_ray.py; flooding connections over real sockets in test
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -356,21 +356,30 @@ async def test_a_turn_waiting_for_its_client_gives_its_slot_up() -> None:
 # --- fair yields ------------------------------------------------------------------------------------
 
 
+async def crowd_and_lone(busy: Callable[[str], Awaitable[None]]) -> None:
+    """Ten tasks of flow "crowd" and one of flow "lone", each ``busy(flow)`` inside its flow."""
+
+    async def run(flow_name: str) -> None:
+        with flow(flow_name):
+            await busy(flow_name)
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(10):
+            tasks.start_soon(run, "crowd")
+        tasks.start_soon(run, "lone")
+
+
 async def test_busy_flows_share_the_loop_per_flow_not_per_task() -> None:
     """Ten busy tasks of one flow and one of another, each yielding between steps: under
     contention the lone task gets as many steps as the whole crowd, not a tenth of them."""
     steps = {"crowd": 0, "lone": 0}
 
     async def busy(flow_name: str) -> None:
-        with flow(flow_name):
-            while steps["lone"] < 50:
-                steps[flow_name] += 1
-                await fair_pause(flow_name)
+        while steps["lone"] < 50:
+            steps[flow_name] += 1
+            await fair_pause(flow_name)
 
-    async with anyio.create_task_group() as tasks:
-        for _ in range(10):
-            tasks.start_soon(busy, "crowd")
-        tasks.start_soon(busy, "lone")
+    await crowd_and_lone(busy)
     assert steps["crowd"] <= 3 * steps["lone"], steps  # a plain checkpoint would give the crowd ~10 x
 
 
@@ -382,14 +391,10 @@ async def test_a_scripted_models_streamed_pieces_share_the_loop_per_flow() -> No
     pieces = {"crowd": 0, "lone": 0}
 
     async def stream(flow_name: str) -> None:
-        with flow(flow_name):
-            async for _ in model.stream(request):
-                pieces[flow_name] += 1
-                if pieces["lone"] >= 50:
-                    return
+        async for _ in model.stream(request):
+            pieces[flow_name] += 1
+            if pieces["lone"] >= 50:
+                return
 
-    async with anyio.create_task_group() as tasks:
-        for _ in range(10):
-            tasks.start_soon(stream, "crowd")
-        tasks.start_soon(stream, "lone")
+    await crowd_and_lone(stream)
     assert pieces["crowd"] <= 3 * pieces["lone"], pieces  # plain checkpoints gave the crowd ~10 x
