@@ -6,7 +6,8 @@
    users' load), all over the burst of turns alone (creating the crowd is not counted). After one uncounted warm-up round each,
    the runtimes take turns for ``--rounds`` rounds (the order rotating each round), each round a
    fresh system doing the same work; the medians are reported, and the scaling is the median of
-   the rounds' 2-vs-1 ratios. Goal: 2 shards at least 1.85x 1 shard. The ceiling printed next to
+   the rounds' 2-vs-1 ratios (printed with LocalSystem's spread over the rounds: the machine's own
+   drift, which a single round's ratio moves with). Goal: 2 shards at least 1.85x 1 shard. The ceiling printed next to
    it is what the CPU per turn allows on this machine's cores: the driver (bridge, and this
    benchmark's client) shares them with the shards, so 1 shard already has a core of its own
    while 2 shards and the driver share two; a second ceiling counts only the cores other load
@@ -350,6 +351,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     ratios = [two["turns_per_s"] / one["turns_per_s"] for one, two in zip(rounds["ray-1"], rounds["ray-2"], strict=True)]
     report["scaling_2_vs_1"] = round(statistics.median(ratios), 2)
     report["scaling_rounds"] = [round(ratio, 2) for ratio in ratios]
+    # LocalSystem runs no shard: how much its rate moves over the rounds is the machine's own drift
+    # (neighbours on shared hosts slow every core), which a round's ratio moves with.
+    local_rates = [r["turns_per_s"] for r in rounds["local"]]
+    report["local_rounds"] = {"min": round(min(local_rates)), "max": round(max(local_rates))}
     one, two = report["crowd"]["ray-1"], report["crowd"]["ray-2"]
     report["scaling_ceiling"] = round(scaling_ceiling(one, two), 2)
     report["scaling_ceiling_under_load"] = round(scaling_ceiling(one, two, others=True), 2)
@@ -393,6 +398,9 @@ def show(report: dict[str, Any]) -> None:
     print(f"2 shards / 1 shard: {report['scaling_2_vs_1']}x, rounds {report['scaling_rounds']} (goal >= 1.85); "
           f"ceiling from the CPU per turn on {os.cpu_count()} idle cores: {report['scaling_ceiling']}x, on the "
           f"cores other load left: {report['scaling_ceiling_under_load']}x")
+    drift = report["local_rounds"]
+    print(f"machine drift over the rounds: LocalSystem (no shards) ran at {drift['min']:,}-{drift['max']:,} turns/s "
+          f"({drift['max'] / drift['min'] - 1:.0%} apart); a round's 2-vs-1 ratio moves with it, hence the median")
     terms = report["ceiling_terms"]
     print(f"why: 2 shards and the driver share {os.cpu_count()} cores, 1 shard has one of its own: ceiling ~ 2 x "
           f"{terms['shard_cpu_kept']} (shards' CPU per turn, 1 shard / 2 shards) / (1 + {terms['driver_share']:.1%} "
