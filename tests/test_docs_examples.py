@@ -7,7 +7,8 @@ What a block is decides how it runs:
 - ```sh: ``sh -c`` in a temporary folder with the venv's bin first on PATH; exit status 0. A
   single ``oam-actors serve …`` or ``oam-actors device …`` line is a server: it starts with every
   port 0, must print its addresses, and serves the later blocks of its page that name its example
-  addresses (rewritten to the real ones); SIGINT stops it when the module ends.
+  addresses (rewritten to the real ones); after the last of them, SIGINT must stop it cleanly
+  (exit status 0, or 130 as for Ctrl-C).
 - ```text whose lines all begin ``> `` or ``< ``: a JSON-RPC exchange, replayed against a real
   ``oam-actors stdio`` subprocess with the flags of the HTML comment before it,
   ``<!-- stdio: FLAGS -->``: each ``>`` line is sent, then as many messages as ``<`` lines follow
@@ -148,13 +149,14 @@ class Server:
         lines = _read_lines(self.proc, len(examples))
         self.addresses = {example: urlsplit(bound).netloc for example, bound in zip(examples, lines, strict=True)}
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """SIGINT, as Ctrl-C; the exit status (-9 if it had to be killed)."""
         self.proc.send_signal(signal.SIGINT)
         try:
-            self.proc.wait(timeout=TIMEOUT)
+            return self.proc.wait(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            return self.proc.wait()
 
 
 def _read_lines(proc: subprocess.Popen[bytes], count: int) -> list[str]:
@@ -184,7 +186,7 @@ def _read_lines(proc: subprocess.Popen[bytes], count: int) -> list[str]:
 def servers() -> Iterator[dict[str, Server]]:
     running: dict[str, Server] = {}
     yield running
-    for server in running.values():
+    for server in running.values():  # left by a failed or deselected test
         server.stop()
 
 
@@ -194,19 +196,38 @@ def _server(block: Block, servers: dict[str, Server]) -> Server:
     return servers[block.name]
 
 
+def _examples(server: Block) -> list[str]:
+    """The example addresses a server block listens on, as HOST:PORT."""
+    return [m.group(0) for m in _ADDRESS.finditer(server.code)] + [
+        f"127.0.0.1:{port}" for port in re.findall(r"--port (\d+)", server.code)]
+
+
+def _names(block: Block, server: Block) -> bool:
+    """Whether ``block`` is a later block of the server's page naming one of its addresses."""
+    return block.page == server.page and block.index > server.index and any(
+        shown in block.code for example in _examples(server) for shown in _spellings(example))
+
+
 def _with_servers(block: Block, code: str, servers: dict[str, Server]) -> str:
     """``code`` with the example addresses of the page's earlier servers made real (each server
     starts when a block first names it)."""
-    for earlier in BLOCKS:
-        if earlier.page != block.page or earlier.index >= block.index or earlier.kind != "server":
-            continue
-        examples = [m.group(0) for m in _ADDRESS.finditer(earlier.code)] + [
-            f"127.0.0.1:{port}" for port in re.findall(r"--port (\d+)", earlier.code)]
-        if any(_spellings(example)[0] in code or _spellings(example)[1] in code for example in examples):
-            for example, real in _server(earlier, servers).addresses.items():
+    for server in BLOCKS:
+        if server.kind == "server" and _names(block, server):
+            for example, real in _server(server, servers).addresses.items():
                 for shown, bound in zip(_spellings(example), _spellings(real), strict=True):
                     code = code.replace(shown, bound)
     return code
+
+
+def _stop_servers_done_with(block: Block, servers: dict[str, Server]) -> dict[str, int]:
+    """Stop the servers no block after ``block`` names (a Ray server holds its cores meanwhile);
+    their exit statuses by name."""
+    stopped = {}
+    for server in BLOCKS:
+        if server.name in servers and server.page == block.page and server.index <= block.index and not any(
+                _names(later, server) for later in BLOCKS if later.index > block.index):
+            stopped[server.name] = servers.pop(server.name).stop()
+    return stopped
 
 
 def _spellings(address: str) -> tuple[str, str]:
@@ -269,6 +290,17 @@ def test_substitutions_and_elsewhere_name_real_blocks() -> None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
 def test_block_runs(block: Block, servers: dict[str, Server], tmp_path: Path) -> None:
+    try:
+        _run_block(block, servers, tmp_path)
+    except BaseException:
+        _stop_servers_done_with(block, servers)
+        raise
+    stopped = _stop_servers_done_with(block, servers)
+    # serve exits 0 on SIGINT, device 130 (interrupted, as a shell reports Ctrl-C): both are clean.
+    assert all(status in (0, 130) for status in stopped.values()), f"a server did not stop cleanly on SIGINT: {stopped}"
+
+
+def _run_block(block: Block, servers: dict[str, Server], tmp_path: Path) -> None:
     if block.code in ELSEWHERE:
         return  # run in full by the test ELSEWHERE names (checked above to exist)
     if block.kind == "server":
