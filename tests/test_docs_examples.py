@@ -280,6 +280,13 @@ def test_there_are_blocks_of_every_kind() -> None:
     assert kinds >= {"python", "python-output", "sh", "exchange", "server"}, kinds
 
 
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(REPO)) for page in PAGES])
+def test_every_block_is_of_a_kind_this_test_knows(page: Path) -> None:
+    """A block in another language (```json, ```bash) would not run: name it sh, python or text."""
+    languages = {fence.group(1) for fence in _FENCE.finditer(page.read_text(encoding="utf-8"))}
+    assert languages <= {"python", "sh", "console", "text"}, f"{page.name}: blocks in {languages}"
+
+
 def test_substitutions_and_elsewhere_name_real_blocks() -> None:
     codes = {block.code for block in BLOCKS}
     assert sorted(set(SUBSTITUTIONS) - codes) == [], "a substitution for a block no page holds"
