@@ -1,4 +1,4 @@
-"""The README's cluster path from a shell with no ``RAY_*`` variables and no Ray token yet:
+"""The cluster path of docs/cluster.md from a shell with no ``RAY_*`` variables and no Ray token yet:
 ``cluster/start.sh local 2 PORT``, then ``oam-actors stdio --runtime ray --address
 127.0.0.1:PORT`` as a real subprocess (a scripted turn), then ``cluster/start.sh stop PORT``.
 

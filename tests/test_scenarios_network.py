@@ -19,7 +19,7 @@ from serve_process import Peer, ServeProcess
 SCENARIOS = load_all()
 STDIO_ONLY = {
     # At end of input stdio lets requests in flight finish; a network client that goes away has
-    # its work cancelled instead (README "Network serving").
+    # its work cancelled instead (docs/game-server.md, "Connection ends").
     "end of input": "a departed network client's work is cancelled, not drained",
 }
 

@@ -1,4 +1,4 @@
-"""README.md's option tables name exactly the options of each subcommand's parser (names only:
+"""The guides' option tables name exactly the options of each subcommand's parser (names only:
 what they mean and their defaults are for a reader to check against ``--help``)."""
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ import pytest
 
 from oam_actors.cli.main import COMMANDS, build_parser
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 OPTION = re.compile(r"--[a-z][a-z0-9-]*")
 
-# The README sections (## headings containing these) whose option tables document a command;
-# the runtime options of stdio, serve and simulate are documented once, with the cluster.
+# Where each command's options are documented: (guide, text of its ## heading). The runtime
+# options of stdio, serve and simulate are documented once, in cluster.md.
+RUNTIME = ("cluster.md", "Options")
 SECTIONS = {
-    "stdio": ["`oam-actors stdio`", "Running on a cluster"],
-    "serve": ["`oam-actors serve`", "Running on a cluster"],
-    "simulate": ["`oam-actors simulate`", "Running on a cluster"],
-    "device": ["`oam-actors device`"],
+    "stdio": [("game-server.md", "`oam-actors stdio`"), RUNTIME],
+    "serve": [("game-server.md", "`oam-actors serve`"), RUNTIME],
+    "simulate": [("crowd-simulation.md", "`oam-actors simulate`"), RUNTIME],
+    "device": [("farm-operation.md", "`oam-actors device`")],
 }
 # Every command takes these; --log-level is documented once, in the stdio table.
 COMMON = {"--help", "--log-level"}
@@ -29,6 +30,12 @@ COMMON = {"--help", "--log-level"}
 def _sections(text: str) -> dict[str, str]:
     parts = re.split(r"^## (.+)$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _section(guide: str, heading: str) -> str:
+    matches = [body for title, body in _sections((DOCS / guide).read_text()).items() if title.strip() == heading]
+    assert len(matches) == 1, f"docs/{guide}: one section titled {heading!r}, found {len(matches)}"
+    return matches[0]
 
 
 def _table_options(section: str) -> set[str]:
@@ -47,12 +54,9 @@ def _table_options(section: str) -> set[str]:
 
 
 def _documented(command: str) -> set[str]:
-    sections = _sections(README.read_text())
     found: set[str] = set()
-    for wanted in SECTIONS[command]:
-        matches = [body for heading, body in sections.items() if wanted in heading]
-        assert len(matches) == 1, f"README.md: one section titled with {wanted!r}, found {len(matches)}"
-        found |= _table_options(matches[0])
+    for guide, heading in SECTIONS[command]:
+        found |= _table_options(_section(guide, heading))
     return found
 
 
@@ -63,14 +67,19 @@ def _parsed(command: str) -> set[str]:
     return {option for action in sub._actions for option in action.option_strings if option.startswith("--")}
 
 
+def test_every_command_has_its_tables() -> None:
+    assert sorted(SECTIONS) == sorted(COMMANDS)
+
+
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_readme_tables_name_every_option(command: str) -> None:
+def test_guide_tables_name_every_option(command: str) -> None:
     parsed, documented = _parsed(command) - COMMON, _documented(command) - COMMON
-    assert sorted(parsed - documented) == [], f"options of `oam-actors {command}` missing from README.md's table"
-    assert sorted(documented - parsed) == [], f"README.md's `oam-actors {command}` table names unknown options"
+    where = ", ".join(f"docs/{guide} ({heading})" for guide, heading in SECTIONS[command])
+    assert sorted(parsed - documented) == [], f"options of `oam-actors {command}` missing from the tables of {where}"
+    assert sorted(documented - parsed) == [], f"the tables of {where} name options `oam-actors {command}` lacks"
 
 
 def test_log_level_is_documented_with_its_placement() -> None:
-    stdio = next(body for heading, body in _sections(README.read_text()).items() if "`oam-actors stdio`" in heading)
+    stdio = _section("game-server.md", "`oam-actors stdio`")
     assert "--log-level" in _table_options(stdio)
     assert "oam-actors --log-level INFO stdio" in stdio and "oam-actors stdio --log-level INFO" in stdio
