@@ -63,14 +63,29 @@ class _Instrument:
         raise NotImplementedError
 
 
-class Counter(_Instrument):
-    """A value that only goes up (``*_total`` by convention)."""
-
-    kind = "counter"
+class _Valued(_Instrument):
+    """An instrument holding one number per label set."""
 
     def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
         super().__init__(name, help, labels)
         self._values: dict[LabelValues, float] = {}
+
+    def value(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0)
+
+    def by_label(self) -> dict[str, float]:
+        """Every label set's value, keyed by its label values joined with ``","`` (one label: its value)."""
+        return {",".join(key): value for key, value in self._values.items()}
+
+    def samples(self) -> Iterator[str]:
+        for key, value in self._values.items():
+            yield f"{self._labelled('', key)} {_number(value)}"
+
+
+class Counter(_Valued):
+    """A value that only goes up (``*_total`` by convention)."""
+
+    kind = "counter"
 
     def inc(self, amount: float = 1, **labels: str) -> None:
         if amount < 0:
@@ -78,22 +93,11 @@ class Counter(_Instrument):
         key = self._key(labels)
         self._values[key] = self._values.get(key, 0) + amount
 
-    def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0)
 
-    def samples(self) -> Iterator[str]:
-        for key, value in self._values.items():
-            yield f"{self._labelled('', key)} {_number(value)}"
-
-
-class Gauge(_Instrument):
+class Gauge(_Valued):
     """A value that is set (or moved up and down) to what it is now."""
 
     kind = "gauge"
-
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help, labels)
-        self._values: dict[LabelValues, float] = {}
 
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = value
@@ -104,13 +108,6 @@ class Gauge(_Instrument):
 
     def dec(self, amount: float = 1, **labels: str) -> None:
         self.inc(-amount, **labels)
-
-    def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0)
-
-    def samples(self) -> Iterator[str]:
-        for key, value in self._values.items():
-            yield f"{self._labelled('', key)} {_number(value)}"
 
 
 class Histogram(_Instrument):
@@ -216,6 +213,9 @@ class ServerMetrics:
         self.responses = registry.counter("oam_responses_total", "Responses written, by outcome (ok or error data.code).", ["code"])
         self.turns = registry.counter("oam_turns_total", "session/respond turns finished, by outcome (ok or error data.code).", ["outcome"])
         self.connections = registry.gauge("oam_connections", "Open connections, by transport.", ["transport"])
+        self.tenant_connections = registry.gauge(
+            "oam_tenant_connections", "Open protocol connections, by tenant ((anonymous) without a name).", ["tenant"]
+        )
         self.connections_opened = registry.counter("oam_connections_total", "Connections accepted, by transport.", ["transport"])
         self.connections_refused = registry.counter(
             "oam_connections_refused_total", "Connections refused, by transport and reason.", ["transport", "reason"]

@@ -449,6 +449,8 @@ class DevicePool:
             quota_events_surfaced=self._surfaced,
             queue_wait={p.name.lower(): summarize_waits(self._waits[p]) for p in Priority},
             elapsed_seconds=round(elapsed, 3),
+            queued_by_priority={p.name.lower(): sum(d.scheduler.statistics().queued[p.value] for d in self._devices)
+                                for p in Priority},
         )
 
     def _device_statistics(self, device: _Device, now: float, elapsed: float) -> DeviceStatistics:
@@ -469,6 +471,7 @@ class DevicePool:
             utilisation=round(min(1.0, device.busy_seconds / elapsed), 4),
             requests_limit=stats.requests_limit,
             context_size=device.model.capabilities.context_size,
+            requests_in_window=stats.requests_in_window,
         )
 
     def __repr__(self) -> str:
