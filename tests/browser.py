@@ -95,7 +95,8 @@ class Page:
     def __init__(self, url: str) -> None:
         from websockets.sync.client import connect
 
-        self._ws = connect(url, max_size=None, proxy=None, open_timeout=HANG_GUARD)
+        connection = connect(url, max_size=None, proxy=None, open_timeout=HANG_GUARD)
+        self._ws = connection.__enter__()  # entered as its context manager; the browser's end closes it
         self._ids = itertools.count(1)
 
     def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -197,12 +197,11 @@ function renderCoalescing(stats) {
     fill("coalescing-body", "Not coalesced (or no backend statistics).");
     return;
   }
-  const rest = Object.fromEntries(Object.entries(c).filter(([k]) => !["itemsPerGeneration", "items", "generations"].includes(k)));
+  const first = ["itemsPerGeneration", "items", "generations"];
+  const keys = [...first.filter((k) => k in c), ...Object.keys(c).filter((k) => !first.includes(k))];
   fill("coalescing-body",
-    el("dl", { class: "figures" },
-      figure("itemsPerGeneration", "items per generation", c.itemsPerGeneration),
-      figure("items", "items", c.items), figure("generations", "generations", c.generations)),
-    generic(rest));
+    el("dl", { class: "figures" }, ...keys.map((k) => figure(k, humanize(k), c[k]))),
+    el("p", { class: "note" }, "Items are barks, decisions and talk steps that shared a generation; passthrough went alone."));
 }
 
 function renderConnections(server) {
@@ -214,11 +213,13 @@ function renderConnections(server) {
     el("dl", { class: "figures" },
       figure("connections", "open", open, `${open} of ${server.maxConnections}`),
       figure("viewers", "console viewers", server.viewers)),
-    table(["transport", "open"], transports.map(([t, n]) => el("tr", { "data-transport": t }, el("th", { scope: "row" }, t), cell("open", n)))),
+    table(["transport", "open"], transports.length
+      ? transports.map(([t, n]) => el("tr", { "data-transport": t }, el("th", { scope: "row" }, t), cell("open", n)))
+      : [el("tr", {}, el("td", { colspan: "2" }, "none yet"))]),
     table(["tenant", "connections"], tenants.length
       ? tenants.map(([t, n]) => el("tr", { "data-tenant": t }, el("th", { scope: "row" }, t), cell("open", n)))
       : [el("tr", {}, el("td", { colspan: "2" }, "no protocol connections"))]),
-    refused.length ? table(["refused (transport, reason)", "count"], refused.map(([k, n]) => el("tr", {}, el("th", { scope: "row" }, k), cell("refused", n)))) : null);
+    refused.length ? table(["refused (transport, reason)", "count"], refused.map(([k, n]) => el("tr", {}, el("th", { scope: "row" }, k.replace(",", " · ")), cell("refused", n)))) : null);
 }
 
 function renderObjects(server) {
@@ -232,19 +233,21 @@ function renderObjects(server) {
 function sparkline(label, key, values, unit) {
   const width = 300, height = 36;
   const numbers = values.map((v) => (v === null || v === undefined ? 0 : v));
-  const top = Math.max(1, ...numbers);
-  const last = numbers.length ? numbers[numbers.length - 1] : 0;
+  if (numbers.length < 2) numbers.unshift(...Array(2 - numbers.length).fill(0)); // a flat line until there is data
+  const peak = Math.max(...numbers);
+  const top = Math.max(1, peak);
+  const last = numbers[numbers.length - 1];
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `${label}: ${show(last)} ${unit} now, peak ${show(top)}`);
+  svg.setAttribute("aria-label", `${label}: ${show(last)} ${unit} now, peak ${show(peak)}`);
   const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  const step = numbers.length > 1 ? width / (numbers.length - 1) : width;
+  const step = width / (numbers.length - 1);
   line.setAttribute("points", numbers.map((v, i) => `${(i * step).toFixed(1)},${(height - 2 - (v / top) * (height - 4)).toFixed(1)}`).join(" "));
   svg.append(line);
   return el("div", { class: "spark", "data-key": key, "data-value": String(last) },
-    el("div", { class: "spark-label" }, el("span", {}, label), el("strong", {}, `${show(last)} ${unit}`), el("span", { class: "muted" }, `peak ${show(top)}`)),
+    el("div", { class: "spark-label" }, el("span", {}, label), el("strong", {}, `${show(last)} ${unit}`), el("span", { class: "muted" }, `peak ${show(peak)}`)),
     svg);
 }
 
