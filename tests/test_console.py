@@ -161,3 +161,21 @@ def test_an_exposed_console_needs_a_token() -> None:
     result = run_serve(["--model", "scripted", "--console", "0.0.0.0:0"])
     assert result.returncode == 2 and "requires a bearer token" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_scrape_copies_the_same_model_status_the_console_shows(server: ServeProcess) -> None:
+    bearer = {"Authorization": f"Bearer {SECRET}"}
+    with server.tcp(SECRET) as peer:
+        peer.call("session/create", {"session": "scraped"})
+        peer.call("session/respond", {"session": "scraped", "prompt": "Hello"})
+        statistics = peer.call("model/status")["statistics"]
+        scrape = http(server.http_base, "/metrics", headers=bearer)[2]
+    shown = json.loads(http(server.http_base, "/console/state", headers=bearer)[2])["snapshot"]["model"]["statistics"]
+    for device in statistics["devices"]:
+        name = device["name"]
+        assert metric(scrape, f'oam_device_state{{device="{name}",state="{device["state"]}"}}') == 1
+        assert metric(scrape, f'oam_device_steps_total{{device="{name}",outcome="ok"}}') == device["ok"]
+        assert metric(scrape, f'oam_device_window_limit{{device="{name}"}}') == device["requestsLimit"]
+    assert metric(scrape, 'oam_model_steps_total{outcome="ok"}') == statistics["stepsOk"] == shown["stepsOk"] >= 1
+    assert metric(scrape, "oam_coalesce_items_total") == statistics["coalescing"]["items"]
+    assert metric(scrape, 'oam_model_queued{priority="dialogue"}') == statistics["queuedByPriority"]["dialogue"]

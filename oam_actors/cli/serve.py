@@ -154,6 +154,7 @@ async def serve_network(
             system_model=models.system_model,
             extensions=lambda: [*_game_extension(game), *model_extensions(models)],
             metrics=ServerMetrics(),
+            status_model=models.status_model,
         )
         addresses = []
         listener = None
@@ -168,7 +169,7 @@ async def serve_network(
             from ..transports.console import CONSOLE_PATH, Console
             from ..transports.websocket import WS_PATH, websocket_server
 
-            panel = Console(hub, models.status_model)
+            panel = Console(hub)
         if ws is not None:
             with listen_errors("--ws", ws):
                 server = await stack.enter_async_context(

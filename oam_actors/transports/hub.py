@@ -25,8 +25,9 @@ Contract
   sleeps until the next deadline, or one timeout ahead when no rule is running).
 - :meth:`Hub.serve` serves a bridge :meth:`Hub.open_bridge` made; meanwhile the bridge counts in
   ``Hub.tenants`` (open connections by :func:`tenant_label`, the ``oam_tenant_connections``
-  gauge). :meth:`Hub.objects` counts live objects and their queued operations by kind; the
-  scrape and the console read both from here.
+  gauge). :meth:`Hub.objects` counts live objects and their queued operations by kind, and
+  :meth:`Hub.model_status` is what ``model/status`` answers for ``status_model``; the scrape
+  (:meth:`Hub.scrape`) and the console read all three from here.
 - ``extensions`` makes each new bridge's extensions (one set per connection, as the game
   extension requires).
 - With metrics, the inferences of the system model and of the registered model types are timed
@@ -54,6 +55,8 @@ from ..agent import (
     Usage,
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
+from ..bridge.model_status import model_status
+from ..models import ModelWithStatistics
 from ..errors import AgentError, ErrorCode
 from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
@@ -66,6 +69,8 @@ __all__ = [
     "ANONYMOUS_LABEL", "IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ObjectCount", "ServePolicy", "Watchdog",
     "limit_send_buffer", "peer_name", "serve_bridge", "tenant_label",
 ]
+
+_log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection may stay silent with nothing in flight (``--idle-timeout``)."""
@@ -105,8 +110,10 @@ class Hub:
         extensions: Callable[[], Sequence[Extension]] = tuple,
         metrics: ServerMetrics | None = None,
         clock: Clock | None = None,
+        status_model: Callable[[], ModelWithStatistics] | None = None,
     ) -> None:
         self.system = system
+        self.status_model = status_model
         self.policy = policy
         self.clock: Clock = clock or MonotonicClock()
         self.config = config or BridgeConfig()
@@ -122,6 +129,7 @@ class Hub:
         self._bridge_tenants: dict[Bridge, str] = {}
         self._serial = itertools.count(1)
         self._object_kinds: set[str] = set()
+        self._status_error: str | None = None
 
     # --- connections -----------------------------------------------------------------------
 
@@ -198,6 +206,29 @@ class Hub:
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "connections": self.connections, "sessions": len(self.system.addresses("session"))}
+
+    async def scrape(self) -> str:
+        """:meth:`metrics_text` with the status model's numbers copied in first."""
+        if self.metrics is not None and self.status_model is not None:
+            self.metrics.model.update(await self.model_status())
+        return self.metrics_text()
+
+    async def model_status(self) -> dict[str, Any] | None:
+        """What ``model/status`` answers now (``None`` without a status model). A status model
+        that fails is logged (its traceback once per distinct error) and reported as
+        ``{"error": …}``: a scrape or the console must not fail with it."""
+        if self.status_model is None:
+            return None
+        try:
+            status = await model_status(self.status_model())
+        except Exception as exc:  # noqa: BLE001 -- reported in the result, logged with its traceback
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._status_error:
+                _log.exception("model/status failed")
+            self._status_error = text
+            return {"error": "model/status failed; the server log has the details"}
+        self._status_error = None
+        return status
 
     def metrics_text(self) -> str:
         """The Prometheus exposition, gauges refreshed now; ``""`` without metrics."""

@@ -110,7 +110,7 @@ async def _route(
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
     if path == "/metrics":
-        return _typed(connection.respond(http.HTTPStatus.OK, hub.metrics_text()), METRICS_CONTENT_TYPE)
+        return _typed(connection.respond(http.HTTPStatus.OK, await hub.scrape()), METRICS_CONTENT_TYPE)
     return None  # go on with the WebSocket handshake
 
 

@@ -3,37 +3,32 @@
 Contract
 --------
 - :meth:`Console.run` (a task of the server, until cancelled) takes a sample every ``interval``
-  seconds on the hub's clock: the ``model/status`` result of the status model (the same function
-  that method calls), the hub's connections, tenants and objects, and the counters of
-  ``/metrics`` (:class:`~oam_actors.transports.console._history.TrafficHistory`). It keeps no
+  seconds on the hub's clock: the ``model/status`` result of the hub's status model
+  (:meth:`~oam_actors.transports.hub.Hub.model_status`, as ``/metrics`` does), the hub's
+  connections, tenants and objects, and the counters of ``/metrics`` (:class:`~oam_actors.transports.console._history.TrafficHistory`). It keeps no
   counts of its own.
 - A viewer (:meth:`Console.serve_viewer`) first gets the whole view (:meth:`Console.view`: a
   snapshot taken then, the totals and every point of the window), then one message per tick with the
   new snapshot and the new point (``"append": true``). A viewer that reads slowly skips ticks:
   it holds at most the latest one. At most ``max_viewers`` watch at once; beyond,
   :meth:`serve_viewer` returns ``False`` at once.
-- A status model that fails is logged (with its traceback, once per distinct error) and shown as
-  ``{"error": …}``; the server and the other sections go on.
+- A status model that fails is shown as ``{"error": …}`` (the hub logs it); the other sections go on.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import msgspec
 
-from ...bridge.model_status import model_status
-from ...models import ModelWithStatistics
 from ..hub import Hub
 from ._history import Sample, TrafficHistory
 from ._signin import SignIns
 
 __all__ = ["Console"]
 
-_log = logging.getLogger(__name__)
 
 INTERVAL = 1.0
 """Seconds between samples."""
@@ -45,13 +40,11 @@ MAX_VIEWERS = 16
 
 
 class Console:
-    """The console of the server ``hub`` serves (see the module docstring). ``status_model`` is
-    the model ``model/status`` reports on, or ``None``."""
+    """The console of the server ``hub`` serves (see the module docstring)."""
 
     def __init__(
         self,
         hub: Hub,
-        status_model: Callable[[], ModelWithStatistics] | None = None,
         *,
         interval: float = INTERVAL,
         window: float = WINDOW,
@@ -60,12 +53,10 @@ class Console:
         self.hub = hub
         self.sign_ins = SignIns(hub.policy.tokens, hub.clock)
         self.interval = interval
-        self._status_model = status_model
         self._history = TrafficHistory(window)
         self._max_viewers = max_viewers
         self._started = hub.clock.now()
         self._viewers: set[_Viewer] = set()
-        self._last_error: str | None = None
 
     async def run(self) -> None:
         """Sample every ``interval`` seconds until cancelled."""
@@ -133,22 +124,8 @@ class Console:
                 "objects": {kind: {"live": c.live, "queued": c.queued} for kind, c in sorted(objects.items())},
                 "viewers": len(self._viewers),
             },
-            "model": await self._model_status(),
+            "model": await hub.model_status(),
         }
-
-    async def _model_status(self) -> dict[str, Any] | None:
-        if self._status_model is None:
-            return None
-        try:
-            status = await model_status(self._status_model())
-        except Exception as exc:  # noqa: BLE001 -- a failing model must not stop the console or the server
-            text = f"{type(exc).__name__}: {exc}"
-            if text != self._last_error:
-                _log.exception("console: model/status failed")
-            self._last_error = text
-            return {"error": "model/status failed; the server log has the details"}
-        self._last_error = None
-        return status
 
 
 class _Viewer:
