@@ -179,3 +179,15 @@ def test_the_scrape_copies_the_same_model_status_the_console_shows(server: Serve
     assert metric(scrape, 'oam_model_steps_total{outcome="ok"}') == statistics["stepsOk"] == shown["stepsOk"] >= 1
     assert metric(scrape, "oam_coalesce_items_total") == statistics["coalescing"]["items"]
     assert metric(scrape, 'oam_model_queued{priority="dialogue"}') == statistics["queuedByPriority"]["dialogue"]
+
+
+def test_a_non_editable_install_ships_the_page() -> None:
+    """The page's files are package data (pyproject.toml), so a wheel carries them."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert data["oam_actors.transports.console"] == ["static/*"]
+    static = root / "oam_actors" / "transports" / "console" / "static"
+    assert sorted(p.name for p in static.iterdir()) == ["console.css", "console.html", "console.js", "login.html", "login.js"]
