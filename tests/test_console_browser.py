@@ -174,3 +174,29 @@ def test_the_stream_reconnects_to_a_restarted_server(browser: Chromium, shots: P
         assert len(before["devices"]) == 2  # the first server's farm, then the second's
         assert not page.evaluate("document.getElementById('main').classList.contains('stale')")
         assert second.stop() == 0
+
+
+ROUTING = {"tiers": [{"priority": "dialogue", "backends": ["farm", "openai"], "spillSeconds": 2.5}],
+           "spend": {"openai": {"requests": 12, "dollars": 0.04}}}
+
+
+def test_sections_the_page_does_not_know_are_shown_as_keys_and_values(browser: Chromium) -> None:
+    """A section another feature adds to model/status (a routing table, spend) shows up without a
+    console change: the page is handed the server's own view with one such section added."""
+    with ServeProcess(["--model", "farm:1", "--ws", "127.0.0.1:0"]) as server:
+        page = browser.page(WIDTH, HEIGHT)
+        page.navigate(server.http_base + "/console")
+        page.wait_for("document.getElementById('link').dataset.state === 'live'")
+        shown = page.evaluate(f"""fetch('/console/state').then(r => r.json()).then(view => {{
+          view.snapshot.model.routing = {json.dumps(ROUTING)};
+          view.snapshot.model.statistics.spillovers = 3;
+          render(view);
+          const section = key => document.querySelector(`#extra [data-section="${{key}}"]`);
+          return {{title: section('routing').querySelector('h2').textContent,
+                   text: section('routing').textContent,
+                   other: section('statistics').textContent}};
+        }})""")
+    assert shown["title"] == "Routing"
+    for text in ("tiers", "dialogue", "farm, openai", "2.5", "spend", "openai", "12", "0.04"):
+        assert text in shown["text"], text
+    assert "spillovers" in shown["other"] and "3" in shown["other"]

@@ -54,7 +54,7 @@ function figure(key, label, value, text) {
 
 function show(value) {
   if (value === null || value === undefined) return "—";
-  if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : value.toFixed(2);
+  if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : String(Number(value.toFixed(3)));
   if (typeof value === "boolean") return value ? "yes" : "no";
   return String(value);
 }
@@ -104,7 +104,7 @@ function generic(value, depth) {
 }
 
 function genericPanel(title, value, key) {
-  return el("section", { class: "panel", "data-section": key }, el("h2", {}, title), generic(value));
+  return el("section", { class: "panel", "data-section": key }, el("h2", {}, title[0].toUpperCase() + title.slice(1)), generic(value));
 }
 
 // --- sections ----------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ function renderBackends(model) {
       el("td", { "data-key": "utilisation", "data-value": d.utilisation }, meter(d.utilisation, percent(d.utilisation))));
   });
   sizeMeters(fill("devices", table(
-    ["device", "state", "quota window (used of learned)", "in flight", "queued", "ok", "busy", "errors", "refused", "generating"],
+    ["device", "state", "quota window (used of learned)", "in flight", "queued", "ok", "busy", "errors", "rejected", "generating"],
     rows, { id: "device-table" })));
 }
 
@@ -187,8 +187,8 @@ function renderQueues(stats) {
     return el("tr", { "data-priority": p }, el("th", { scope: "row" }, p), cell("queued", queued[p]),
       cell("admitted", w.count), el("td", {}, ms(w.p50Ms)), el("td", {}, ms(w.p90Ms)), el("td", {}, ms(w.p99Ms)), el("td", {}, ms(w.maxMs)));
   });
-  fill("queue-table", table(["priority", "waiting", "admitted", "wait p50", "p90", "p99", "max"], rows),
-    el("p", { class: "note" }, "Waits of the steps admitted since the start."));
+  fill("queue-table", table(["priority", "waiting", "admitted", "p50", "p90", "p99", "max"], rows, { class: "compact" }),
+    el("p", { class: "note" }, "Waiting: model steps queued now. p50 … max: how long the steps admitted since the start waited."));
 }
 
 function renderCoalescing(stats) {
