@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+from contextlib import ExitStack
 import urllib.request
 from collections.abc import Iterator
 from http.cookies import SimpleCookie
@@ -15,8 +16,8 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
 
 from serve_process import HANG_GUARD, ServeProcess, metric, run_serve
 
@@ -191,3 +192,31 @@ def test_a_non_editable_install_ships_the_page() -> None:
     assert data["oam_actors.transports.console"] == ["static/*"]
     static = root / "oam_actors" / "transports" / "console" / "static"
     assert sorted(p.name for p in static.iterdir()) == ["console.css", "console.html", "console.js", "login.html", "login.js"]
+
+
+def test_viewers_beyond_the_limit_are_closed_with_try_again_later(server: ServeProcess) -> None:
+    from oam_actors.transports.console._feed import MAX_VIEWERS
+
+    bearer = {"Authorization": f"Bearer {SECRET}"}
+
+    def viewer(stack: ExitStack) -> ClientConnection:
+        return stack.enter_context(connect(live_url(server), additional_headers=bearer, proxy=None,
+                                           open_timeout=HANG_GUARD))
+
+    with ExitStack() as stack:
+        viewers = [viewer(stack) for _ in range(MAX_VIEWERS + 1)]
+        for watching in viewers[:MAX_VIEWERS]:
+            assert "snapshot" in json.loads(watching.recv(timeout=HANG_GUARD))  # each has its view
+        with pytest.raises(ConnectionClosed):
+            viewers[MAX_VIEWERS].recv(timeout=HANG_GUARD)
+        assert viewers[MAX_VIEWERS].close_code == 1013
+    # Once they have gone, their slots are free again (the server notices each close in turn).
+    for _ in range(200):
+        with ExitStack() as stack:
+            again = viewer(stack)
+            try:
+                assert "snapshot" in json.loads(again.recv(timeout=HANG_GUARD))
+                return
+            except ConnectionClosed:
+                assert again.close_code == 1013
+    raise AssertionError("the viewers' slots were never freed")

@@ -80,6 +80,7 @@ async def _page(console: Console, request: Request, query: dict[str, list[str]])
     if "token" in query:
         tenant = console.sign_ins.token_tenant(query["token"][-1])
         if tenant is None:
+            console.hub.refused("console", "auth")
             return _html(http.HTTPStatus.UNAUTHORIZED, "login.html")
         return _signed_in(console, tenant, http.HTTPStatus.SEE_OTHER, Location=CONSOLE_PATH)
     if _tenant(console, request) is None:
