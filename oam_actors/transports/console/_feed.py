@@ -4,9 +4,10 @@ Contract
 --------
 - :meth:`Console.run` (a task of the server, until cancelled) takes a sample every ``interval``
   seconds on the hub's clock: the ``model/status`` result of the hub's status model
-  (:meth:`~oam_actors.transports.hub.Hub.model_status`, as ``/metrics`` does), the hub's
-  connections, tenants and objects, and the counters of ``/metrics`` (:class:`~oam_actors.transports.console._history.TrafficHistory`). It keeps no
-  counts of its own.
+  (:meth:`~oam_actors.transports.hub.Hub.model_status`, as ``/metrics`` does) and the counters
+  of ``/metrics`` (:class:`~oam_actors.transports.console._history.TrafficHistory`); it keeps
+  no counts of its own. While someone watches it adds the hub's connections, tenants and
+  objects (a walk over every object, so only then).
 - A viewer (:meth:`Console.serve_viewer`) first gets the whole view (:meth:`Console.view`: a
   snapshot taken then, the totals and every point of the window), then one message per tick with the
   new snapshot and the new point (``"append": true``). A viewer that reads slowly skips ticks:
@@ -72,7 +73,7 @@ class Console:
         return {
             "interval": self.interval,
             "window": self._history.window,
-            "snapshot": await self._take_snapshot(),
+            "snapshot": self._snapshot(await self.hub.model_status()),
             "totals": self._history.totals(),
             "points": self._history.points(),
         }
@@ -92,8 +93,8 @@ class Console:
             self._viewers.discard(viewer)
 
     async def _tick(self) -> None:
-        snapshot = await self._take_snapshot()
-        statistics = (snapshot["model"] or {}).get("statistics")
+        model = await self.hub.model_status()
+        statistics = (model or {}).get("statistics")
         gauges = statistics if isinstance(statistics, dict) else {}
         metrics = self.hub.metrics
         sample = Sample(
@@ -105,12 +106,15 @@ class Console:
             in_flight=_count(gauges.get("inFlight")),
         )
         point = self._history.add(sample)
-        message = _encode({"append": True, "snapshot": snapshot, "totals": self._history.totals(),
+        if not self._viewers:
+            return  # the rest of a snapshot (a walk over every object) only for someone watching
+        message = _encode({"append": True, "snapshot": self._snapshot(model), "totals": self._history.totals(),
                            "points": [] if point is None else [point]})
         for viewer in self._viewers:
             viewer.put(message)
 
-    async def _take_snapshot(self) -> dict[str, Any]:
+    def _snapshot(self, model: dict[str, Any] | None) -> dict[str, Any]:
+        """The server's figures now, with ``model`` (the ``model/status`` result) as ``model``."""
         hub = self.hub
         objects = hub.objects()
         metrics = hub.metrics
@@ -124,7 +128,7 @@ class Console:
                 "objects": {kind: {"live": c.live, "queued": c.queued} for kind, c in sorted(objects.items())},
                 "viewers": len(self._viewers),
             },
-            "model": await hub.model_status(),
+            "model": model,
         }
 
 
