@@ -1,13 +1,20 @@
-"""The console's pure parts: the traffic history read from counters, and the sign-in cookie."""
+"""The console's pure parts (the traffic history read from counters, the sign-in cookie) and its
+feed on a virtual clock."""
 
 from __future__ import annotations
 
+import anyio
+import msgspec
 import pytest
 
+from oam_actors import LocalSystem
 from oam_actors.clock import ManualClock
+from oam_actors.observability.metrics import ServerMetrics
 from oam_actors.transports.auth import ANONYMOUS, Tenant, TokenTable
+from oam_actors.transports.console import Console
 from oam_actors.transports.console._history import Sample, TrafficHistory
 from oam_actors.transports.console._signin import SignIns, cookie_header, same_origin
+from oam_actors.transports.hub import Hub, ServePolicy
 
 
 def sample(at: float, ok: float = 0, errors: float = 0, requests: float = 0, queued: int | None = None) -> Sample:
@@ -82,3 +89,43 @@ def test_cookie_flags_and_origins() -> None:
     assert same_origin("http://127.0.0.1:8080", "127.0.0.1:8080")
     assert not same_origin("http://127.0.0.1:9999", "127.0.0.1:8080")
     assert not same_origin("null", "127.0.0.1:8080")
+
+
+# --- the feed on a virtual clock ---------------------------------------------------------------
+
+async def test_the_feed_samples_on_the_hubs_clock_and_a_slow_viewer_gets_the_latest_tick() -> None:
+    clock = ManualClock()
+    received: list[dict] = []
+    reading = anyio.Event()
+
+    async def slow_send(text: str) -> None:
+        received.append(msgspec.json.decode(text))
+        if len(received) > 1:
+            await reading.wait()  # the viewer stops reading after its first tick
+
+    async def advance(seconds: float) -> None:
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(seconds)
+        await anyio.wait_all_tasks_blocked()
+
+    async with LocalSystem() as system, anyio.create_task_group() as tasks:
+        hub = Hub(system, ServePolicy(), clock=clock, metrics=ServerMetrics())
+        console = Console(hub, interval=1.0, window=3.0)
+        tasks.start_soon(console.run)
+        tasks.start_soon(console.serve_viewer, slow_send)
+        for second in range(5):
+            hub.metrics.requests.inc(second + 1, method="ping")  # type: ignore[union-attr]
+            hub.metrics.responses.inc(second + 1, code="ok" if second % 2 else "bad_request")  # type: ignore[union-attr]
+            await advance(1.0)
+        view = await console.view()
+        reading.set()
+        await anyio.wait_all_tasks_blocked()
+        tasks.cancel_scope.cancel()
+
+    # Ticks at 0..5 s; the window keeps 3 s of points: requests 3, 4 and 5 in them.
+    assert [(p.at, p.requests, p.errors) for p in view["points"]] == [(3.0, 3, 3), (4.0, 4, 0), (5.0, 5, 5)]
+    assert view["totals"].responses == {"bad_request": 8, "ok": 4}
+    assert view["snapshot"]["model"] is None and view["snapshot"]["server"]["viewers"] == 1
+    # The viewer: its view, the first tick, then (after reading again) only the newest tick.
+    assert "append" not in received[0] and received[1]["append"] is True
+    assert len(received) == 3 and received[2]["points"][0]["at"] == 5.0
