@@ -5,6 +5,7 @@ The page itself, in a real browser, is tests/test_console_browser.py."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 from contextlib import ExitStack
 import urllib.request
@@ -158,10 +159,17 @@ def test_console_on_a_port_of_its_own_and_not_on_the_ws_port() -> None:
         assert process.stop() == 0
 
 
-def test_an_exposed_console_needs_a_token() -> None:
+def test_an_exposed_console_needs_a_token_and_a_taken_port_is_one_line() -> None:
     result = run_serve(["--model", "scripted", "--console", "0.0.0.0:0"])
     assert result.returncode == 2 and "requires a bearer token" in result.stderr
-    assert "Traceback" not in result.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = run_serve(["--model", "scripted", "--console", f"127.0.0.1:{port}"])
+    assert busy.returncode == 2 and busy.stderr.strip().splitlines() == [
+        f"oam-actors serve: error: --console 127.0.0.1:{port}: cannot listen there: Address already in use"]
+    assert "Traceback" not in result.stderr + busy.stderr
 
 
 def test_the_scrape_copies_the_same_model_status_the_console_shows(server: ServeProcess) -> None:
