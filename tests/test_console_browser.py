@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from browser import HOW_TO_GET, Chromium, Page, chromium_path
+from browser import HANG_GUARD, HOW_TO_GET, Chromium, Page, chromium_path
 from serve_process import ServeProcess, TcpPeer, metric
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason=HOW_TO_GET)
@@ -121,25 +122,52 @@ def test_the_page_shows_what_model_status_says_under_load(browser: Chromium, sho
         page.screenshot(shots / "console-under-load.png")
         load.stop()
 
-        status = peer.call("model/status")
-        statistics = status["statistics"]
-        # Once the load has stopped the pool's counters hold still: the page catches up with them.
-        page.wait_for(f"Number(document.querySelector('#pool [data-key=\"stepsOk\"]')?.dataset.value) === {statistics['stepsOk']}")
-        after = shown(page)
+        # Once the load has stopped the counters hold still and the page catches up with them;
+        # a device's state and learned limit may still move (a cool-down ends), so both sides are
+        # read again until they agree (a page that never agrees fails at the hang guard).
+        status, after = agreed(page, lambda: peer.call("model/status"))
         ok = int(metric(server.get("/metrics", SECRET)[2], 'oam_responses_total{code="ok"}'))
         page.wait_for(f"Number(document.querySelector('#codes tr[data-code=\"ok\"] [data-key=\"count\"]')?.dataset.value) === {ok}")
         page.screenshot(shots / "console-after-load.png")
 
+    statistics = status["statistics"]
     assert load.waves >= 1 and during["link"] == "live"
     assert [d["name"] for d in during["devices"]] == [d["name"] for d in statistics["devices"]] == ["phone1", "phone2", "phone3"]
-    # Quota windows slide on while the page is read: their limits are compared, not their use.
-    assert [(d["name"], d["state"], d["ok"], d["window"].split("/")[1]) for d in after["devices"]] == \
-        [(d["name"], d["state"], d["ok"], str(d["requestsLimit"])) for d in statistics["devices"]]
-    for key in ("ready", "cooling", "dead", "stepsOk", "stepsFailed", "rerouted", "quotaEventsAbsorbed", "quotaEventsSurfaced"):
-        assert after["pool"][key] == statistics[key], key
-    assert after["pool"]["devices"] == len(statistics["devices"])
-    assert after["available"] == str(status["availability"]["available"]).lower()
+    assert statistics["stepsOk"] >= 12 * load.waves and after["pool"]["devices"] == 3
     assert after["objects"]["session"] == 12 and after["tenants"] == {"ops": 1}
+
+
+def projection(status: dict[str, Any]) -> dict[str, Any]:
+    """What the page must show of a model/status result (quota windows slide on while the page
+    is read: their limits are compared, not their use)."""
+    statistics = status["statistics"]
+    return {
+        "devices": [(d["name"], d["state"], d["ok"], str(d["requestsLimit"])) for d in statistics["devices"]],
+        "pool": {key: statistics[key] for key in ("ready", "cooling", "dead", "stepsOk", "stepsFailed", "rerouted",
+                                                  "quotaEventsAbsorbed", "quotaEventsSurfaced")},
+        "available": str(status["availability"]["available"]).lower(),
+    }
+
+
+def projection_shown(page_state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "devices": [(d["name"], d["state"], d["ok"], d["window"].split("/")[1]) for d in page_state["devices"]],
+        "pool": {key: page_state["pool"][key] for key in ("ready", "cooling", "dead", "stepsOk", "stepsFailed", "rerouted",
+                                                          "quotaEventsAbsorbed", "quotaEventsSurfaced")},
+        "available": page_state["available"],
+    }
+
+
+def agreed(page: Page, read_status: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model/status result and the page's state once they show the same (see the caller)."""
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        status, page_state = read_status(), shown(page)
+        if projection(status) == projection_shown(page_state):
+            return status, page_state
+        if time.monotonic() > deadline:
+            assert projection_shown(page_state) == projection(status)
+        time.sleep(0.2)
 
 
 def test_a_token_link_signs_in_and_leaves_no_token_in_the_address(browser: Chromium) -> None:
