@@ -134,6 +134,8 @@ def test_static_files_need_no_sign_in_and_nothing_else_is_served(server: ServePr
     for path in ("/console/static/../state", "/console/static/login.html", "/console/nope", "/console/live/"):
         assert http(server.http_base, path, headers={"Authorization": f"Bearer {SECRET}"})[0] == 404, path
     assert http(server.http_base, "/console/login")[0] == 405
+    status, headers, _ = http(server.http_base, "/console/")
+    assert (status, headers["Location"]) == (303, "/console")
 
 
 def test_tenants_and_objects_are_the_hubs_and_the_scrapes(server: ServeProcess) -> None:

@@ -15,6 +15,7 @@ path                     method answer
 ``/console/state``       GET    signed in: the view as JSON (what the stream starts with); else 401
 ``/console/live``        GET    signed in: the WebSocket handshake goes on (the stream); else 401
 ``/console/static/NAME`` GET    the page's script and style sheet (no data; no sign-in needed)
+``/console/``            GET    303 to ``/console``
 ======================== ====== =====================================================================
 
 "Signed in" is a valid sign-in cookie or bearer token (:mod:`._signin`). A POST or a stream
@@ -111,8 +112,15 @@ async def _live(console: Console, request: Request, query: dict[str, list[str]])
     return _unauthorized(console) if _tenant(console, request) is None else None
 
 
+async def _slash(console: Console, request: Request, query: dict[str, list[str]]) -> Response:
+    response = _empty(http.HTTPStatus.SEE_OTHER)
+    response.headers["Location"] = CONSOLE_PATH
+    return response
+
+
 _ROUTES = {
     CONSOLE_PATH: ("GET", _page),
+    CONSOLE_PATH + "/": ("GET", _slash),
     CONSOLE_PATH + "/login": ("POST", _login),
     CONSOLE_PATH + "/logout": ("POST", _logout),
     CONSOLE_PATH + "/state": ("GET", _state),
