@@ -56,8 +56,8 @@ from ..agent import (
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
 from ..bridge.model_status import model_status
-from ..models import ModelWithStatistics
 from ..errors import AgentError, ErrorCode
+from ..models import ModelWithStatistics
 from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics

@@ -434,6 +434,7 @@ class DevicePool:
         now = self._clock.now()
         elapsed = max(now - self._started, 1e-9)
         devices = tuple(self._device_statistics(d, now, elapsed) for d in self._devices)
+        queues = [d.scheduler.statistics().queued for d in self._devices]  # each by Priority value
         states = [d.state for d in devices]
         return PoolStatistics(
             devices=devices,
@@ -449,8 +450,7 @@ class DevicePool:
             quota_events_surfaced=self._surfaced,
             queue_wait={p.name.lower(): summarize_waits(self._waits[p]) for p in Priority},
             elapsed_seconds=round(elapsed, 3),
-            queued_by_priority={p.name.lower(): sum(d.scheduler.statistics().queued[p.value] for d in self._devices)
-                                for p in Priority},
+            queued_by_priority={p.name.lower(): sum(q[p.value] for q in queues) for p in Priority},
         )
 
     def _device_statistics(self, device: _Device, now: float, elapsed: float) -> DeviceStatistics:
