@@ -34,8 +34,9 @@ class ServeProcess:
         self.tcp_address: tuple[str, int] | None = None
         self.ws_url: str | None = None
         self.openai_urls: list[str] = []  # http://HOST:PORT/v1, one per --openai
+        self.console_url: str | None = None  # http://HOST:PORT/console with --console
         assert self.proc.stdout is not None
-        for _ in range(("--tcp" in args) + ("--ws" in args) + list(args).count("--openai")):
+        for _ in range(("--tcp" in args) + ("--ws" in args) + list(args).count("--openai") + ("--console" in args)):
             self._read_address(self.proc.stdout.readline().decode().strip())
         self._stderr: list[bytes] = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
@@ -47,6 +48,8 @@ class ServeProcess:
             self.tcp_address = (parts.hostname, parts.port)
         elif parts.scheme == "ws":
             self.ws_url = line
+        elif parts.scheme == "http" and parts.path == "/console":
+            self.console_url = line
         elif parts.scheme == "http":
             self.openai_urls.append(line)
         else:

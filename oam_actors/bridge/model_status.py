@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..models.setup import ModelSetup
     from .bridge import Bridge
 
-__all__ = ["ModelStatusExtension", "model_extensions"]
+__all__ = ["ModelStatusExtension", "model_extensions", "model_status"]
 
 
 class ModelStatusExtension:
@@ -39,15 +39,19 @@ class ModelStatusExtension:
         bridge.registry.register("model/status", self._status)
 
     async def _status(self, call: Call) -> dict[str, Any]:
-        model = self._model()
-        statistics = await model.statistics()
-        return {
-            "availability": (await model.availability()).to_wire(),
-            "statistics": msgspec.to_builtins(statistics),
-        }
+        return await model_status(self._model())
 
     async def aclose(self) -> None:
         return None
+
+
+async def model_status(model: ModelWithStatistics) -> dict[str, Any]:
+    """The result of ``model/status`` for ``model`` (the console shows the same)."""
+    statistics = await model.statistics()
+    return {
+        "availability": (await model.availability()).to_wire(),
+        "statistics": msgspec.to_builtins(statistics),
+    }
 
 
 def model_extensions(setup: ModelSetup) -> list[Extension]:

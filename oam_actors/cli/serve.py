@@ -4,9 +4,13 @@ OpenAI-compatible HTTP API (``--openai``, repeatable) over the same models.
 All connections share one actor system (``LocalSystem``, or ``RaySystem`` with ``--runtime ray``)
 and one system model; each bridge connection gets its own bridge. stdout carries exactly one line
 per listener, first ``tcp://HOST:PORT``, then ``ws://HOST:PORT/ws``, then ``http://HOST:PORT/v1``
-per ``--openai`` in the order given, with the bound ports (so ``:0`` works), and nothing else;
+per ``--openai`` in the order given, then ``http://HOST:PORT/console`` for ``--console``, with the
+bound ports (so ``:0`` works), and nothing else;
 logs go to stderr, and so does anything else that writes to stdout (``reserve_stdout``). SIGINT or
 SIGTERM stops the server: every connection is closed and its work cancelled.
+
+The operator's console (:mod:`oam_actors.transports.console`) is served at ``/console`` on the
+``--ws`` port, or only on ``--console HOST:PORT`` when that is given.
 
 Refuses to start (:class:`UsageError`: exit status 2, one line) when a listen address is not
 loopback and no ``--token`` is given, when a token is malformed, and when an address cannot be
@@ -61,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tcp", type=host_port, metavar="HOST:PORT", help="serve JSON lines over TCP here")
     parser.add_argument("--ws", type=host_port, metavar="HOST:PORT",
                         help="serve WebSocket (/ws), /health and /metrics here (needs the websockets package)")
+    parser.add_argument("--console", type=host_port, metavar="HOST:PORT",
+                        help="serve the operator's console (/console) here instead of on the --ws port")
     parser.add_argument("--openai", type=host_port, action="append", default=[], metavar="HOST:PORT",
                         help="serve the OpenAI-compatible API (/v1/chat/completions, /v1/models) here (repeatable)")
     parser.add_argument("--token", action="append", default=[], metavar="[NAME=]SECRET",
@@ -88,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoints = [e for e in (args.tcp, args.ws, *args.openai) if e is not None]
+    endpoints = [e for e in (args.tcp, args.ws, *args.openai, args.console) if e is not None]
     if not endpoints:
         raise UsageError("give --tcp HOST:PORT, --ws HOST:PORT and/or --openai HOST:PORT")
     try:
@@ -97,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--token: {exc}") from None
     if (problem := exposure_error(endpoints, tokens) or connection_bounds_error(args)) is not None:
         raise UsageError(problem)
-    if args.ws is not None and importlib.util.find_spec("websockets") is None:
-        raise UsageError("--ws needs the websockets package: python3 -m pip install websockets")
+    for option in ("ws", "console"):
+        if getattr(args, option) is not None and importlib.util.find_spec("websockets") is None:
+            raise UsageError(f"--{option} needs the websockets package: python3 -m pip install websockets")
     policy = ServePolicy(
         tokens=tokens,
         share_objects=args.share_objects,
@@ -117,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     with open(reserve_stdout(), "w") as out:
         try:
             anyio.run(serve_network, policy, config, setup, game_limits_from_args(args), args.tcp, args.ws,
-                      runtime, args.openai, out)
+                      runtime, args.openai, out, args.console)
         except ModelHostError as exc:
             print(f"oam-actors serve: {exc}", file=sys.stderr)
             return 1
@@ -134,9 +141,11 @@ async def serve_network(
     runtime: SystemFactory = LocalSystem,
     openai: Sequence[Endpoint] = (),
     out: TextIO = sys.stdout,
+    console: Endpoint | None = None,
 ) -> None:
     """Listen, print the bound addresses to ``out``, serve until SIGINT or SIGTERM. The proxy
-    backends' HTTP client closes after every connection has ended."""
+    backends' HTTP client closes after every connection has ended. The console is served on
+    ``console``, else on ``ws``."""
     async with models.backends, models.resources, runtime() as system, models.hosted, AsyncExitStack() as stack:
         hub = Hub(
             system,
@@ -145,6 +154,7 @@ async def serve_network(
             system_model=models.system_model,
             extensions=lambda: [*_game_extension(game), *model_extensions(models)],
             metrics=ServerMetrics(),
+            status_model=models.status_model,
         )
         addresses = []
         listener = None
@@ -153,16 +163,28 @@ async def serve_network(
                 listener = await anyio.create_tcp_listener(local_host=tcp.host or None, local_port=tcp.port)
             stack.push_async_callback(listener.aclose)
             addresses.append(_url("tcp", listener.extra(SocketAttribute.local_address)))
-        if ws is not None:
-            # Imported here: the websockets package is needed only by this transport.
+        panel = None
+        if ws is not None or console is not None:
+            # Imported here: the websockets package is needed only by these.
+            from ..transports.console import CONSOLE_PATH, Console
             from ..transports.websocket import WS_PATH, websocket_server
 
+            panel = Console(hub)
+        if ws is not None:
             with listen_errors("--ws", ws):
-                server = await stack.enter_async_context(websocket_server(hub, ws.host or None, ws.port))
+                server = await stack.enter_async_context(
+                    websocket_server(hub, ws.host or None, ws.port, console=None if console else panel))
             addresses.append(_url("ws", server.sockets[0].getsockname(), WS_PATH))
         openai_doors = _openai_listeners(hub, openai, stack, addresses)
+        if console is not None:
+            with listen_errors("--console", console):
+                server = await stack.enter_async_context(
+                    websocket_server(hub, console.host or None, console.port, console=panel, bridges=False))
+            addresses.append(_url("http", server.sockets[0].getsockname(), CONSOLE_PATH))
         print(*addresses, sep="\n", file=out, flush=True)
         async with anyio.create_task_group() as tasks:
+            if panel is not None:
+                tasks.start_soon(panel.run)
             if listener is not None:
                 tasks.start_soon(serve_tcp, listener, hub)
             for serve_door in openai_doors:

@@ -11,14 +11,15 @@ raises ``ValueError``. :meth:`MetricsRegistry.render` writes the text exposition
 
 :class:`ServerMetrics` is the set the network server keeps; the bridge calls its ``request`` /
 ``response`` / ``completed`` hooks when one is given (see ``Bridge(metrics=...)``), the transports
-count connections, and the server sets the gauges just before each scrape.
+count connections, and the server sets the gauges just before each scrape; :class:`ModelMetrics`
+copies the system model's ``model/status`` numbers then (the console reads the same result).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 __all__ = [
     "CONTENT_TYPE",
@@ -27,6 +28,7 @@ __all__ = [
     "Gauge",
     "Histogram",
     "MetricsRegistry",
+    "ModelMetrics",
     "ServerMetrics",
 ]
 
@@ -63,14 +65,29 @@ class _Instrument:
         raise NotImplementedError
 
 
-class Counter(_Instrument):
-    """A value that only goes up (``*_total`` by convention)."""
-
-    kind = "counter"
+class _Valued(_Instrument):
+    """An instrument holding one number per label set."""
 
     def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
         super().__init__(name, help, labels)
         self._values: dict[LabelValues, float] = {}
+
+    def value(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0)
+
+    def by_label(self) -> dict[str, float]:
+        """Every label set's value, keyed by its label values joined with ``","`` (one label: its value)."""
+        return {",".join(key): value for key, value in self._values.items()}
+
+    def samples(self) -> Iterator[str]:
+        for key, value in self._values.items():
+            yield f"{self._labelled('', key)} {_number(value)}"
+
+
+class Counter(_Valued):
+    """A value that only goes up (``*_total`` by convention)."""
+
+    kind = "counter"
 
     def inc(self, amount: float = 1, **labels: str) -> None:
         if amount < 0:
@@ -78,22 +95,16 @@ class Counter(_Instrument):
         key = self._key(labels)
         self._values[key] = self._values.get(key, 0) + amount
 
-    def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0)
-
-    def samples(self) -> Iterator[str]:
-        for key, value in self._values.items():
-            yield f"{self._labelled('', key)} {_number(value)}"
+    def set_total(self, value: float, **labels: str) -> None:
+        """Copy a count kept elsewhere (a device pool's), as of now. It is lower only when its
+        keeper restarted, which Prometheus reads as a counter reset."""
+        self._values[self._key(labels)] = value
 
 
-class Gauge(_Instrument):
+class Gauge(_Valued):
     """A value that is set (or moved up and down) to what it is now."""
 
     kind = "gauge"
-
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help, labels)
-        self._values: dict[LabelValues, float] = {}
 
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = value
@@ -104,13 +115,6 @@ class Gauge(_Instrument):
 
     def dec(self, amount: float = 1, **labels: str) -> None:
         self.inc(-amount, **labels)
-
-    def value(self, **labels: str) -> float:
-        return self._values.get(self._key(labels), 0)
-
-    def samples(self) -> Iterator[str]:
-        for key, value in self._values.items():
-            yield f"{self._labelled('', key)} {_number(value)}"
 
 
 class Histogram(_Instrument):
@@ -191,6 +195,10 @@ class MetricsRegistry:
     ) -> Histogram:
         return self._add(Histogram(name, help, labels, buckets=buckets))
 
+    def describe(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Each instrument's kind and label names, by name (for dashboards and their tests)."""
+        return {name: (i.kind, i.labels) for name, i in self._instruments.items()}
+
     def render(self) -> str:
         """The Prometheus text exposition of every instrument (ends with a newline)."""
         lines: list[str] = []
@@ -216,6 +224,9 @@ class ServerMetrics:
         self.responses = registry.counter("oam_responses_total", "Responses written, by outcome (ok or error data.code).", ["code"])
         self.turns = registry.counter("oam_turns_total", "session/respond turns finished, by outcome (ok or error data.code).", ["outcome"])
         self.connections = registry.gauge("oam_connections", "Open connections, by transport.", ["transport"])
+        self.tenant_connections = registry.gauge(
+            "oam_tenant_connections", "Open protocol connections, by tenant ((anonymous) without a name).", ["tenant"]
+        )
         self.connections_opened = registry.counter("oam_connections_total", "Connections accepted, by transport.", ["transport"])
         self.connections_refused = registry.counter(
             "oam_connections_refused_total", "Connections refused, by transport and reason.", ["transport", "reason"]
@@ -225,6 +236,7 @@ class ServerMetrics:
         self.model_step_seconds = registry.histogram(
             "oam_model_step_seconds", "Duration of one model inference attempt, by step kind.", ["kind"]
         )
+        self.model = ModelMetrics(registry)
 
     # --- bridge hooks --------------------------------------------------------------------------
 
@@ -256,6 +268,80 @@ class ServerMetrics:
 
     def render(self) -> str:
         return self.registry.render()
+
+
+class ModelMetrics:
+    """The system model's own numbers, copied from its ``model/status`` result at each scrape
+    (:meth:`update`): a device pool's devices, queues, steps, quota events and coalescing. Keys a
+    status does not have leave their instruments as they were (a proxy reports no devices)."""
+
+    DEVICE_STATES = ("ready", "cooling", "dead")
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        device, priority = ["device"], ["priority"]
+        self.device_state = registry.gauge("oam_device_state", "1 for each device's state (ready, cooling, dead), else 0.",
+                                           ["device", "state"])
+        self.device_window = registry.gauge("oam_device_window_requests", "Requests in each device's quota window now.", device)
+        self.device_limit = registry.gauge("oam_device_window_limit", "Each device's learned requests per quota window.", device)
+        self.device_in_flight = registry.gauge("oam_device_in_flight", "Steps each device is generating now.", device)
+        self.device_queued = registry.gauge("oam_device_queued", "Steps queued for each device.", device)
+        self.device_cooling = registry.gauge("oam_device_cooling_seconds", "Seconds left of each device's cool-down.", device)
+        self.device_generating = registry.gauge(
+            "oam_device_generating_ratio", "Share of the time since the pool started each device spent generating.", device)
+        self.device_steps = registry.counter(
+            "oam_device_steps_total", "Steps each device ended, by outcome (ok, busy, error, rejected).", ["device", "outcome"])
+        self.queued = registry.gauge("oam_model_queued", "Model steps waiting for a device, by priority.", priority)
+        self.queue_wait = registry.gauge(
+            "oam_model_queue_wait_seconds", "Queue wait of admitted steps since the start, by priority and quantile.",
+            ["priority", "quantile"])
+        self.steps = registry.counter("oam_model_steps_total", "Model steps the pool ended, by outcome (ok, failed).",
+                                      ["outcome"])
+        self.rerouted = registry.counter("oam_model_rerouted_total", "Steps moved to another device after a failure.")
+        self.quota_events = registry.counter(
+            "oam_model_quota_events_total", "Quota refusals: absorbed (rerouted or waited out) or surfaced (rate_limited).",
+            ["fate"])
+        self.coalesced_items = registry.counter("oam_coalesce_items_total", "Steps that could share a generation.")
+        self.coalesced_served = registry.counter("oam_coalesce_served_total", "Coalescable steps a generation answered.")
+        self.coalesced_generations = registry.counter(
+            "oam_coalesce_generations_total", "Generations the coalescable steps used.")
+
+    def update(self, status: Mapping[str, Any] | None) -> None:
+        """Copy what ``status`` (a ``model/status`` result) reports."""
+        statistics = (status or {}).get("statistics")
+        if not isinstance(statistics, Mapping):
+            return
+        for device in statistics.get("devices") or ():
+            self._device(device)
+        for name, count in (statistics.get("queuedByPriority") or {}).items():
+            self.queued.set(count, priority=name)
+        for name, wait in (statistics.get("queueWait") or {}).items():
+            for quantile, key in (("0.5", "p50Ms"), ("0.9", "p90Ms"), ("0.99", "p99Ms")):
+                self.queue_wait.set(wait[key] / 1000, priority=name, quantile=quantile)
+        if "stepsOk" in statistics:
+            self.steps.set_total(statistics["stepsOk"], outcome="ok")
+            self.steps.set_total(statistics["stepsFailed"], outcome="failed")
+            self.rerouted.set_total(statistics["rerouted"])
+            self.quota_events.set_total(statistics["quotaEventsAbsorbed"], fate="absorbed")
+            self.quota_events.set_total(statistics["quotaEventsSurfaced"], fate="surfaced")
+        coalescing = statistics.get("coalescing")
+        if isinstance(coalescing, Mapping):
+            self.coalesced_items.set_total(coalescing["items"])
+            self.coalesced_served.set_total(coalescing["served"])
+            self.coalesced_generations.set_total(coalescing["generations"])
+
+    def _device(self, device: Mapping[str, Any]) -> None:
+        name = device["name"]
+        for state in self.DEVICE_STATES:
+            self.device_state.set(1 if device["state"] == state else 0, device=name, state=state)
+        self.device_window.set(device.get("requestsInWindow", 0), device=name)
+        if device.get("requestsLimit") is not None:
+            self.device_limit.set(device["requestsLimit"], device=name)
+        self.device_in_flight.set(device["inFlight"], device=name)
+        self.device_queued.set(device["queued"], device=name)
+        self.device_cooling.set(device.get("coolingSeconds") or 0, device=name)
+        self.device_generating.set(device["utilisation"], device=name)
+        for outcome, key in (("ok", "ok"), ("busy", "busy"), ("error", "errors"), ("rejected", "rejected")):
+            self.device_steps.set_total(device[key], device=name, outcome=outcome)
 
 
 def _escape_label(value: str) -> str:

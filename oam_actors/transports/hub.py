@@ -23,6 +23,11 @@ Contract
 
   ``None`` disables a rule. A rule is checked when its deadline comes, exactly (the watchdog
   sleeps until the next deadline, or one timeout ahead when no rule is running).
+- :meth:`Hub.serve` serves a bridge :meth:`Hub.open_bridge` made; meanwhile the bridge counts in
+  ``Hub.tenants`` (open connections by :func:`tenant_label`, the ``oam_tenant_connections``
+  gauge). :meth:`Hub.objects` counts live objects and their queued operations by kind, and
+  :meth:`Hub.model_status` is what ``model/status`` answers for ``status_model``; the scrape
+  (:meth:`Hub.scrape`) and the console read all three from here.
 - ``extensions`` makes each new bridge's extensions (one set per connection, as the game
   extension requires).
 - With metrics, the inferences of the system model and of the registered model types are timed
@@ -50,7 +55,9 @@ from ..agent import (
     Usage,
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
+from ..bridge.model_status import model_status
 from ..errors import AgentError, ErrorCode
+from ..models import ModelWithStatistics
 from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics
@@ -58,7 +65,12 @@ from ..runtime import ActorSystem
 from .auth import Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
 
-__all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "limit_send_buffer", "peer_name", "serve_bridge"]
+__all__ = [
+    "ANONYMOUS_LABEL", "IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ObjectCount", "ServePolicy", "Watchdog",
+    "limit_send_buffer", "peer_name", "serve_bridge", "tenant_label",
+]
+
+_log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 300.0
 """Seconds a connection may stay silent with nothing in flight (``--idle-timeout``)."""
@@ -98,8 +110,10 @@ class Hub:
         extensions: Callable[[], Sequence[Extension]] = tuple,
         metrics: ServerMetrics | None = None,
         clock: Clock | None = None,
+        status_model: Callable[[], ModelWithStatistics] | None = None,
     ) -> None:
         self.system = system
+        self.status_model = status_model
         self.policy = policy
         self.clock: Clock = clock or MonotonicClock()
         self.config = config or BridgeConfig()
@@ -111,8 +125,11 @@ class Hub:
             types = {name: _timed_type(factory, metrics) for name, factory in self.config.model_types.items()}
             self.config = msgspec.structs.replace(self.config, model_types=types)
         self.connections = 0
+        self.tenants: dict[str, int] = {}  # open protocol connections by tenant_label()
+        self._bridge_tenants: dict[Bridge, str] = {}
         self._serial = itertools.count(1)
-        self._queue_kinds: set[str] = set()
+        self._object_kinds: set[str] = set()
+        self._status_error: str | None = None
 
     # --- connections -----------------------------------------------------------------------
 
@@ -144,7 +161,7 @@ class Hub:
         shared = self.policy.share_objects
         serial = next(self._serial)
         namespace = f"t:{tenant.name}" if shared else f"c{serial}"
-        return Bridge(
+        bridge = Bridge(
             self.system,
             write,
             config=self.config,
@@ -155,6 +172,31 @@ class Hub:
             metrics=self.metrics,
             label=f"#{serial} {peer}",
         )
+        self._tenant_opened(bridge, tenant_label(tenant))
+        return bridge
+
+    async def serve(self, bridge: Bridge, watchdog: Watchdog, lines: AsyncIterable[Any],
+                    buffered: Callable[[], int] | None = None) -> None:
+        """:func:`serve_bridge` for a bridge :meth:`open_bridge` made; its tenant's connection
+        ends with it."""
+        try:
+            await serve_bridge(bridge, watchdog, lines, buffered)
+        finally:
+            self._tenant_closed(bridge)
+
+    def _tenant_opened(self, bridge: Bridge, label: str) -> None:
+        self._bridge_tenants[bridge] = label
+        self.tenants[label] = self.tenants.get(label, 0) + 1
+        if self.metrics is not None:
+            self.metrics.tenant_connections.inc(tenant=label)
+
+    def _tenant_closed(self, bridge: Bridge) -> None:
+        label = self._bridge_tenants.pop(bridge)
+        self.tenants[label] -= 1
+        if not self.tenants[label]:
+            del self.tenants[label]
+        if self.metrics is not None:
+            self.metrics.tenant_connections.dec(tenant=label)
 
     def watchdog(self) -> Watchdog:
         """The time rules of a connection accepted now."""
@@ -165,20 +207,66 @@ class Hub:
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "connections": self.connections, "sessions": len(self.system.addresses("session"))}
 
+    async def scrape(self) -> str:
+        """:meth:`metrics_text` with the status model's numbers copied in first."""
+        if self.metrics is not None and self.status_model is not None:
+            self.metrics.model.update(await self.model_status())
+        return self.metrics_text()
+
+    async def model_status(self) -> dict[str, Any] | None:
+        """What ``model/status`` answers now (``None`` without a status model). A status model
+        that fails is logged (its traceback once per distinct error) and reported as
+        ``{"error": …}``: a scrape or the console must not fail with it."""
+        if self.status_model is None:
+            return None
+        try:
+            status = await model_status(self.status_model())
+        except Exception as exc:  # noqa: BLE001 -- reported in the result, logged with its traceback
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._status_error:
+                _log.exception("model/status failed")
+            self._status_error = text
+            return {"error": "model/status failed; the server log has the details"}
+        self._status_error = None
+        return status
+
     def metrics_text(self) -> str:
         """The Prometheus exposition, gauges refreshed now; ``""`` without metrics."""
         if self.metrics is None:
             return ""
         self.metrics.sessions.set(len(self.system.addresses("session")))
-        depth: dict[str, int] = dict.fromkeys(self._queue_kinds, 0)
+        for kind, count in self.objects().items():
+            self.metrics.queue_depth.set(count.queued, kind=kind)
+        return self.metrics.render()
+
+    def objects(self) -> dict[str, ObjectCount]:
+        """The live objects of every kind seen so far (a kind whose objects are all gone stays at 0)."""
+        counts = {kind: ObjectCount() for kind in self._object_kinds}
         for address in self.system.addresses():
             ref = self.system.lookup(address)
             if ref is not None:
-                depth[address.kind] = depth.get(address.kind, 0) + ref.statistics().queued
-        self._queue_kinds.update(depth)
-        for kind, queued in depth.items():
-            self.metrics.queue_depth.set(queued, kind=kind)
-        return self.metrics.render()
+                count = counts.setdefault(address.kind, ObjectCount())
+                count.live += 1
+                count.queued += ref.statistics().queued
+        self._object_kinds.update(counts)
+        return counts
+
+
+@dataclass
+class ObjectCount:
+    """Objects of one kind: how many live, and the operations queued on their mailboxes."""
+
+    live: int = 0
+    queued: int = 0
+
+
+def tenant_label(tenant: Tenant) -> str:
+    """A tenant's name in metrics and the console; the anonymous tenant is ``(anonymous)``, which
+    no token name can spell."""
+    return tenant.name or ANONYMOUS_LABEL
+
+
+ANONYMOUS_LABEL = "(anonymous)"
 
 
 class Watchdog:

@@ -33,7 +33,7 @@ from anyio.abc import SocketAttribute
 
 from ..bridge import jsonrpc
 from .auth import ANONYMOUS, Tenant, check_auth_line
-from .hub import Hub, limit_send_buffer, peer_name, serve_bridge
+from .hub import Hub, limit_send_buffer, peer_name
 from .stdio import LineSplitter, LineTooLong
 
 __all__ = ["serve_tcp", "serve_tcp_connection"]
@@ -86,7 +86,7 @@ async def _serve_admitted(connection: _Connection, hub: Hub) -> bool:
         hub.refused(TRANSPORT, "auth")
         return True
     bridge = hub.open_bridge(connection.write, tenant, f"tcp {connection.peer}")
-    await serve_bridge(bridge, connection.watchdog, connection.lines(), connection.buffered)
+    await hub.serve(bridge, connection.watchdog, connection.lines(), connection.buffered)
     return bridge.aborted is None
 
 

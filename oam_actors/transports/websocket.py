@@ -11,7 +11,9 @@ Contract
   connection opens, receives one ``-32010 busy`` message and is closed with code 1013.
 - ``GET /health`` → 200 ``{"status":"ok","connections":n,"sessions":m}`` (no token needed, for
   probes). ``GET /metrics`` → 200 Prometheus text (with tokens configured, it needs a valid bearer
-  token like ``/ws``). Any other path → 404.
+  token like ``/ws``). With a console, ``/console…`` is the console
+  (:mod:`oam_actors.transports.console`; its stream is the WebSocket ``/console/live``). Any
+  other path → 404.
 - Ends, cancellation and the watchdog's rules as in the TCP transport (see
   ``oam_actors.transports.tcp``); on WebSocket the line rule covers the first message (partial
   frames are the library's). An aborted connection is closed with code 1008 and the reason.
@@ -44,7 +46,8 @@ from ..bridge import jsonrpc
 from ..errors import ErrorCode, ProtocolError
 from ..observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .auth import ANONYMOUS, Tenant, bearer_token
-from .hub import Hub, Watchdog, limit_send_buffer, peer_name, serve_bridge
+from .console import LIVE_PATH, Console, console_response, is_console_path
+from .hub import Hub, Watchdog, limit_send_buffer, peer_name
 
 __all__ = ["WS_PATH", "BinaryFrame", "websocket_server"]
 
@@ -67,14 +70,17 @@ class BinaryFrame(msgspec.Struct, frozen=True):
 
 
 @asynccontextmanager
-async def websocket_server(hub: Hub, host: str | None, port: int) -> AsyncIterator[Server]:
+async def websocket_server(
+    hub: Hub, host: str | None, port: int, *, console: Console | None = None, bridges: bool = True
+) -> AsyncIterator[Server]:
     """Listen on ``host``:``port`` (``None``: every interface) while inside the block; on exit
-    close every connection (1001) and wait for their bridges to finish."""
+    close every connection (1001) and wait for their bridges to finish. With ``console``, serve
+    it under ``/console`` too; ``bridges=False``: no ``/ws`` (a console port of its own)."""
     server = await serve(
-        partial(_serve_connection, hub=hub),
+        partial(_serve_connection, hub=hub, console=console),
         host,
         port,
-        process_request=partial(_route, hub=hub),
+        process_request=partial(_route, hub=hub, console=console, bridges=bridges),
         max_size=hub.policy.max_line_bytes,
         max_queue=1,
         close_timeout=_CLOSE_TIMEOUT,
@@ -87,12 +93,16 @@ async def websocket_server(hub: Hub, host: str | None, port: int) -> AsyncIterat
             await server.wait_closed()
 
 
-def _route(connection: ServerConnection, request: Request, *, hub: Hub) -> Response | None:
-    """The HTTP side of the handshake: health, metrics, authentication, 404."""
+async def _route(
+    connection: ServerConnection, request: Request, *, hub: Hub, console: Console | None, bridges: bool
+) -> Response | None:
+    """The HTTP side of the handshake: health, metrics, the console, authentication, 404."""
     path = urlsplit(request.path).path
     if path == "/health":
         return _json(connection, hub.health())
-    if path not in ("/metrics", WS_PATH):
+    if console is not None and is_console_path(path):
+        return await console_response(console, request)
+    if path not in ("/metrics", WS_PATH) or (path == WS_PATH and not bridges):
         return connection.respond(http.HTTPStatus.NOT_FOUND, "Not found.\n")
     if _tenant(request, hub) is None:
         hub.refused(TRANSPORT, "auth")
@@ -100,7 +110,7 @@ def _route(connection: ServerConnection, request: Request, *, hub: Hub) -> Respo
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
     if path == "/metrics":
-        return _typed(connection.respond(http.HTTPStatus.OK, hub.metrics_text()), METRICS_CONTENT_TYPE)
+        return _typed(connection.respond(http.HTTPStatus.OK, await hub.scrape()), METRICS_CONTENT_TYPE)
     return None  # go on with the WebSocket handshake
 
 
@@ -120,22 +130,45 @@ def _typed(response: Response, content_type: str) -> Response:
     return response
 
 
-async def _serve_connection(websocket: ServerConnection, *, hub: Hub) -> None:
+async def _serve_connection(websocket: ServerConnection, *, hub: Hub, console: Console | None) -> None:
+    assert websocket.request is not None
+    if console is not None and urlsplit(websocket.request.path).path == LIVE_PATH:
+        await _serve_viewer(websocket, console)  # _route let only a signed-in viewer this far
+        return
     if not hub.admit(TRANSPORT):
         await _refuse(websocket, hub)
         return
     try:
-        assert websocket.request is not None
         tenant = _tenant(websocket.request, hub)
         assert tenant is not None, "the handshake checked the token"
         limit_send_buffer(websocket.transport.get_extra_info("socket"))
         watchdog = hub.watchdog()
         bridge = hub.open_bridge(partial(_write, websocket, watchdog), tenant, f"ws {peer_name(websocket.remote_address)}")
-        await serve_bridge(bridge, watchdog, _frames(websocket, watchdog))
+        await hub.serve(bridge, watchdog, _frames(websocket, watchdog))
         if bridge.aborted is not None:
             await _close(websocket, _POLICY_VIOLATION, bridge.aborted)
     finally:
         hub.release(TRANSPORT)
+
+
+async def _serve_viewer(websocket: ServerConnection, console: Console) -> None:
+    """The console's live stream until the viewer or the server closes it."""
+    async def send(text: str) -> None:
+        await websocket.send(text, text=True)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_cancel_when_closed, websocket, tasks.cancel_scope)
+            if not await console.serve_viewer(send):
+                await _close(websocket, _TRY_AGAIN_LATER, "too many console viewers")
+            tasks.cancel_scope.cancel()
+    except ConnectionClosed:
+        pass
+
+
+async def _cancel_when_closed(websocket: ServerConnection, scope: anyio.CancelScope) -> None:
+    await websocket.wait_closed()
+    scope.cancel()
 
 
 async def _refuse(websocket: ServerConnection, hub: Hub) -> None:

@@ -434,6 +434,7 @@ class DevicePool:
         now = self._clock.now()
         elapsed = max(now - self._started, 1e-9)
         devices = tuple(self._device_statistics(d, now, elapsed) for d in self._devices)
+        queues = [d.scheduler.statistics().queued for d in self._devices]  # each by Priority value
         states = [d.state for d in devices]
         return PoolStatistics(
             devices=devices,
@@ -449,6 +450,7 @@ class DevicePool:
             quota_events_surfaced=self._surfaced,
             queue_wait={p.name.lower(): summarize_waits(self._waits[p]) for p in Priority},
             elapsed_seconds=round(elapsed, 3),
+            queued_by_priority={p.name.lower(): sum(q[p.value] for q in queues) for p in Priority},
         )
 
     def _device_statistics(self, device: _Device, now: float, elapsed: float) -> DeviceStatistics:
@@ -469,6 +471,7 @@ class DevicePool:
             utilisation=round(min(1.0, device.busy_seconds / elapsed), 4),
             requests_limit=stats.requests_limit,
             context_size=device.model.capabilities.context_size,
+            requests_in_window=stats.requests_in_window,
         )
 
     def __repr__(self) -> str:

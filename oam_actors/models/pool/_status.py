@@ -45,6 +45,7 @@ class DeviceStatistics(msgspec.Struct, frozen=True, rename="camel"):
     utilisation: float  # time spent generating / time since the pool started
     requests_limit: int | None  # the scheduler's current (learned) requests per window
     context_size: int
+    requests_in_window: int = 0  # requests its quota window holds now (used, of requests_limit)
 
 
 class PoolStatistics(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -64,6 +65,7 @@ class PoolStatistics(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
     queue_wait: dict[str, WaitSummary]  # by priority name
     elapsed_seconds: float
     coalescing: CoalescingStatistics | None = None
+    queued_by_priority: dict[str, int] = msgspec.field(default_factory=dict)  # steps waiting, by priority name
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
