@@ -13,6 +13,7 @@ What a block is decides how it runs:
   ``oam-actors stdio`` subprocess with the flags of the HTML comment before it,
   ``<!-- stdio: FLAGS -->``: each ``>`` line is sent, then as many messages as ``<`` lines follow
   are read and compared; ``…`` in a ``<`` line stands for any text (ids, durations, token counts).
+- ```yaml, ```toml, ```json: a configuration or a message shown whole; it must parse.
 - Any other block (a ```text output, a tree, a diagram) is not code.
 
 A few commands cannot run here as written; SUBSTITUTIONS and ELSEWHERE list each with the reason.
@@ -20,6 +21,7 @@ A few commands cannot run here as written; SUBSTITUTIONS and ELSEWHERE list each
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -28,12 +30,14 @@ import signal
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -61,6 +65,10 @@ ELSEWHERE = {
 # Extra flags for a server the docs start, so that it answers within a test's time.
 SERVER_FLAGS = {"farm:": ["--farm-time-scale", "0.01"]}
 
+# Data blocks and how each is checked: it parses.
+DATA = {"yaml": lambda text: yaml.safe_load(text), "toml": lambda text: tomllib.loads(text),
+        "json": lambda text: json.loads(text)}
+
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _DIRECTIVE = re.compile(r"<!--\s*stdio:(.*?)-->\s*\Z", re.S)
 _ADDRESS = re.compile(r"(\[::1\]|[\w.-]+):(\d+)")
@@ -70,7 +78,7 @@ _ADDRESS = re.compile(r"(\[::1\]|[\w.-]+):(\d+)")
 class Block:
     page: Path
     index: int
-    kind: str  # python, python-output, sh, exchange, server
+    kind: str  # python, python-output, sh, exchange, server, or a data format (yaml, toml, json)
     code: str
     expected: str = ""
     flags: str | None = None
@@ -106,6 +114,8 @@ def _blocks(page: Path) -> list[Block]:
             code = "\n".join(lines)
             is_server = len(lines) == 1 and re.match(r"oam-actors (serve|device)\b", lines[0]) is not None
             found.append(Block(page, len(found), "server" if is_server else "sh", code, line=line))
+        elif language in DATA:
+            found.append(Block(page, len(found), language, body, line=line))
         elif language == "text" and body.strip() and all(
                 ln.startswith(("> ", "< ")) for ln in body.splitlines() if ln.strip()):
             directive = _DIRECTIVE.search(text[fences[i - 1].end() if i else 0:fence.start()])
@@ -134,7 +144,7 @@ class Server:
         run: list[str] = []
         for i, arg in enumerate(args):
             previous = args[i - 1] if i else ""
-            if previous in ("--tcp", "--ws", "--openai") and (match := _ADDRESS.fullmatch(arg)):
+            if previous in ("--tcp", "--ws", "--openai", "--console") and (match := _ADDRESS.fullmatch(arg)):
                 examples.append(arg)
                 arg = f"{match.group(1)}:0"
             elif previous == "--port":
@@ -282,9 +292,9 @@ def test_there_are_blocks_of_every_kind() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(REPO)) for page in PAGES])
 def test_every_block_is_of_a_kind_this_test_knows(page: Path) -> None:
-    """A block in another language (```json, ```bash) would not run: name it sh, python or text."""
+    """A block in another language (```bash, ```ini) would not run: name it sh, python, text or a data format."""
     languages = {fence.group(1) for fence in _FENCE.finditer(page.read_text(encoding="utf-8"))}
-    assert languages <= {"python", "sh", "console", "text"}, f"{page.name}: blocks in {languages}"
+    assert languages <= {"python", "sh", "console", "text", *DATA}, f"{page.name}: blocks in {languages}"
 
 
 def test_substitutions_and_elsewhere_name_real_blocks() -> None:
@@ -315,6 +325,9 @@ def _run_block(block: Block, servers: dict[str, Server], tmp_path: Path) -> None
         return
     if block.kind == "exchange":
         _replay(block)
+        return
+    if block.kind in DATA:
+        DATA[block.kind](block.code)
         return
     code = _with_servers(block, SUBSTITUTIONS.get(block.code, block.code), servers)
     if block.kind == "sh":
