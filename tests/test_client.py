@@ -1,0 +1,391 @@
+"""The Python client (``oam_actors.client``) against real servers: ``oam-actors serve`` over TCP
+and WebSocket, ``oam-actors stdio`` as a child process, and small raw socket servers that
+misbehave (close mid-call, send a malformed line, never answer).
+
+Timeouts here are small so a test that must time out does so quickly; nothing asserts how long
+anything took.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from oam_actors import AgentError, ErrorCode, ProtocolError
+from oam_actors.client import (
+    AuthenticationFailed,
+    Client,
+    ConnectError,
+    ConnectionLost,
+    MalformedMessage,
+    RequestTimeout,
+    SessionReply,
+    connect,
+)
+from serve_process import OPEN_GATE, TOOL_ROUND, ServeProcess, scripted
+
+TOKEN = "s3cret-token"
+HANG_GUARD = 30.0  # only to fail a hung test instead of blocking the suite
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServeProcess]:
+    with ServeProcess(["--tcp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--model", "scripted",
+                       "--token", f"alice={TOKEN}"]) as process:
+        yield process
+
+
+def target_of(server: ServeProcess, transport: str) -> dict[str, Any]:
+    if transport == "tcp":
+        host, port = server.tcp_address  # type: ignore[misc]
+        return {"target": f"tcp://{host}:{port}", "token": TOKEN}
+    if transport == "ws":
+        return {"target": server.ws_url, "token": TOKEN}
+    return {"target": "stdio", "args": ["--model", "scripted"]}
+
+
+TRANSPORTS = ["tcp", "ws", "stdio"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_turn_with_sync_and_async_tool_handlers_over_each_transport(server: ServeProcess, transport: str) -> None:
+    seen: list[str] = []
+
+    def open_gate(gate: str) -> str:  # a plain function: runs in a worker thread
+        seen.append(gate)
+        return f"The {gate} gate opened."
+
+    async def check_inventory(item: str) -> dict[str, Any]:
+        await anyio.sleep(0)
+        return {"item": item, "stock": 3}
+
+    inventory = {"name": "check_inventory", "description": "Stock of an item.",
+                 "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}}
+    steps = [*TOOL_ROUND[:1], {"toolCalls": [{"name": "check_inventory", "arguments": {"item": "ale"}}]},
+             {"template": "{toolOutputs}"}]
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, transport)) as client:
+            info = await client.initialize({"name": "test"})
+            assert info["server"]["name"] == "oam-actors"
+            session = await client.create_session(model=scripted(steps), tools=[OPEN_GATE, inventory],
+                                                  tool_handlers={"open_gate": open_gate})
+            client.add_tool("check_inventory", check_inventory)  # the client-wide handler
+            reply = await session.respond("Let me in and tell me about the ale.")
+    assert isinstance(reply, SessionReply) and reply.session == session.id
+    assert seen == ["north"]
+    assert [(r.call.name, r.output, r.is_error) for r in reply.tool_calls] == [
+        ("open_gate", "The north gate opened.", False),
+        ("check_inventory", {"item": "ale", "stock": 3}, False),
+    ]
+    assert reply.text == 'The north gate opened.\n{"item":"ale","stock":3}'
+    if transport == "tcp":
+        assert client.tenant == "alice"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_events_stream_before_the_result(server: ServeProcess, transport: str) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, transport)) as client:
+            session = await client.create_session(model=scripted([*TOOL_ROUND]), tools=[OPEN_GATE],
+                                                  tool_handlers={"open_gate": lambda gate: "Opened."})
+            turn = session.respond_stream("Open it.")
+            events = [event async for event in turn]
+            reply = await turn
+    kinds = [event["type"] for event in events]
+    assert kinds.count("modelStep") >= 2 and "toolCallStarted" in kinds and "toolCallCompleted" in kinds
+    after_reset = kinds[len(kinds) - 1 - kinds[::-1].index("modelStep"):]
+    assert "text" in after_reset
+    deltas = "".join(e["delta"] for e in events if e["type"] == "text")
+    assert deltas == reply.text == "Done: Opened."
+
+
+async def test_handler_errors_and_missing_handlers_become_tool_error_outputs(server: ServeProcess) -> None:
+    def jammed(gate: str) -> str:
+        raise RuntimeError(f"The {gate} gate is jammed.")
+
+    steps = [*TOOL_ROUND[:1], *TOOL_ROUND[:1], {"template": "{toolOutputs}"}]
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "tcp")) as client:
+            jammed_session = await client.create_session(model=scripted(steps), tools=[OPEN_GATE],
+                                                         tool_handlers={"open_gate": jammed})
+            nobody = await client.create_session(model=scripted(TOOL_ROUND), tools=[OPEN_GATE])
+            first = await jammed_session.respond("Open.")
+            second = await nobody.respond("Open.")
+    assert [(r.output, r.is_error) for r in first.tool_calls] == [("The north gate is jammed.", True)] * 2
+    assert [(r.output, r.is_error) for r in second.tool_calls] == [("No handler for tool 'open_gate' on this client.", True)]
+
+
+async def test_tool_cancel_cancels_a_running_async_handler(server: ServeProcess) -> None:
+    cancelled = anyio.Event()
+
+    async def open_gate(gate: str) -> str:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()  # reached only by the tool/cancel the server sends at the tool's timeout
+        return "never"
+
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "ws")) as client:
+            session = await client.create_session(model=scripted(TOOL_ROUND), tools=[OPEN_GATE],
+                                                  options={"toolTimeoutSeconds": 0.2},
+                                                  tool_handlers={"open_gate": open_gate})
+            reply = await session.respond("Open.")
+            await cancelled.wait()
+    [record] = reply.tool_calls
+    assert record.is_error and "timed out" in record.output
+
+
+async def test_cancelling_the_awaiting_task_cancels_the_turn_on_the_server(server: ServeProcess) -> None:
+    called, handler_cancelled = anyio.Event(), anyio.Event()
+
+    async def open_gate(gate: str) -> str:
+        called.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            handler_cancelled.set()  # the server's tool/cancel, sent because session/cancel ended the turn
+        return "never"
+
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "tcp")) as client:
+            session = await client.create_session(model=scripted([*TOOL_ROUND, {"text": "Next turn."}]),
+                                                  tools=[OPEN_GATE], tool_handlers={"open_gate": open_gate})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.respond, "Open.")
+                await called.wait()
+                tg.cancel_scope.cancel()
+            await handler_cancelled.wait()
+            assert await session.transcript() == {"type": "open-android-models.Transcript", "version": "1.0",
+                                                  "transcript": (await session.transcript())["transcript"]}
+            assert (await session.transcript())["transcript"]["entries"] == []  # the cancelled turn left no trace
+            [listed] = [s for s in await client.list_sessions() if s["session"] == session.id]
+            assert listed["busy"] is False
+
+
+async def test_server_errors_are_the_librarys_exceptions_with_data(server: ServeProcess) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "tcp")) as client:
+            with pytest.raises(ProtocolError) as missing:
+                await client.session("nobody").respond("Hello?")
+            session = await client.create_session(model=scripted([{"error": "refusal", "message": "No."}]))
+            with pytest.raises(AgentError) as refused:
+                await session.respond("Tell me a secret.")
+            await client.ping()  # the connection is fine after errors
+    assert missing.value.code is ErrorCode.SESSION_NOT_FOUND
+    assert missing.value.data() == {"code": "session_not_found", "session": "nobody"}
+    assert refused.value.code is ErrorCode.REFUSAL
+
+
+async def test_game_methods_npcs_worlds_subscriptions_and_decisions(server: ServeProcess) -> None:
+    npc_reply = {"json": {"emotion": "amused", "line": "Steel is patient.", "player_options": ["Buy."],
+                          "ends_conversation": False}}
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "stdio")) as client:
+            world = await client.create_world(state={"gate": "closed"})
+            changes = await world.subscribe("gate")
+            gorm = await client.create_npc(persona={"name": "Gorm", "role": "a blacksmith"}, world=world.id,
+                                           model=scripted([npc_reply, {"text": "Fine steel!"}]))
+            turn = gorm.talk_stream("Teach me.")
+            events = [event async for event in turn]
+            talk = await turn
+            bark = await gorm.bark("Dawn.")
+            assert await world.set("gate", "open") == 1
+            change = await changes.__aiter__().__anext__()
+            assert await world.get("gate") == "open"
+            await changes.unsubscribe()
+            single = await client.decide("A dragon.", ["flee"])
+            many = await client.decide_many([{"situation": "A dragon.", "options": ["flee"]},
+                                             {"situation": "A dragon.", "options": ["fight", "flee"],
+                                              "model": scripted([{"error": "refusal"}])}])
+            state = await gorm.state()
+            assert [n["npc"] for n in await client.list_npcs()] == [gorm.id]
+    assert (talk.line, talk.emotion, talk.player_options) == ("Steel is patient.", "amused", ["Buy."])
+    assert {"type": "emotion", "emotion": "amused"} in events
+    assert bark.line == "Fine steel!" and bark.npc == gorm.id
+    assert (change["path"], change["oldValue"], change["newValue"]) == ("gate", "closed", "open")
+    assert (single.option_id, single.confidence) == ("flee", 100)
+    assert many[0].option_id == "flee"  # type: ignore[union-attr]
+    assert isinstance(many[1], AgentError)  # the failed element's error, not raised
+    assert state["persona"]["name"] == "Gorm"
+
+
+# --- authentication and reconnecting -----------------------------------------------------------
+
+
+async def test_a_wrong_token_is_refused_over_tcp_and_websocket(server: ServeProcess) -> None:
+    host, port = server.tcp_address  # type: ignore[misc]
+    with anyio.fail_after(HANG_GUARD):
+        with pytest.raises(AuthenticationFailed) as tcp:
+            async with connect(f"tcp://{host}:{port}", token="wrong"):
+                pass
+        with pytest.raises(AuthenticationFailed) as ws:
+            async with connect(server.ws_url, token="wrong"):  # type: ignore[arg-type]
+                pass
+        with pytest.raises(AuthenticationFailed) as anonymous:
+            async with connect(server.ws_url):  # type: ignore[arg-type]
+                pass
+    assert tcp.value.reason == "failed" and ws.value.reason == "failed" and anonymous.value.reason == "required"
+    assert "HTTP 401" in str(ws.value)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_reconnect_authenticates_again_and_recreates_nothing(server: ServeProcess, transport: str) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, transport), reconnect=True) as client:
+            session = await client.create_session("guard", model=scripted([{"text": "Halt!"}]))
+            await client.shutdown()  # the server answers, then closes this connection
+            with anyio.fail_after(HANG_GUARD):
+                while client.connected:
+                    await anyio.sleep(0.01)
+            await client.ping()  # a new connection, authenticated with the same token
+            assert client.reconnects == 1
+            with pytest.raises(ProtocolError) as gone:
+                await session.respond("Hello?")  # the old connection's session went with it
+            await client.reconnect()  # by hand, too
+            assert client.reconnects == 2
+            await client.ping()
+    assert gone.value.code is ErrorCode.SESSION_NOT_FOUND
+
+
+async def test_without_reconnect_a_lost_connection_is_an_error(server: ServeProcess) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "tcp")) as client:
+            await client.shutdown()
+            while client.connected:
+                await anyio.sleep(0.01)
+            with pytest.raises(ConnectionLost) as lost:
+                await client.ping()
+    assert "closed the connection" in lost.value.cause
+
+
+# --- misbehaving servers -----------------------------------------------------------------------
+
+
+Behaviour = Callable[[anyio.abc.SocketStream], Awaitable[None]]
+
+
+async def _lines(stream: anyio.abc.SocketStream) -> AsyncIterator[dict[str, Any]]:
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    reader = BufferedByteReceiveStream(stream)
+    while True:
+        try:
+            yield json.loads(await reader.receive_until(b"\n", 1 << 20))
+        except (anyio.IncompleteRead, anyio.EndOfStream):
+            return
+
+
+async def _serve(behaviour: Behaviour, *, task_status: anyio.abc.TaskStatus[int]) -> None:
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+        async def handle(stream: anyio.abc.SocketStream) -> None:
+            async with stream:
+                await behaviour(stream)
+
+        await listener.serve(handle)
+
+
+async def _with_raw_server(behaviour: Behaviour, body: Callable[[str], Awaitable[None]]) -> None:
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(_serve, behaviour)
+            await body(f"tcp://127.0.0.1:{port}")
+            tg.cancel_scope.cancel()
+
+
+async def _answer_pings_then(stream: anyio.abc.SocketStream, then: bytes | None) -> None:
+    """Answer ``ping``; on anything else send ``then`` (nothing when empty; close at once when None)."""
+    async for message in _lines(stream):
+        if message["method"] == "ping":
+            await stream.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode() + b"\n")
+        elif then is None:
+            return
+        elif then:
+            await stream.send(then)
+
+
+async def _fail_every(client: Client, method: str, count: int) -> list[BaseException]:
+    failures: list[BaseException] = []
+
+    async def one() -> None:
+        try:
+            await client.call(method)
+        except Exception as exc:
+            failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(count):
+            tg.start_soon(one)
+    return failures
+
+
+@pytest.mark.parametrize(("then", "error", "cause"), [
+    (None, ConnectionLost, "the server closed the connection"),
+    (b"<html>oops</html>\n", MalformedMessage, "a line that is not JSON: b'<html>oops</html>'"),
+    (b"[1, 2]\n", MalformedMessage, "JSON that is not an object"),
+    (b'{"jsonrpc": "2.0", "id": 99}\n', MalformedMessage, "neither a request, a notification nor a response"),
+], ids=["closes", "not-json", "not-an-object", "no-result"])
+async def test_a_server_that_closes_or_misspeaks_mid_call_fails_every_pending_call(
+        then: bytes | None, error: type[ConnectionLost], cause: str) -> None:
+    async def body(url: str) -> None:
+        async with connect(url) as client:
+            await client.ping()
+            failures = await _fail_every(client, "session/list", 3)
+            assert len(failures) == 3 and all(type(f) is error for f in failures)
+            assert cause in failures[0].cause  # type: ignore[attr-defined]
+            assert not client.connected
+            with pytest.raises(ConnectionLost):
+                await client.ping()  # no reconnect: the lost connection stays lost
+
+    await _with_raw_server(lambda stream: _answer_pings_then(stream, then), body)
+
+
+async def test_a_server_that_never_answers_times_out_and_the_connection_stays() -> None:
+    async def body(url: str) -> None:
+        async with connect(url, timeout=0.2) as client:
+            with pytest.raises(RequestTimeout) as timed_out:
+                await client.call("session/list")
+            await client.ping()  # the connection is still up, and answers what it answers
+            with pytest.raises(RequestTimeout):
+                await client.call("session/list", timeout=0.05)
+        assert timed_out.value.method == "session/list"
+
+    await _with_raw_server(lambda stream: _answer_pings_then(stream, b""), body)
+
+
+async def test_connect_times_out_when_authentication_is_never_answered() -> None:
+    async def body(url: str) -> None:
+        with pytest.raises(ConnectError) as failed:
+            async with connect(url, token="t", connect_timeout=0.2):
+                pass
+        assert "no connection within" in failed.value.cause
+
+    await _with_raw_server(lambda stream: anyio.sleep_forever(), body)
+
+
+async def test_nothing_listening_and_a_server_process_that_exits_are_named() -> None:
+    async with anyio.create_task_group():
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        await listener.aclose()
+    with anyio.fail_after(HANG_GUARD):
+        with pytest.raises(ConnectError) as refused:
+            async with connect(f"tcp://127.0.0.1:{port}"):
+                pass
+        async with connect("stdio", args=["--no-such-option"]) as client:
+            with pytest.raises(ConnectionLost) as exited:
+                await client.ping()
+    assert "cannot connect" in refused.value.cause
+    assert "exited with status 2" in exited.value.cause and "--no-such-option" in exited.value.cause
+
+
+def test_a_bad_target_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+        connect("http://127.0.0.1:1")
