@@ -240,9 +240,7 @@ async def test_reconnect_authenticates_again_and_recreates_nothing(server: Serve
         async with connect(**target_of(server, transport), reconnect=True) as client:
             session = await client.create_session("guard", model=scripted([{"text": "Halt!"}]))
             await client.shutdown()  # the server answers, then closes this connection
-            with anyio.fail_after(HANG_GUARD):
-                while client.connected:
-                    await anyio.sleep(0.01)
+            await client.wait_closed()
             await client.ping()  # a new connection, authenticated with the same token
             assert client.reconnects == 1
             with pytest.raises(ProtocolError) as gone:
@@ -257,8 +255,8 @@ async def test_without_reconnect_a_lost_connection_is_an_error(server: ServeProc
     with anyio.fail_after(HANG_GUARD):
         async with connect(**target_of(server, "tcp")) as client:
             await client.shutdown()
-            while client.connected:
-                await anyio.sleep(0.01)
+            await client.wait_closed()
+            assert not client.connected
             with pytest.raises(ConnectionLost) as lost:
                 await client.ping()
     assert "closed the connection" in lost.value.cause

@@ -213,6 +213,11 @@ class Client:
         assert self._connection is not None
         return self._connection
 
+    async def wait_closed(self) -> None:
+        """Wait until the current connection has ended (the server closed it, or it was lost)."""
+        assert self._connection is not None
+        await self._connection.closed.wait()
+
     async def reconnect(self) -> None:
         """Close the connection (pending calls fail with ``ConnectionLost``) and open a new one,
         authenticating again. Works with or without ``reconnect=True``."""
