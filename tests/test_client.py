@@ -168,6 +168,41 @@ async def test_cancelling_the_awaiting_task_cancels_the_turn_on_the_server(serve
             assert listed["busy"] is False
 
 
+async def test_a_turn_that_times_out_is_cancelled_on_the_server(server: ServeProcess) -> None:
+    handler_cancelled = anyio.Event()
+
+    async def open_gate(gate: str) -> str:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            handler_cancelled.set()  # the tool/cancel that follows the session/cancel of the timeout
+        return "never"
+
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "stdio")) as client:
+            session = await client.create_session(model=scripted(TOOL_ROUND), tools=[OPEN_GATE],
+                                                  tool_handlers={"open_gate": open_gate})
+            with pytest.raises(RequestTimeout) as timed_out:
+                await session.respond("Open.", timeout=0.5)
+            await handler_cancelled.wait()
+            assert (await session.transcript())["transcript"]["entries"] == []
+    assert timed_out.value.method == "session/respond"
+
+
+async def test_a_full_server_s_refusal_is_named_when_it_closes_the_connection() -> None:
+    with ServeProcess(["--tcp", "127.0.0.1:0", "--max-connections", "1"]) as full:
+        host, port = full.tcp_address  # type: ignore[misc]
+        with anyio.fail_after(HANG_GUARD):
+            async with connect(f"tcp://{host}:{port}") as first:
+                await first.ping()
+                async with connect(f"tcp://{host}:{port}") as second:
+                    with pytest.raises(ConnectionLost) as refused:
+                        await second.ping()
+    assert "closed the connection" in refused.value.cause
+    assert isinstance(refused.value.__cause__, AgentError) and refused.value.__cause__.code is ErrorCode.BUSY
+    assert refused.value.__cause__.message in refused.value.cause
+
+
 async def test_server_errors_are_the_librarys_exceptions_with_data(server: ServeProcess) -> None:
     with anyio.fail_after(HANG_GUARD):
         async with connect(**target_of(server, "tcp")) as client:

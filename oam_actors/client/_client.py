@@ -31,6 +31,8 @@ DEFAULT_TIMEOUT = 600.0
 take by default (a tool's 120 s, the dialogue queue's 20 s, a proxy step's 300 s)."""
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection, authentication included."""
+CLOSE_GRACE = 5.0
+"""Seconds :meth:`Client.shutdown` waits for the server to end the connection after answering."""
 CANCEL_GRACE = 2.0
 """Seconds a cancelled call spends sending its ``…/cancel`` before it gives up on it."""
 
@@ -302,8 +304,12 @@ class Client:
         return await self.call("tools/validate", {"tools": list(tools)})
 
     async def shutdown(self) -> None:
-        """``shutdown``: the server cancels this connection's work; then the connection ends."""
+        """``shutdown``: the server cancels this connection's work, answers, and ends the
+        connection (a ``stdio`` server exits); returns once it has ended, or after
+        ``CLOSE_GRACE`` seconds if the server keeps it open."""
         await self.call("shutdown")
+        with anyio.move_on_after(CLOSE_GRACE):
+            await self.wait_closed()
 
     async def create_session(self, session: str | None = None, *, instructions: str | None = None,
                              tools: Sequence[Mapping[str, Any]] | None = None, options: Mapping[str, Any] | None = None,
@@ -438,7 +444,8 @@ class Turn(Generic[R]):
         except BaseException as exc:
             from ._errors import RequestTimeout
 
-            if self._cancel is not None and (isinstance(exc, (anyio.get_cancelled_exc_class(), RequestTimeout))):
+            sent = self._pending is not None
+            if sent and self._cancel is not None and isinstance(exc, (anyio.get_cancelled_exc_class(), RequestTimeout)):
                 self._client._task_group.start_soon(self._send_cancel)
             raise
 

@@ -129,7 +129,7 @@ class Connection:
     def _lose(self, error: ConnectionLost) -> None:
         if self.lost is not None:
             return
-        if self._unrouted_error is not None and error.__cause__ is None:
+        if self._unrouted_error is not None:  # a better cause than the socket's end of stream
             error.cause += f" after it sent: {self._unrouted_error.message}"
             error.args = (error.cause,)
             error.__cause__ = self._unrouted_error
