@@ -120,71 +120,60 @@ async def test_handler_errors_and_missing_handlers_become_tool_error_outputs(ser
     assert [(r.output, r.is_error) for r in second.tool_calls] == [("No handler for tool 'open_gate' on this client.", True)]
 
 
-async def test_tool_cancel_cancels_a_running_async_handler(server: ServeProcess) -> None:
-    cancelled = anyio.Event()
+class StuckTool:
+    """An ``open_gate`` handler that never finishes on its own: ``called`` when it starts,
+    ``cancelled`` when the server's ``tool/cancel`` (a tool timeout, a cancelled turn) stops it."""
 
-    async def open_gate(gate: str) -> str:
+    def __init__(self) -> None:
+        self.called, self.cancelled = anyio.Event(), anyio.Event()
+
+    async def __call__(self, gate: str) -> str:
+        self.called.set()
         try:
             await anyio.sleep_forever()
         finally:
-            cancelled.set()  # reached only by the tool/cancel the server sends at the tool's timeout
+            self.cancelled.set()
         return "never"
 
+
+async def test_tool_cancel_cancels_a_running_async_handler(server: ServeProcess) -> None:
+    open_gate = StuckTool()  # stopped only by the tool/cancel the server sends at the tool's timeout
     with anyio.fail_after(HANG_GUARD):
         async with connect(**target_of(server, "ws")) as client:
             session = await client.create_session(model=scripted(TOOL_ROUND), tools=[OPEN_GATE],
                                                   options={"toolTimeoutSeconds": 0.2},
                                                   tool_handlers={"open_gate": open_gate})
             reply = await session.respond("Open.")
-            await cancelled.wait()
+            await open_gate.cancelled.wait()
     [record] = reply.tool_calls
     assert record.is_error and "timed out" in record.output
 
 
 async def test_cancelling_the_awaiting_task_cancels_the_turn_on_the_server(server: ServeProcess) -> None:
-    called, handler_cancelled = anyio.Event(), anyio.Event()
-
-    async def open_gate(gate: str) -> str:
-        called.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            handler_cancelled.set()  # the server's tool/cancel, sent because session/cancel ended the turn
-        return "never"
-
+    open_gate = StuckTool()  # stopped by the server's tool/cancel, sent because session/cancel ended the turn
     with anyio.fail_after(HANG_GUARD):
         async with connect(**target_of(server, "tcp")) as client:
             session = await client.create_session(model=scripted([*TOOL_ROUND, {"text": "Next turn."}]),
                                                   tools=[OPEN_GATE], tool_handlers={"open_gate": open_gate})
             async with anyio.create_task_group() as tg:
                 tg.start_soon(session.respond, "Open.")
-                await called.wait()
+                await open_gate.called.wait()
                 tg.cancel_scope.cancel()
-            await handler_cancelled.wait()
-            assert await session.transcript() == {"type": "open-android-models.Transcript", "version": "1.0",
-                                                  "transcript": (await session.transcript())["transcript"]}
+            await open_gate.cancelled.wait()
             assert (await session.transcript())["transcript"]["entries"] == []  # the cancelled turn left no trace
             [listed] = [s for s in await client.list_sessions() if s["session"] == session.id]
             assert listed["busy"] is False
 
 
 async def test_a_turn_that_times_out_is_cancelled_on_the_server(server: ServeProcess) -> None:
-    handler_cancelled = anyio.Event()
-
-    async def open_gate(gate: str) -> str:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            handler_cancelled.set()  # the tool/cancel that follows the session/cancel of the timeout
-        return "never"
-
+    open_gate = StuckTool()  # stopped by the tool/cancel that follows the session/cancel of the timeout
     with anyio.fail_after(HANG_GUARD):
         async with connect(**target_of(server, "stdio")) as client:
             session = await client.create_session(model=scripted(TOOL_ROUND), tools=[OPEN_GATE],
                                                   tool_handlers={"open_gate": open_gate})
             with pytest.raises(RequestTimeout) as timed_out:
                 await session.respond("Open.", timeout=0.5)
-            await handler_cancelled.wait()
+            await open_gate.cancelled.wait()
             assert (await session.transcript())["transcript"]["entries"] == []
     assert timed_out.value.method == "session/respond"
 
