@@ -427,15 +427,23 @@ class Turn(Generic[R]):
         self._pending: Pending | None = None
         self._connection: Connection | None = None
         self._deadline = math.inf
-        self._starting = anyio.Lock()
+        self._sent: anyio.Event | None = None  # set once the request is sent (or failed to be)
 
     async def _start(self) -> None:
-        async with self._starting:
+        """Send the request once, whoever (awaiting, iterating) gets here first."""
+        if self._sent is not None:
+            await self._sent.wait()
             if self._pending is None:
-                self._connection = await self._client._live()
-                if self._timeout is not None:
-                    self._deadline = anyio.current_time() + self._timeout
-                self._pending = await self._connection.start(self.method, self._params, self._events)
+                raise ConnectionLost(f"{self.method} could not be sent")
+            return
+        self._sent = anyio.Event()
+        try:
+            self._connection = await self._client._live()
+            if self._timeout is not None:
+                self._deadline = anyio.current_time() + self._timeout
+            self._pending = await self._connection.start(self.method, self._params, self._events)
+        finally:
+            self._sent.set()
 
     @contextlib.contextmanager
     def _cancelling(self) -> Generator[None]:

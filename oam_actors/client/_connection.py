@@ -176,10 +176,13 @@ class Connection:
         """The answer to a started request: its result, or the server's error raised as the
         library's exception; :class:`RequestTimeout` after ``timeout`` seconds (``None``: no limit)."""
         try:
-            with anyio.move_on_after(math.inf if timeout is None else timeout) as waited:
+            if timeout is None:
                 await pending.done.wait()
-            if waited.cancelled_caught:
-                raise RequestTimeout(pending.method, timeout)  # type: ignore[arg-type]
+            else:
+                with anyio.move_on_after(timeout) as waited:
+                    await pending.done.wait()
+                if waited.cancelled_caught:
+                    raise RequestTimeout(pending.method, timeout)
         except BaseException as exc:
             self._forget(pending.id, exc)
             raise

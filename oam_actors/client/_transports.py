@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ._errors import AuthenticationFailed, ConnectError, ConnectionLost, MalformedMessage
@@ -102,12 +103,21 @@ class _LineTransport(Transport):
         self._send_stream = send_stream
         self._reader = BufferedByteReceiveStream(receive_stream)
         self._lock = anyio.Lock()
+        self._outgoing: list[bytes] = []
         self.name = name
 
     async def send(self, message: bytes) -> None:
+        # Group commit: the other tasks ready to send in this turn of the event loop queue their
+        # messages behind this one (the checkpoint lets them), and one write sends them all, in
+        # queue order: one system call for many concurrent calls.
+        self._outgoing.append(message)
         try:
+            await anyio.lowlevel.checkpoint()
             async with self._lock:
-                await self._send_stream.send(message + b"\n")
+                if self._outgoing:
+                    data = b"\n".join(self._outgoing) + b"\n"
+                    self._outgoing.clear()
+                    await self._send_stream.send(data)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise ConnectionLost(f"{self.name}: {self.gone()} (sending failed: {exc or type(exc).__name__})") from exc
 
