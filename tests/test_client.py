@@ -165,6 +165,29 @@ async def test_cancelling_the_awaiting_task_cancels_the_turn_on_the_server(serve
             assert listed["busy"] is False
 
 
+async def test_cancelling_an_npc_s_streamed_talk_mid_iteration_sends_npc_cancel(server: ServeProcess) -> None:
+    open_gate = StuckTool()
+    steps = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"text": "Open."}]
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "ws")) as client:
+            gorm = await client.create_npc(persona={"name": "Gorm"}, tools=[OPEN_GATE], model=scripted(steps),
+                                           tool_handlers={"open_gate": open_gate})
+            seen = []
+            with anyio.CancelScope() as scope:
+                async for event in gorm.talk_stream("Open the gate."):
+                    seen.append(event["type"])
+                    if event["type"] == "toolCallStarted":
+                        await open_gate.called.wait()
+                        scope.cancel()  # the task iterating the turn goes away
+            await open_gate.cancelled.wait()  # npc/cancel ended the turn, and tool/cancel the handler
+            subscription = await (await client.create_world()).subscribe()
+            [listed] = await client.list_npcs()
+        with pytest.raises(ConnectionLost):
+            await subscription.__aiter__().__anext__()  # the connection ended: so did its subscriptions
+    assert "toolCallStarted" in seen
+    assert (listed["turnCount"], listed["busy"]) == (0, False)
+
+
 async def test_a_turn_that_times_out_is_cancelled_on_the_server(server: ServeProcess) -> None:
     open_gate = StuckTool()  # stopped by the tool/cancel that follows the session/cancel of the timeout
     with anyio.fail_after(HANG_GUARD):

@@ -18,7 +18,7 @@ import anyio.abc
 
 from ..errors import OamError, ProtocolError
 from ._connection import Connection, EventStream, Pending, ToolHandler
-from ._errors import AuthenticationFailed, ConnectError, ConnectionLost
+from ._errors import AuthenticationFailed, ClientError, ConnectError, ConnectionLost, RequestTimeout, error_from_wire
 from ._results import Bark, Decision, NpcReply, SessionReply, decode
 from ._transports import Endpoint, endpoint_of
 
@@ -394,8 +394,6 @@ class Client:
                           **extra: Any) -> list[Decision | OamError]:
         """``decision/decideMany``: one :class:`Decision` or the error (not raised) per request,
         in request order."""
-        from ._errors import error_from_wire
-
         result = await self.call("decision/decideMany", {"requests": list(requests), **params_of(**extra)},
                                  timeout=timeout)
         return [error_from_wire(item["error"]) if "error" in item else decode(item, Decision)
@@ -450,16 +448,12 @@ class Turn(Generic[R]):
         try:
             yield
         except BaseException as exc:
-            from ._errors import RequestTimeout
-
             sent = self._pending is not None
             if sent and self._cancel is not None and isinstance(exc, (anyio.get_cancelled_exc_class(), RequestTimeout)):
                 self._client._task_group.start_soon(self._send_cancel)
             raise
 
     async def _send_cancel(self) -> None:
-        from ._errors import ClientError
-
         assert self._cancel is not None and self._connection is not None
         with anyio.move_on_after(CANCEL_GRACE), contextlib.suppress(ClientError):
             await self._connection.notify(*self._cancel)
@@ -490,8 +484,6 @@ class Turn(Generic[R]):
         """The next event (``event`` of ``session/event`` / ``npc/event``); the iteration ends
         when the answer arrives, or raises ``ConnectionLost``. A server error is raised by
         ``await turn``, not here."""
-        from ._errors import RequestTimeout
-
         assert self._events is not None
         with self._cancelling():
             await self._start()
