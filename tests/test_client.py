@@ -262,6 +262,30 @@ async def test_game_methods_npcs_worlds_subscriptions_and_decisions(server: Serv
     assert state["persona"]["name"] == "Gorm"
 
 
+async def test_decisions_and_content_use_the_client_wide_tool_handlers(server: ServeProcess) -> None:
+    measure_tool = {"name": "measure", "description": "Measure the distance to a target.",
+               "parameters": {"type": "object", "properties": {"target": {"type": "string"}}}}
+    steps = [{"toolCalls": [{"name": "measure", "arguments": {"target": "troll"}}]},
+             {"json": {"reasoning": "Too close.", "choice": "flee", "confidence": 70}}]
+    content_steps = [{"toolCalls": [{"name": "measure", "arguments": {"target": "bridge"}}]},
+                     {"json": {"title": "The Troll Bridge"}}]
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "tcp")) as client:
+
+            @client.tool()  # named after the function; calls that name no session or NPC come here
+            async def measure(target: str) -> dict[str, Any]:
+                return {"target": target, "paces": 12}
+
+            decision = await client.decide("A troll.", ["fight", "flee"], tools=[measure_tool], tool_choice="required",
+                                           model=scripted(steps))
+            content = await client.generate_content(
+                "Name the place.", {"type": "object", "properties": {"title": {"type": "string"}}},
+                tools=[measure_tool], model=scripted(content_steps))
+    assert (decision.option_id, decision.confidence) == ("flee", 70)
+    assert [(r.call.name, r.output) for r in decision.tool_calls] == [("measure", {"target": "troll", "paces": 12})]
+    assert content == {"title": "The Troll Bridge"}
+
+
 # --- authentication and reconnecting -----------------------------------------------------------
 
 
