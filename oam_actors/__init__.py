@@ -56,6 +56,7 @@ from .client import (
     ConnectionLost,
     MalformedMessage,
     RequestTimeout,
+    UnexpectedResult,
     connect,
 )
 from .clock import Clock, ManualClock, MonotonicClock
@@ -125,6 +126,7 @@ __all__ = [
     "TurnEvent",
     "TurnOverrides",
     "TurnResult",
+    "UnexpectedResult",
     "Usage",
     "connect",
     "__version__",

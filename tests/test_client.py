@@ -25,6 +25,7 @@ from oam_actors.client import (
     MalformedMessage,
     RequestTimeout,
     SessionReply,
+    UnexpectedResult,
     connect,
 )
 from serve_process import OPEN_GATE, TOOL_ROUND, ServeProcess, scripted
@@ -213,6 +214,25 @@ async def test_a_full_server_s_refusal_is_named_when_it_closes_the_connection() 
     assert "closed the connection" in refused.value.cause
     assert isinstance(refused.value.__cause__, AgentError) and refused.value.__cause__.code is ErrorCode.BUSY
     assert refused.value.__cause__.message in refused.value.cause
+
+
+async def test_a_result_without_what_a_helper_reads_is_an_unexpected_result() -> None:
+    async def odd(stream: anyio.abc.SocketStream) -> None:
+        async for message in _lines(stream):
+            result: Any = {"session": "s1", "text": 42} if message["method"] == "session/respond" else ["not", "a", "dict"]
+            await stream.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode() + b"\n")
+
+    async def body(url: str) -> None:
+        async with connect(url) as client:
+            with pytest.raises(UnexpectedResult) as bad_reply:
+                await client.session("s1").respond("Hi.")
+            with pytest.raises(UnexpectedResult) as not_an_object:
+                await client.list_sessions()
+            assert client.connected  # a result is the server's word on one call: the connection stays
+        assert "Expected `str`, got `int` - at `$.text`" in bad_reply.value.cause
+        assert (not_an_object.value.method, not_an_object.value.result) == ("session/list", ["not", "a", "dict"])
+
+    await _with_raw_server(odd, body)
 
 
 async def test_server_errors_are_the_librarys_exceptions_with_data(server: ServeProcess) -> None:

@@ -24,6 +24,7 @@ from ._errors import (
     ConnectionLost,
     MalformedMessage,
     RequestTimeout,
+    UnexpectedResult,
     error_from_wire,
 )
 from ._results import Bark, Decision, NpcReply, SessionReply, TokenUsage, ToolRecord, ToolRequest
@@ -63,6 +64,7 @@ __all__ = [
     "ToolRequest",
     "Transport",
     "Turn",
+    "UnexpectedResult",
     "WebSocketEndpoint",
     "World",
     "connect",
@@ -73,6 +75,7 @@ __all__ = [
 for _name in __all__:
     _value = globals()[_name]
     # Not the Structs: msgspec resolves their annotations in the module __module__ names.
-    if getattr(_value, "__module__", "").startswith("oam_actors.client.") and not isinstance(_value, msgspec.Struct.__class__):
+    is_struct = isinstance(_value, msgspec.Struct.__class__)
+    if getattr(_value, "__module__", "").startswith("oam_actors.client.") and not is_struct:
         _value.__module__ = __name__  # tracebacks and docs show oam_actors.client.X
 del _name, _value

@@ -18,11 +18,19 @@ import anyio.abc
 
 from ..errors import OamError, ProtocolError
 from ._connection import Connection, EventStream, Pending, ToolHandler
-from ._errors import AuthenticationFailed, ClientError, ConnectError, ConnectionLost, RequestTimeout, error_from_wire
+from ._errors import (
+    AuthenticationFailed,
+    ClientError,
+    ConnectError,
+    ConnectionLost,
+    RequestTimeout,
+    UnexpectedResult,
+    error_from_wire,
+)
 from ._results import Bark, Decision, NpcReply, SessionReply, decode
 from ._transports import Endpoint, endpoint_of
 
-__all__ = ["Client", "Connecting", "Npc", "Owner", "Session", "Subscription", "Turn", "World", "connect"]
+__all__ = ["Client", "Connecting", "Npc", "Owner", "pick", "Session", "Subscription", "Turn", "World", "connect"]
 
 _log = logging.getLogger("oam_actors.client")
 
@@ -38,6 +46,13 @@ CANCEL_GRACE = 2.0
 
 R = TypeVar("R")
 _UNSET: Any = object()
+
+
+def pick(result: Any, key: str, method: str) -> Any:
+    """``result[key]``; :class:`UnexpectedResult` when the result is not an object holding it."""
+    if not isinstance(result, dict) or key not in result:
+        raise UnexpectedResult(method, f"no '{key}' in the result", result)
+    return result[key]
 
 
 def _camel(name: str) -> str:
@@ -195,7 +210,8 @@ class Client:
                 reason = str(exc.extra.get("auth", "failed"))
                 raise AuthenticationFailed(f"{self.endpoint}: {exc.message}", reason) from exc
             except ConnectionLost as exc:
-                raise ConnectError(f"{self.endpoint}: the connection ended during authentication ({exc.cause})") from exc
+                cause = f"{self.endpoint}: the connection ended during authentication ({exc.cause})"
+                raise ConnectError(cause) from exc
             self.tenant = answer.get("tenant") if isinstance(answer, dict) else None
         return connection
 
@@ -242,6 +258,11 @@ class Client:
         awaiting task is cancelled or times out (``("session/cancel", {"session": "s1"})``)."""
         return await Turn(self, method, params, lambda result: result, cancel=cancel, timeout=timeout)
 
+    async def member(self, method: str, params: Mapping[str, Any] | None, key: str, *,
+                     timeout: float | None = _UNSET) -> Any:
+        """:meth:`call`, then the ``key`` member of its result (``UnexpectedResult`` without it)."""
+        return pick(await self.call(method, params, timeout=timeout), key, method)
+
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         """Send a notification (no answer)."""
         await (await self._live()).notify(method, dict(params) if params is not None else None)
@@ -283,7 +304,8 @@ class Client:
 
     # --- core methods -------------------------------------------------------------------------
 
-    async def initialize(self, client: Mapping[str, Any] | None = None, *, protocol_version: str = "1.0") -> dict[str, Any]:
+    async def initialize(self, client: Mapping[str, Any] | None = None, *,
+                         protocol_version: str = "1.0") -> dict[str, Any]:
         """``initialize``: the server's name, version, capabilities and model availability."""
         return await self.call("initialize", params_of(client=client, protocol_version=protocol_version))
 
@@ -319,7 +341,7 @@ class Client:
         result = await self.call("session/create", params_of(
             session=session, instructions=instructions, tools=tools, options=options, history=history, model=model,
             **extra))
-        handle = Session(self, result["session"], result.get("warnings", []))
+        handle = Session(self, pick(result, "session", "session/create"), result.get("warnings", []))
         self._add_owner_tools("session", handle.id, tool_handlers)
         return handle
 
@@ -328,7 +350,7 @@ class Client:
         return Session(self, session)
 
     async def list_sessions(self) -> list[dict[str, Any]]:
-        return (await self.call("session/list"))["sessions"]
+        return await self.member("session/list", None, "sessions")
 
     # --- game methods -------------------------------------------------------------------------
 
@@ -350,7 +372,7 @@ class Client:
         return self._npc_created(result, tool_handlers)
 
     def _npc_created(self, result: dict[str, Any], tool_handlers: Mapping[str, ToolHandler] | None) -> Npc:
-        handle = Npc(self, result["npc"], result.get("warnings", []), result.get("tools", []))
+        handle = Npc(self, pick(result, "npc", "npc/create"), result.get("warnings", []), result.get("tools", []))
         self._add_owner_tools("npc", handle.id, tool_handlers)
         return handle
 
@@ -359,18 +381,18 @@ class Client:
         return Npc(self, npc)
 
     async def list_npcs(self) -> list[dict[str, Any]]:
-        return (await self.call("npc/list"))["npcs"]
+        return await self.member("npc/list", None, "npcs")
 
     async def create_world(self, world: str | None = None, *, state: Mapping[str, Any] | None = None) -> World:
         result = await self.call("world/create", params_of(world=world, state=state))
-        return World(self, result["world"])
+        return World(self, pick(result, "world", "world/create"))
 
     def world(self, world: str) -> World:
         """The handle of an existing world (no request is sent)."""
         return World(self, world)
 
     async def list_worlds(self) -> list[dict[str, Any]]:
-        return (await self.call("world/list"))["worlds"]
+        return await self.member("world/list", None, "worlds")
 
     async def unsubscribe(self, subscription: str) -> dict[str, Any]:
         """``world/unsubscribe``; its :class:`Subscription` iterator ends."""
@@ -388,23 +410,23 @@ class Client:
         params = params_of(situation=situation, options=options, actor=actor, context=context, tools=tools,
                            fallback_option_id=fallback_option_id, deadline_seconds=deadline_seconds, model=model,
                            **extra)
-        return decode(await self.call("decision/decide", params, timeout=timeout), Decision)
+        return decode(await self.call("decision/decide", params, timeout=timeout), Decision, "decision/decide")
 
     async def decide_many(self, requests: Sequence[Mapping[str, Any]], *, timeout: float | None = _UNSET,
                           **extra: Any) -> list[Decision | OamError]:
         """``decision/decideMany``: one :class:`Decision` or the error (not raised) per request,
         in request order."""
-        result = await self.call("decision/decideMany", {"requests": list(requests), **params_of(**extra)},
-                                 timeout=timeout)
-        return [error_from_wire(item["error"]) if "error" in item else decode(item, Decision)
-                for item in result["results"]]
+        method = "decision/decideMany"
+        results = await self.member(method, {"requests": list(requests), **params_of(**extra)}, "results",
+                                    timeout=timeout)
+        return [error_from_wire(item["error"]) if "error" in item else decode(item, Decision, method)
+                for item in results]
 
     async def generate_content(self, prompt: str, schema: Any, *, timeout: float | None = _UNSET,
                                **extra: Any) -> Any:
         """``content/generate``: the ``content`` value."""
-        result = await self.call("content/generate", {**params_of(prompt=prompt, schema=schema, **extra)},
+        return await self.member("content/generate", params_of(prompt=prompt, schema=schema, **extra), "content",
                                  timeout=timeout)
-        return result["content"]
 
 
 class Turn(Generic[R]):
@@ -520,7 +542,7 @@ class Owner:
         """A cancellable request of this owner (``<kind>/cancel`` when the awaiting task is cancelled)."""
         cancel = (f"{self.kind}/cancel", {self.kind: self.id})
         return Turn(self.client, method, {**params, "stream": True} if stream else params,
-                    lambda result: decode(result, result_type), cancel=cancel, timeout=timeout, events=stream)
+                    lambda result: decode(result, result_type, method), cancel=cancel, timeout=timeout, events=stream)
 
     def add_tool(self, name: str, handler: ToolHandler) -> None:
         """Answer this owner's ``tool/call`` for ``name`` with ``handler``."""
@@ -528,7 +550,7 @@ class Owner:
 
     async def cancel(self) -> int:
         """``<kind>/cancel``: how many operations were cancelled."""
-        return (await self.client.call(f"{self.kind}/cancel", self._params()))["cancelled"]
+        return await self.client.member(f"{self.kind}/cancel", self._params(), "cancelled")
 
     async def delete(self) -> None:
         await self.client.call(f"{self.kind}/delete", self._params())
@@ -565,17 +587,17 @@ class Session(Owner):
 
     async def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[str]:
         """``session/setTools``: the warnings."""
-        return (await self.client.call("session/setTools", self._params(tools=list(tools))))["warnings"]
+        return await self.client.member("session/setTools", self._params(tools=list(tools)), "warnings")
 
-    async def compact(self, *, keep_recent_turns: int | None = None, summary_instructions: str | None = None) -> str | None:
+    async def compact(self, *, keep_recent_turns: int | None = None,
+                      summary_instructions: str | None = None) -> str | None:
         """``session/compact``: the summary (``None`` when there was nothing to compact)."""
-        result = await self.client.call("session/compact", self._params(
-            keep_recent_turns=keep_recent_turns, summary_instructions=summary_instructions))
-        return result["summary"]
+        params = self._params(keep_recent_turns=keep_recent_turns, summary_instructions=summary_instructions)
+        return await self.client.member("session/compact", params, "summary")
 
     async def transcript(self) -> dict[str, Any]:
         """``session/transcript``: the transcript document (pass it as ``history`` to restore)."""
-        return (await self.client.call("session/transcript", self._params()))["transcript"]
+        return await self.client.member("session/transcript", self._params(), "transcript")
 
 
 class Npc(Owner):
@@ -605,16 +627,16 @@ class Npc(Owner):
                    timeout: float | None = _UNSET, **extra: Any) -> Bark:
         """``npc/bark`` (not cancellable on the server: cancelling only stops waiting)."""
         params = self._params(situation=situation, deadline_seconds=deadline_seconds, **extra)
-        return decode(await self.client.call("npc/bark", params, timeout=timeout), Bark)
+        return decode(await self.client.call("npc/bark", params, timeout=timeout), Bark, "npc/bark")
 
     async def state(self, *, settle: bool = True) -> dict[str, Any]:
         """``npc/state``: the saved state (pass it to :meth:`Client.restore_npc`)."""
-        return (await self.client.call("npc/state", self._params(settle=settle)))["state"]
+        return await self.client.member("npc/state", self._params(settle=settle), "state")
 
     async def update(self, **fields: Any) -> list[str]:
         """``npc/update`` (``persona``, ``options``, ``memory``: merge patches; ``tools``): the
         warnings. A field given as ``None`` is sent as ``null`` (it removes or clears)."""
-        return (await self.client.call("npc/update", {"npc": self.id, **fields}))["warnings"]
+        return await self.client.member("npc/update", {"npc": self.id, **fields}, "warnings")
 
     async def reset(self, *, clear_memory: bool = False) -> None:
         await self.client.call("npc/reset", self._params(clear_memory=clear_memory))
@@ -633,25 +655,28 @@ class World:
     async def _call(self, method: str, **fields: Any) -> dict[str, Any]:
         return await self.client.call(method, {"world": self.id, **fields})
 
+    async def _member(self, method: str, key: str, **fields: Any) -> Any:
+        return await self.client.member(method, {"world": self.id, **fields}, key)
+
     async def get(self, path: str = "") -> Any:
         """``world/get``: the value at ``path`` (``None`` when absent; see ``exists`` in
         ``client.call("world/get", …)`` to tell a null from nothing)."""
-        return (await self._call("world/get", path=path))["value"]
+        return await self._member("world/get", "value", path=path)
 
     async def set(self, path: str, value: Any) -> int:
         """``world/set``: the new version."""
-        return (await self._call("world/set", path=path, value=value))["version"]
+        return await self._member("world/set", "version", path=path, value=value)
 
     async def merge(self, patch: Mapping[str, Any], *, path: str = "") -> int:
         """``world/merge`` (RFC 7386): the new version."""
-        return (await self._call("world/merge", patch=patch, path=path))["version"]
+        return await self._member("world/merge", "version", patch=patch, path=path)
 
     async def remove(self, path: str) -> dict[str, Any]:
         return await self._call("world/remove", path=path)
 
     async def snapshot(self) -> dict[str, Any]:
         """``world/snapshot``: the whole state document."""
-        return (await self._call("world/snapshot"))["state"]
+        return await self._member("world/snapshot", "state")
 
     async def delete(self) -> None:
         await self._call("world/delete")
@@ -660,7 +685,8 @@ class World:
         """``world/subscribe``: iterate the :class:`Subscription` for its ``world/changed``."""
         connection = await self.client._live()
         result = await self._call("world/subscribe", path=path)
-        return Subscription(self.client, result["subscription"], connection.subscribe(result["subscription"]))
+        subscription = pick(result, "subscription", "world/subscribe")
+        return Subscription(self.client, subscription, connection.subscribe(subscription))
 
 
 class Subscription:

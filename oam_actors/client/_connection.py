@@ -299,7 +299,8 @@ class Connection:
         name = call.get("name")
         handler = self._tools(params)
         if handler is None:
-            await self._reply(request_id, error={"code": -32000, "message": f"No handler for tool '{name}' on this client."})
+            unknown = f"No handler for tool '{name}' on this client."
+            await self._reply(request_id, error={"code": -32000, "message": unknown})
             return
         arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
         with anyio.CancelScope() as scope:

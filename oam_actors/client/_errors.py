@@ -11,7 +11,9 @@ that goes wrong *between* the two peers is a :class:`ClientError`::
     ├── ConnectionLost        the connection ended (or was never there) while the call waited
     │   └── MalformedMessage  the server sent a line that is not a JSON-RPC message; the client
     │                         closed the connection, since nothing after it can be trusted
-    └── RequestTimeout        no answer within the call's timeout; the connection stays up
+    ├── RequestTimeout        no answer within the call's timeout; the connection stays up
+    └── UnexpectedResult      an answer whose result lacks what the typed helper reads (another
+                              server, or another version); the connection stays up
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "ConnectionLost",
     "MalformedMessage",
     "RequestTimeout",
+    "UnexpectedResult",
     "error_from_wire",
 ]
 
@@ -70,6 +73,15 @@ class RequestTimeout(ClientError):
         super().__init__(f"no answer to {method} within {timeout:g} s")
         self.method = method
         self.timeout = timeout
+
+
+class UnexpectedResult(ClientError):
+    """The result of ``method`` is not what the protocol says it answers; ``result`` holds it."""
+
+    def __init__(self, method: str, detail: str, result: Any) -> None:
+        super().__init__(f"the server's answer to {method} is not the protocol's: {detail}")
+        self.method = method
+        self.result = result
 
 
 _BY_NUMBER = {code.number: code for code in ErrorCode}

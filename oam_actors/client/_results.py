@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from ._errors import UnexpectedResult
+
 __all__ = [
     "Bark",
     "Created",
@@ -113,6 +115,9 @@ class Decision(_Wire):
     warnings: list[str] = []
 
 
-def decode(result: Any, kind: type[Any]) -> Any:
-    """``result`` as ``kind``; a shape the server should not send is a ``msgspec.ValidationError``."""
-    return msgspec.convert(result, kind)
+def decode(result: Any, kind: type[Any], method: str) -> Any:
+    """``result`` of ``method`` as ``kind``; :class:`UnexpectedResult` names what is missing or wrong."""
+    try:
+        return msgspec.convert(result, kind)
+    except msgspec.ValidationError as exc:
+        raise UnexpectedResult(method, str(exc), result) from exc

@@ -354,7 +354,8 @@ class InProcessEndpoint(Endpoint):
     output), and the connection serves it until the client closes. ``server`` is the one made
     last (tests reach into it)."""
 
-    def __init__(self, make: Callable[[Callable[[bytes], Awaitable[None]]], LineServer], name: str = "in-process") -> None:
+    def __init__(self, make: Callable[[Callable[[bytes], Awaitable[None]]], LineServer],
+                 name: str = "in-process") -> None:
         self._make = make
         self.name = name
         self.server: LineServer | None = None
