@@ -306,6 +306,50 @@ async def test_decisions_and_content_use_the_client_wide_tool_handlers(server: S
     assert content == {"title": "The Troll Bridge"}
 
 
+async def test_every_other_helper_against_a_real_server(server: ServeProcess) -> None:
+    """The helpers not exercised above, each once, reading what the protocol says they answer."""
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**target_of(server, "stdio")) as client:
+            await client.ping()
+            assert (await client.model_availability())["available"] is True
+            assert "generationSchema" in await client.validate_schema({"type": "object"}, name="thing")
+            assert [t["name"] for t in (await client.validate_tools([OPEN_GATE]))["tools"]] == ["open_gate"]
+            script = scripted([{"text": "One."}, {"text": "Two."}, {"text": "Summary."}, {"text": "Three."}])
+            session = await client.create_session("s", model=script, instructions="Be brief.")
+            await session.respond("First?")
+            await session.respond("Second?")
+            await session.set_instructions("Be terse.")
+            await session.set_context_note("It rains.")
+            assert await session.set_tools([OPEN_GATE]) == []
+            assert await session.compact(keep_recent_turns=1) == "Summary."
+            saved = await session.transcript()
+            assert saved["transcript"]["instructions"] == "Be terse."
+            await session.reset()
+            assert (await session.transcript())["transcript"]["entries"] == []
+            assert await session.cancel() == 0
+            await session.delete()
+            assert await client.list_sessions() == []
+            world = await client.create_world("w", state={"a": {"b": 1}})
+            assert await world.merge({"c": 2}) == 1
+            assert (await world.remove("a.b"))["removed"] is True
+            assert await world.snapshot() == {"a": {}, "c": 2}
+            assert [w["world"] for w in await client.list_worlds()] == ["w"]
+            npc = await client.create_npc("n", persona={"name": "Nell"}, world="w", model="scripted")
+            assert await npc.update(persona={"role": "a baker"}) == []
+            await npc.reset(clear_memory=True)
+            state = await npc.state()
+            assert state["persona"]["role"] == "a baker"
+            await npc.delete()
+            restored = await client.restore_npc(state, npc="n2", model="scripted")
+            assert (restored.id, (await restored.state(settle=False))["world"]) == ("n2", "w")
+            assert await restored.cancel() == 0
+            await world.delete()
+            assert await client.list_worlds() == []
+        async with connect("stdio", args=["--model", "farm:1"]) as farm:
+            status = await farm.model_status()
+    assert [device["name"] for device in status["statistics"]["devices"]] == ["phone1"]
+
+
 # --- authentication and reconnecting -----------------------------------------------------------
 
 
