@@ -222,7 +222,7 @@ class Client:
         if connection.lost is None:
             return connection
         if self._closed or not self.auto_reconnect:
-            raise connection.lost
+            raise connection.lost.fresh()
         async with self._opening:
             if self._connection is connection:  # nobody reconnected while this call waited
                 _log.info("%s: reconnecting after: %s", self.endpoint, connection.lost.cause)

@@ -67,6 +67,9 @@ class EventStream:
         try:
             return await self._receive.receive()
         except anyio.EndOfStream:
+            if isinstance(self.error, ClientError):
+                error = self.error.fresh()
+                raise error from error.__cause__
             if self.error is not None:
                 raise self.error from None
             raise StopAsyncIteration from None
@@ -97,7 +100,6 @@ class Connection:
         self._subscriptions: dict[str, EventStream] = {}
         self._tool_tasks: dict[Any, anyio.CancelScope] = {}
         self._unrouted_error: OamError | None = None
-        self._scope: anyio.CancelScope | None = None
         self.closed = anyio.Event()
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -106,7 +108,6 @@ class Connection:
         """Read until the connection ends; then fail whatever still waits."""
         try:
             async with anyio.create_task_group() as tg:
-                self._scope = tg.cancel_scope
                 task_status.started()
                 try:
                     await self._read_loop(tg)
@@ -146,7 +147,7 @@ class Connection:
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self.lost is not None:
-            raise self.lost
+            raise self.lost.fresh()
         await self.transport.send(_encode(message))
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
@@ -186,6 +187,8 @@ class Connection:
         except BaseException as exc:
             self._forget(pending.id, exc)
             raise
+        if isinstance(pending.error, ClientError):
+            raise pending.error.fresh()
         if pending.error is not None:
             raise pending.error
         return pending.result

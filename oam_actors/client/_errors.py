@@ -18,6 +18,7 @@ that goes wrong *between* the two peers is a :class:`ClientError`::
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ..errors import AGENT_CODES, AgentError, ErrorCode, OamError, ProtocolError
@@ -40,6 +41,15 @@ class ClientError(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
+
+
+    def fresh(self) -> ClientError:
+        """A copy to raise in one more place: many calls fail with one cause, and raising a single
+        instance again and again would grow its traceback with every caller's frames."""
+        error = copy.copy(self)
+        error.__traceback__ = None
+        error.__cause__ = self.__cause__
+        return error
 
 
 class ConnectError(ClientError):
