@@ -485,7 +485,7 @@ async def test_a_server_that_never_answers_times_out_and_the_connection_stays() 
         async with connect(url, timeout=0.2) as client:
             with pytest.raises(RequestTimeout) as timed_out:
                 await client.call("session/list")
-            await client.ping()  # the connection is still up, and answers what it answers
+            await client.call("ping", timeout=HANG_GUARD)  # the connection is still up, and answers what it answers
             with pytest.raises(RequestTimeout):
                 await client.call("session/list", timeout=0.05)
         assert timed_out.value.method == "session/list"
