@@ -15,7 +15,7 @@ package: the client speaks the wire protocol, like any other client.
 
 import msgspec
 
-from ._client import Client, Connecting, Npc, Owner, Session, Subscription, Turn, World, connect, params_of
+from ._client import Client, Connecting, connect
 from ._connection import ToolHandler
 from ._errors import (
     AuthenticationFailed,
@@ -27,6 +27,8 @@ from ._errors import (
     UnexpectedResult,
     error_from_wire,
 )
+from ._handles import Npc, Owner, Session, Subscription, World
+from ._params import params_of
 from ._results import Bark, Decision, NpcReply, SessionReply, TokenUsage, ToolRecord, ToolRequest
 from ._transports import (
     Endpoint,
@@ -36,6 +38,7 @@ from ._transports import (
     Transport,
     WebSocketEndpoint,
 )
+from ._turn import Turn
 
 __all__ = [
     "AuthenticationFailed",

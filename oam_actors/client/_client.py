@@ -1,4 +1,4 @@
-"""The client: :func:`connect`, :class:`Client`, and the handles of sessions, NPCs and worlds.
+"""The client: :func:`connect` and :class:`Client`.
 
 Every method of the protocol is one :meth:`Client.call` (``method``, ``params``) under a typed
 helper; a family of methods the server gains is a handle class of a few lines (see
@@ -7,30 +7,23 @@ docs/client.md, "Adding methods").
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from ..errors import OamError, ProtocolError
-from ._connection import Connection, EventStream, Pending, ToolHandler
-from ._errors import (
-    AuthenticationFailed,
-    ClientError,
-    ConnectError,
-    ConnectionLost,
-    RequestTimeout,
-    UnexpectedResult,
-    error_from_wire,
-)
-from ._results import Bark, Decision, NpcReply, SessionReply, decode
+from ._connection import Connection, ToolHandler
+from ._errors import AuthenticationFailed, ConnectError, ConnectionLost, error_from_wire
+from ._handles import Npc, Session, World
+from ._params import UNSET, params_of, pick
+from ._results import Decision, decode
 from ._transports import Endpoint, endpoint_of
+from ._turn import Turn
 
-__all__ = ["Client", "Connecting", "Npc", "Owner", "pick", "Session", "Subscription", "Turn", "World", "connect"]
+__all__ = ["Client", "Connecting", "connect"]
 
 _log = logging.getLogger("oam_actors.client")
 
@@ -41,31 +34,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection, authentication included."""
 CLOSE_GRACE = 5.0
 """Seconds :meth:`Client.shutdown` waits for the server to end the connection after answering."""
-CANCEL_GRACE = 2.0
-"""Seconds a cancelled call spends sending its ``…/cancel`` before it gives up on it."""
-
-R = TypeVar("R")
-_UNSET: Any = object()
-
-
-def pick(result: Any, key: str, method: str) -> Any:
-    """``result[key]``; :class:`UnexpectedResult` when the result is not an object holding it."""
-    if not isinstance(result, dict) or key not in result:
-        raise UnexpectedResult(method, f"no '{key}' in the result", result)
-    return result[key]
-
-
-def _camel(name: str) -> str:
-    if name.endswith("_id"):  # fallbackOptionID: the protocol spells ids in capitals
-        return _camel(name[:-3]) + "ID"
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def params_of(**fields: Any) -> dict[str, Any]:
-    """Protocol params from keyword arguments: snake_case names become the protocol's camelCase,
-    ``None`` is left out. A name already in camelCase passes unchanged (``**extra``)."""
-    return {_camel(name): value for name, value in fields.items() if value is not None}
 
 
 def connect(
@@ -252,14 +220,14 @@ class Client:
     # --- generic calls ------------------------------------------------------------------------
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   timeout: float | None = _UNSET, cancel: tuple[str, dict[str, Any]] | None = None) -> Any:
+                   timeout: float | None = UNSET, cancel: tuple[str, dict[str, Any]] | None = None) -> Any:
         """Send ``method`` with ``params`` and return its ``result`` (JSON as sent).
         ``timeout`` overrides the client's; ``cancel`` is the notification sent when the
         awaiting task is cancelled or times out (``("session/cancel", {"session": "s1"})``)."""
         return await Turn(self, method, params, lambda result: result, cancel=cancel, timeout=timeout)
 
     async def member(self, method: str, params: Mapping[str, Any] | None, key: str, *,
-                     timeout: float | None = _UNSET) -> Any:
+                     timeout: float | None = UNSET) -> Any:
         """:meth:`call`, then the ``key`` member of its result (``UnexpectedResult`` without it)."""
         return pick(await self.call(method, params, timeout=timeout), key, method)
 
@@ -268,7 +236,7 @@ class Client:
         await (await self._live()).notify(method, dict(params) if params is not None else None)
 
     def stream(self, method: str, params: Mapping[str, Any], *, cancel: tuple[str, dict[str, Any]] | None = None,
-               timeout: float | None = _UNSET) -> Turn[Any]:
+               timeout: float | None = UNSET) -> Turn[Any]:
         """A :class:`Turn` of ``method`` sent with ``"stream": true``: its events, then its result."""
         return Turn(self, method, {**params, "stream": True}, lambda result: result, cancel=cancel, timeout=timeout,
                     events=True)
@@ -403,7 +371,7 @@ class Client:
 
     async def decide(self, situation: str, options: Sequence[Any], *, actor: Any = None, context: Any = None,
                      tools: Sequence[Mapping[str, Any]] | None = None, fallback_option_id: str | None = None,
-                     deadline_seconds: float | None = None, model: Any = None, timeout: float | None = _UNSET,
+                     deadline_seconds: float | None = None, model: Any = None, timeout: float | None = UNSET,
                      **extra: Any) -> Decision:
         """``decision/decide`` (``extra``: ``toolChoice``, ``coalesce``, ``instructions``,
         ``temperature``, … as the protocol names them, or in snake_case)."""
@@ -412,7 +380,7 @@ class Client:
                            **extra)
         return decode(await self.call("decision/decide", params, timeout=timeout), Decision, "decision/decide")
 
-    async def decide_many(self, requests: Sequence[Mapping[str, Any]], *, timeout: float | None = _UNSET,
+    async def decide_many(self, requests: Sequence[Mapping[str, Any]], *, timeout: float | None = UNSET,
                           **extra: Any) -> list[Decision | OamError]:
         """``decision/decideMany``: one :class:`Decision` or the error (not raised) per request,
         in request order."""
@@ -422,286 +390,8 @@ class Client:
         return [error_from_wire(item["error"]) if "error" in item else decode(item, Decision, method)
                 for item in results]
 
-    async def generate_content(self, prompt: str, schema: Any, *, timeout: float | None = _UNSET,
+    async def generate_content(self, prompt: str, schema: Any, *, timeout: float | None = UNSET,
                                **extra: Any) -> Any:
         """``content/generate``: the ``content`` value."""
         return await self.member("content/generate", params_of(prompt=prompt, schema=schema, **extra), "content",
                                  timeout=timeout)
-
-
-class Turn(Generic[R]):
-    """One request in flight: ``await turn`` for its result; ``async for event in turn`` (or
-    ``turn.events()``) for its events first, for streamed turns. The request is sent when the
-    turn is first awaited or iterated. The timeout counts from then, for events and result alike.
-    Cancelling the task that awaits or iterates it sends the turn's cancel notification."""
-
-    def __init__(self, client: Client, method: str, params: Mapping[str, Any] | None, decode_as: Callable[[Any], R],
-                 *, cancel: tuple[str, dict[str, Any]] | None, timeout: float | None, events: bool = False) -> None:
-        self._client = client
-        self.method = method
-        self._params = dict(params) if params is not None else None
-        self._decode = decode_as
-        self._cancel = cancel
-        self._timeout = client.timeout if timeout is _UNSET else timeout
-        self._events = EventStream() if events else None
-        self._pending: Pending | None = None
-        self._connection: Connection | None = None
-        self._deadline = math.inf
-        self._sent: anyio.Event | None = None  # set once the request is sent (or failed to be)
-
-    async def _start(self) -> None:
-        """Send the request once, whoever (awaiting, iterating) gets here first."""
-        if self._sent is not None:
-            await self._sent.wait()
-            if self._pending is None:
-                raise ConnectionLost(f"{self.method} could not be sent")
-            return
-        self._sent = anyio.Event()
-        try:
-            self._connection = await self._client._live()
-            if self._timeout is not None:
-                self._deadline = anyio.current_time() + self._timeout
-            self._pending = await self._connection.start(self.method, self._params, self._events)
-        finally:
-            self._sent.set()
-
-    @contextlib.contextmanager
-    def _cancelling(self) -> Generator[None]:
-        try:
-            yield
-        except BaseException as exc:
-            sent = self._pending is not None
-            if sent and self._cancel is not None and isinstance(exc, (anyio.get_cancelled_exc_class(), RequestTimeout)):
-                self._client._task_group.start_soon(self._send_cancel)
-            raise
-
-    async def _send_cancel(self) -> None:
-        assert self._cancel is not None and self._connection is not None
-        with anyio.move_on_after(CANCEL_GRACE), contextlib.suppress(ClientError):
-            await self._connection.notify(*self._cancel)
-
-    def _remaining(self) -> float | None:
-        return None if self._timeout is None else max(0.0, self._deadline - anyio.current_time())
-
-    async def result(self) -> R:
-        """The decoded result (the events, if not read, are dropped)."""
-        with self._cancelling():
-            await self._start()
-            assert self._connection is not None and self._pending is not None
-            raw = await self._connection.wait(self._pending, timeout=self._remaining())
-        return self._decode(raw)
-
-    def __await__(self) -> Generator[Any, None, R]:
-        return self.result().__await__()
-
-    def events(self) -> Turn[R]:
-        return self
-
-    def __aiter__(self) -> Turn[R]:
-        if self._events is None:
-            raise TypeError(f"{self.method} was not sent as a stream")
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        """The next event (``event`` of ``session/event`` / ``npc/event``); the iteration ends
-        when the answer arrives, or raises ``ConnectionLost``. A server error is raised by
-        ``await turn``, not here."""
-        assert self._events is not None
-        with self._cancelling():
-            await self._start()
-            remaining = self._remaining()
-            with anyio.move_on_after(math.inf if remaining is None else remaining) as waited:
-                try:
-                    return await self._events.__anext__()
-                except OamError:
-                    raise StopAsyncIteration from None
-            assert waited.cancelled_caught
-            raise RequestTimeout(self.method, self._timeout)  # type: ignore[arg-type]
-
-
-class Owner:
-    """What a session's and an NPC's handles share: an id the server knows them by (``kind`` is
-    the param that carries it), turns cancelled with ``<kind>/cancel``, tools answered per owner.
-    A handle for another family of objects (conversations) subclasses it in a few lines."""
-
-    kind = ""
-
-    def __init__(self, client: Client, owner: str, warnings: list[str] | None = None) -> None:
-        self.client = client
-        self.id = owner
-        self.warnings = warnings or []
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.id!r})"
-
-    def _params(self, **fields: Any) -> dict[str, Any]:
-        return {self.kind: self.id, **params_of(**fields)}
-
-    def _turn(self, method: str, result_type: type[R], params: dict[str, Any], timeout: float | None,
-              *, stream: bool) -> Turn[R]:
-        """A cancellable request of this owner (``<kind>/cancel`` when the awaiting task is cancelled)."""
-        cancel = (f"{self.kind}/cancel", {self.kind: self.id})
-        return Turn(self.client, method, {**params, "stream": True} if stream else params,
-                    lambda result: decode(result, result_type, method), cancel=cancel, timeout=timeout, events=stream)
-
-    def add_tool(self, name: str, handler: ToolHandler) -> None:
-        """Answer this owner's ``tool/call`` for ``name`` with ``handler``."""
-        self.client._add_owner_tools(self.kind, self.id, {name: handler})
-
-    async def cancel(self) -> int:
-        """``<kind>/cancel``: how many operations were cancelled."""
-        return await self.client.member(f"{self.kind}/cancel", self._params(), "cancelled")
-
-    async def delete(self) -> None:
-        await self.client.call(f"{self.kind}/delete", self._params())
-
-
-class Session(Owner):
-    """A session's handle: ``id``, the create ``warnings``, and its methods."""
-
-    kind = "session"
-
-    async def respond(self, prompt: str, *, schema: Any = None, timeout: float | None = _UNSET,
-                      **extra: Any) -> SessionReply:
-        """``session/respond`` (``extra``: ``tool_choice``, ``max_tool_rounds``,
-        ``max_tool_calls``, ``enabled_tools``)."""
-        params = self._params(prompt=prompt, schema=schema, **extra)
-        return await self._turn("session/respond", SessionReply, params, timeout, stream=False)
-
-    def respond_stream(self, prompt: str, *, schema: Any = None, timeout: float | None = _UNSET,
-                       **extra: Any) -> Turn[SessionReply]:
-        """``session/respond`` streamed: iterate the :class:`Turn` for its ``session/event``
-        events (``modelStep``, ``text``, ``partial``, ``toolCallStarted``, ``toolCallCompleted``),
-        then ``await`` it for the :class:`SessionReply`."""
-        params = self._params(prompt=prompt, schema=schema, **extra)
-        return self._turn("session/respond", SessionReply, params, timeout, stream=True)
-
-    async def reset(self) -> None:
-        await self.client.call("session/reset", self._params())
-
-    async def set_instructions(self, instructions: str | None) -> None:
-        await self.client.call("session/setInstructions", {"session": self.id, "instructions": instructions})
-
-    async def set_context_note(self, note: str | None) -> None:
-        await self.client.call("session/setContextNote", {"session": self.id, "note": note})
-
-    async def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> list[str]:
-        """``session/setTools``: the warnings."""
-        return await self.client.member("session/setTools", self._params(tools=list(tools)), "warnings")
-
-    async def compact(self, *, keep_recent_turns: int | None = None,
-                      summary_instructions: str | None = None) -> str | None:
-        """``session/compact``: the summary (``None`` when there was nothing to compact)."""
-        params = self._params(keep_recent_turns=keep_recent_turns, summary_instructions=summary_instructions)
-        return await self.client.member("session/compact", params, "summary")
-
-    async def transcript(self) -> dict[str, Any]:
-        """``session/transcript``: the transcript document (pass it as ``history`` to restore)."""
-        return await self.client.member("session/transcript", self._params(), "transcript")
-
-
-class Npc(Owner):
-    """An NPC's handle: ``id``, the create ``warnings`` and ``tools`` (the names the model
-    sees), and its methods."""
-
-    kind = "npc"
-
-    def __init__(self, client: Client, npc: str, warnings: list[str] | None = None,
-                 tools: list[Any] | None = None) -> None:
-        super().__init__(client, npc, warnings)
-        self.tools = tools or []
-
-    async def talk(self, line: str, *, context: Any = None, timeout: float | None = _UNSET, **extra: Any) -> NpcReply:
-        """``npc/talk`` (``extra``: ``tool_choice``, ``deadline_seconds``, ``coalesce``)."""
-        return await self._turn("npc/talk", NpcReply, self._params(line=line, context=context, **extra), timeout,
-                                stream=False)
-
-    def talk_stream(self, line: str, *, context: Any = None, timeout: float | None = _UNSET,
-                    **extra: Any) -> Turn[NpcReply]:
-        """``npc/talk`` streamed: its ``npc/event`` events (``emotion``, ``lineDelta``,
-        ``lineReset``, ``toolCallStarted``, ``toolCallCompleted``), then the :class:`NpcReply`."""
-        return self._turn("npc/talk", NpcReply, self._params(line=line, context=context, **extra), timeout,
-                          stream=True)
-
-    async def bark(self, situation: str | None = None, *, deadline_seconds: float | None = None,
-                   timeout: float | None = _UNSET, **extra: Any) -> Bark:
-        """``npc/bark`` (not cancellable on the server: cancelling only stops waiting)."""
-        params = self._params(situation=situation, deadline_seconds=deadline_seconds, **extra)
-        return decode(await self.client.call("npc/bark", params, timeout=timeout), Bark, "npc/bark")
-
-    async def state(self, *, settle: bool = True) -> dict[str, Any]:
-        """``npc/state``: the saved state (pass it to :meth:`Client.restore_npc`)."""
-        return await self.client.member("npc/state", self._params(settle=settle), "state")
-
-    async def update(self, **fields: Any) -> list[str]:
-        """``npc/update`` (``persona``, ``options``, ``memory``: merge patches; ``tools``): the
-        warnings. A field given as ``None`` is sent as ``null`` (it removes or clears)."""
-        return await self.client.member("npc/update", {"npc": self.id, **fields}, "warnings")
-
-    async def reset(self, *, clear_memory: bool = False) -> None:
-        await self.client.call("npc/reset", self._params(clear_memory=clear_memory))
-
-
-class World:
-    """A world's handle: ``id`` and its methods (results as the protocol sends them)."""
-
-    def __init__(self, client: Client, world: str) -> None:
-        self.client = client
-        self.id = world
-
-    def __repr__(self) -> str:
-        return f"World({self.id!r})"
-
-    async def _call(self, method: str, **fields: Any) -> dict[str, Any]:
-        return await self.client.call(method, {"world": self.id, **fields})
-
-    async def _member(self, method: str, key: str, **fields: Any) -> Any:
-        return await self.client.member(method, {"world": self.id, **fields}, key)
-
-    async def get(self, path: str = "") -> Any:
-        """``world/get``: the value at ``path`` (``None`` when absent; see ``exists`` in
-        ``client.call("world/get", …)`` to tell a null from nothing)."""
-        return await self._member("world/get", "value", path=path)
-
-    async def set(self, path: str, value: Any) -> int:
-        """``world/set``: the new version."""
-        return await self._member("world/set", "version", path=path, value=value)
-
-    async def merge(self, patch: Mapping[str, Any], *, path: str = "") -> int:
-        """``world/merge`` (RFC 7386): the new version."""
-        return await self._member("world/merge", "version", patch=patch, path=path)
-
-    async def remove(self, path: str) -> dict[str, Any]:
-        return await self._call("world/remove", path=path)
-
-    async def snapshot(self) -> dict[str, Any]:
-        """``world/snapshot``: the whole state document."""
-        return await self._member("world/snapshot", "state")
-
-    async def delete(self) -> None:
-        await self._call("world/delete")
-
-    async def subscribe(self, path: str = "") -> Subscription:
-        """``world/subscribe``: iterate the :class:`Subscription` for its ``world/changed``."""
-        connection = await self.client._live()
-        result = await self._call("world/subscribe", path=path)
-        subscription = pick(result, "subscription", "world/subscribe")
-        return Subscription(self.client, subscription, connection.subscribe(subscription))
-
-
-class Subscription:
-    """``world/changed`` notifications of one subscription (``world``, ``subscription``,
-    ``path``, ``oldValue``?, ``newValue``?), in arrival order, buffered from the moment the
-    ``world/subscribe`` answer is read. Ends after :meth:`unsubscribe`; raises
-    ``ConnectionLost`` when the connection ends."""
-
-    def __init__(self, client: Client, subscription: str, stream: EventStream) -> None:
-        self.client = client
-        self.id = subscription
-        self._stream = stream
-
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        return self._stream
-
-    async def unsubscribe(self) -> None:
-        await self.client.unsubscribe(self.id)
