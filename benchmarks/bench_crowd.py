@@ -50,7 +50,7 @@ from oam_actors.runtime import tune_gc_for_servers
 from oam_actors.bridge import Bridge
 from oam_actors.game_methods import GameExtension
 from oam_actors.runtime import LocalSystem
-from oam_actors.sim.client import BridgeClient
+from oam_actors.client import InProcessEndpoint, connect
 
 WORLD = {"market": {"price": 45, "stock": 3}, "weather": "rain"}
 _encode = msgspec.json.encode
@@ -130,15 +130,15 @@ async def in_process(npcs: int, trace: bool, max_running: int) -> Report:
             extension = GameExtension(max_npcs=npcs)
             return Bridge(system, write, extensions=[extension])
 
-        async with BridgeClient(make) as client:
-            await client.request("world/create", {"world": "village", "state": WORLD})
+        async with connect(InProcessEndpoint(make)) as client:
+            await client.call("world/create", {"world": "village", "state": WORLD})
             gc.collect()
             rss_before = rss_bytes()
             if trace:
                 tracemalloc.start()
             traced_before = tracemalloc.get_traced_memory()[0] if trace else 0
             started, cpu_started = time.perf_counter(), cpu_seconds()
-            await _all(npcs, lambda n: client.request("npc/create", create_params(n)))
+            await _all(npcs, lambda n: client.call("npc/create", create_params(n)))
             create_seconds, create_cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
             gc.collect()
             traced = (tracemalloc.get_traced_memory()[0] - traced_before) / npcs if trace else None
@@ -149,14 +149,14 @@ async def in_process(npcs: int, trace: bool, max_running: int) -> Report:
 
             async def talk(n: int) -> None:
                 sent = time.perf_counter()
-                result = await client.request("npc/talk", talk_params(n))
+                result = await client.call("npc/talk", talk_params(n))
                 latencies.append(time.perf_counter() - sent)
                 assert result["toolCalls"][0]["output"] == 45, result
 
             started, cpu_started = time.perf_counter(), cpu_seconds()
             await _all(npcs, talk)
             turn_seconds, turn_cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
-            await client.request("shutdown")
+            await client.call("shutdown")
     return Report(npcs, create_seconds, rss_per_npc, traced, turn_seconds, latencies, create_cpu, turn_cpu)
 
 

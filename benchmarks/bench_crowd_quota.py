@@ -59,7 +59,8 @@ from oam_actors.game_methods import GameExtension
 from oam_actors.models.coalesce import ADAPTIVE_LINGER, CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import NANO_QUOTA, DevicePool, SimulatedFarm, farm_phone_config, nano_limits, scaled_config
 from oam_actors.runtime import LocalSystem
-from oam_actors.sim.client import BridgeClient, RpcError
+from oam_actors.client import Client, InProcessEndpoint, connect
+from oam_actors.errors import OamError
 from oam_actors.sim.stats import jain_index, percentile
 
 MIX = ["talk"] * 2 + ["decide"] * 5 + ["bark"] * 13  # 10% / 25% / 65%, each NPC its own shuffle
@@ -93,15 +94,15 @@ def params_for(kind: str, npc: str, rng: random.Random, args: argparse.Namespace
     return "npc/bark", {"npc": npc, "situation": rng.choice(SITUATIONS), "deadlineSeconds": args.bark_deadline * scale}
 
 
-async def act(client: BridgeClient, index: int, kind: str, rng: random.Random, args: argparse.Namespace,
+async def act(client: Client, index: int, kind: str, rng: random.Random, args: argparse.Namespace,
               tally: Tally) -> None:
     method, params = params_for(kind, f"villager{index}", rng, args)
     tally.sent[kind] += 1
     started = time.monotonic()
     try:
-        result = await client.request(method, params)
-    except RpcError as error:
-        tally.failed[(kind, error.code)] += 1
+        result = await client.call(method, params)
+    except OamError as error:
+        tally.failed[(kind, error.code.wire)] += 1
         return
     if kind == "bark":
         tally.bark_latency.append(time.monotonic() - started)
@@ -113,7 +114,7 @@ async def act(client: BridgeClient, index: int, kind: str, rng: random.Random, a
         tally.served_by_npc[index] += 1
 
 
-async def npc_loop(client: BridgeClient, index: int, period: float, until: float, rng: random.Random,
+async def npc_loop(client: Client, index: int, period: float, until: float, rng: random.Random,
                    args: argparse.Namespace, tally: Tally) -> None:
     mix = MIX[:]
     rng.shuffle(mix)
@@ -147,11 +148,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         model = pool if args.no_coalesce else CoalescingModel(pool, CoalesceSettings(linger_seconds=linger,
                                                                                      time_scale=scale))
         make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
-        async with BridgeClient(make) as client:
-            await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
+        async with connect(InProcessEndpoint(make)) as client:
+            await client.call("world/create", {"world": "village", "state": {"time": "morning"}})
             for n in range(args.npcs):
                 persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
-                await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
+                await client.call("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
                                                     "options": {"replyFormat": args.reply_format}})
             before = pool.statistics_nowait()
             started = time.monotonic()

@@ -38,12 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from provider_servers import WindowedProvider  # noqa: E402
+
+from oam_actors.client import Session, connect  # noqa: E402
+from oam_actors.errors import OamError  # noqa: E402
 
 SESSIONS_PER_DOOR = 48
 
@@ -69,39 +71,31 @@ class Barrier:
 
 
 class Door:
-    """One ``oam-actors serve`` process and a JSON-lines client on its TCP port."""
+    """One ``oam-actors serve`` process and an :mod:`oam_actors.client` connection to its TCP port."""
 
     def __init__(self, args: list[str]) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen([sys.executable, "-m", "oam_actors", "serve", "--tcp", "127.0.0.1:0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode().strip()
-        host, _, port = line.removeprefix("tcp://").rpartition(":")
-        self.address = (host, int(port))
+        self.url = self.proc.stdout.readline().decode().strip()
         self.outcomes: dict[str, int] = {}
         self.warm_up = self.started = 0.0  # the warm-up turn's seconds; when the timed load began
-        self._next = 0
-        self._waiting: dict[int, anyio.Event] = {}
-        self._answers: dict[int, dict[str, Any]] = {}
 
     async def run(self, provider_url: str, rate: float, seconds: float, ready: Barrier) -> None:
         """Create the sessions and answer one warm-up turn, wait for the other doors at
         ``ready``, then offer ``rate`` turns a second, each to an idle session, for ``seconds``."""
-        stream = await anyio.connect_tcp(*self.address)
-        async with stream, anyio.create_task_group() as group:
-            group.start_soon(self._read, stream)
+        async with connect(self.url, timeout=None) as client:
             model = {"type": "openai", "baseUrl": f"{provider_url}/v1", "model": "bench"}
-            sessions = [f"s{n}" for n in range(SESSIONS_PER_DOOR)]
-            for session in sessions:
-                await self._call(stream, "session/create", {"session": session, "model": model})
+            sessions = [await client.create_session(f"s{n}", model=model) for n in range(SESSIONS_PER_DOOR)]
             # The first step starts the backend (on Ray: the model actor's process, seconds, once
             # per cluster): a cold start, measured here and kept out of the share of the limit.
             began = time.monotonic()
-            warm = await self._call(stream, "session/respond", {"session": sessions[0], "prompt": "Hello?"})
+            try:
+                await sessions[0].respond("Hello?")
+            except OamError as exc:
+                raise RuntimeError(f"the warm-up turn failed: {exc.to_wire()}") from exc
             self.warm_up = time.monotonic() - began
-            if "error" in warm:
-                raise RuntimeError(f"the warm-up turn failed: {warm['error']}")
             await ready.wait()
             idle = list(sessions)
             started = self.started = time.monotonic()
@@ -113,38 +107,18 @@ class Door:
                     if not idle:
                         self._count("not offered (every session busy)")
                         continue
-                    turns_group.start_soon(self._turn, stream, idle, idle.pop())
-            group.cancel_scope.cancel()
+                    turns_group.start_soon(self._turn, idle, idle.pop())
 
     def _count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
-    async def _turn(self, stream: anyio.abc.ByteStream, idle: list[str], session: str) -> None:
-        answer = await self._call(stream, "session/respond", {"session": session, "prompt": "Hello?"})
-        error = answer.get("error")
-        self._count("answered" if error is None else f"{error['code']} {error['data']['code']}")
+    async def _turn(self, idle: list[Session], session: Session) -> None:
+        try:
+            await session.respond("Hello?")
+            self._count("answered")
+        except OamError as error:
+            self._count(f"{error.code.number} {error.code.wire}")
         idle.append(session)
-
-    async def _call(self, stream: anyio.abc.ByteStream, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self._next += 1
-        request_id = self._next
-        event = self._waiting[request_id] = anyio.Event()
-        line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        await stream.send(line.encode() + b"\n")
-        await event.wait()
-        return self._answers.pop(request_id)
-
-    async def _read(self, stream: anyio.abc.ByteStream) -> None:
-        buffer = b""
-        async for chunk in stream:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                message = json.loads(line)
-                event = self._waiting.pop(message.get("id"), None) if "method" not in message else None
-                if event is not None:
-                    self._answers[message["id"]] = message
-                    event.set()
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -134,6 +134,11 @@ def bench_turns(sessions: int, turns: int) -> dict[str, float]:
     finished.wait(300)
     elapsed = time.perf_counter() - start
     server.close()
+    return turn_figures(sessions, latencies, elapsed)
+
+
+def turn_figures(sessions: int, latencies: list[float], elapsed: float) -> dict[str, float]:
+    """Turns per second and p50 / p99 per turn of a run of ``elapsed`` seconds."""
     ordered = sorted(latencies)
     return {
         "sessions": sessions,

@@ -51,6 +51,8 @@ BENCHMARKS: list[Entry] = [
      "the real `oam-actors stdio` subprocess: pipelined pings, tool-round turns at 1/100/1000 sessions"),
     ("tcp", "bench_tcp.py", [], ["--pings", "20000", "--sessions", "1,100", "--turns", "500"],
      "the same over TCP, next to stdio"),
+    ("client", "bench_client.py", [], ["--pings", "10000", "--sessions", "100", "--turns", "500"],
+     "the Python client (oam_actors.client) over TCP, next to a raw JSON-lines client"),
     ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "10000", "--stdio"],
      "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
     ("cluster", "bench_cluster.py", [], ["--latency-turns", "100", "--asks", "1000", "--naive", "4"],

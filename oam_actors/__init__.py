@@ -10,6 +10,9 @@ is reachable from its subpackage but may change. ``import oam_actors`` does not 
 
     agent = Agent(ScriptedModel([ScriptStep.say("Halt! Who goes there?")]))
     result = await agent.respond("Let me through.")
+
+A program that talks to a server (``oam-actors serve`` or ``stdio``) uses :func:`connect` and
+the rest of :mod:`oam_actors.client`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ from .agent import (
     Usage,
 )
 from .bridge import Bridge, BridgeConfig, Call, Deferred, Extension, ModelStatusExtension
+from .client import (
+    AuthenticationFailed,
+    Client,
+    ClientError,
+    ConnectError,
+    ConnectionLost,
+    MalformedMessage,
+    RequestTimeout,
+    UnexpectedResult,
+    connect,
+)
 from .clock import Clock, ManualClock, MonotonicClock
 from .errors import AgentError, ErrorCode, OamError, ProtocolError
 from .game_methods import GameExtension, GameLimits
@@ -63,11 +77,16 @@ __all__ = [
     "Agent",
     "AgentError",
     "AgentOptions",
+    "AuthenticationFailed",
     "Availability",
     "Bridge",
     "BridgeConfig",
     "Call",
+    "Client",
+    "ClientError",
     "Clock",
+    "ConnectError",
+    "ConnectionLost",
     "Deferred",
     "ErrorCode",
     "ErrorOutput",
@@ -79,6 +98,7 @@ __all__ = [
     "JsonOutput",
     "LanguageModel",
     "LocalSystem",
+    "MalformedMessage",
     "ManualClock",
     "ModelCapabilities",
     "ModelStatusExtension",
@@ -86,6 +106,7 @@ __all__ = [
     "OamError",
     "ProtocolError",
     "RaySystem",
+    "RequestTimeout",
     "RetryPolicy",
     "Sampling",
     "Schema",
@@ -105,7 +126,9 @@ __all__ = [
     "TurnEvent",
     "TurnOverrides",
     "TurnResult",
+    "UnexpectedResult",
     "Usage",
+    "connect",
     "__version__",
 ]
 

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from oam_actors import Agent, Availability, Bridge, Call, Deferred, GameExtension, LocalSystem, ScriptedModel
 from oam_actors.objects import SessionActor
 from oam_actors.objects.session import NAMESPACE_SEPARATOR
-from oam_actors.sim.client import BridgeClient, RpcError
+from oam_actors.client import Client, InProcessEndpoint, connect
+from oam_actors.errors import OamError
 
 Write = Callable[[bytes], Awaitable[None]]
 INTERNAL = {"code": -32603, "message": "Internal error.", "data": {"code": "internal_error"}}
@@ -121,11 +122,11 @@ def make_bridge(system: LocalSystem, **kwargs: Any) -> Callable[[Write], Bridge]
 async def test_a_wrong_typed_param_is_still_invalid_params_naming_it(
     method: str, params: dict[str, Any], message: str
 ) -> None:
-    async with LocalSystem() as system, BridgeClient(make_bridge(system)) as client:
-        await client.request("session/create", {"model": "scripted"})
-        with pytest.raises(RpcError) as info:
-            await client.request(method, params)
-    assert info.value.error == {"code": -32602, "message": message, "data": {"code": "invalid_params"}}
+    async with LocalSystem() as system, connect(InProcessEndpoint(make_bridge(system))) as client:
+        await client.call("session/create", {"model": "scripted"})
+        with pytest.raises(OamError) as info:
+            await client.call(method, params)
+    assert info.value.to_wire() == {"code": -32602, "message": message, "data": {"code": "invalid_params"}}
 
 
 # --- session/list ----------------------------------------------------------------------------
@@ -137,12 +138,12 @@ async def test_a_bug_describing_a_session_fails_the_list_instead_of_hiding_it(
     def broken(self: SessionActor) -> dict[str, Any]:
         raise KeyError("model")
 
-    async with LocalSystem() as system, BridgeClient(make_bridge(system)) as client:
-        await client.request("session/create", {"session": "gorm", "model": "scripted"})
+    async with LocalSystem() as system, connect(InProcessEndpoint(make_bridge(system))) as client:
+        await client.call("session/create", {"session": "gorm", "model": "scripted"})
         monkeypatch.setattr(SessionActor, "_describe", broken)
-        with caplog.at_level(logging.ERROR, logger="oam_actors.bridge"), pytest.raises(RpcError) as info:
-            await client.request("session/list")
-    assert info.value.error == INTERNAL
+        with caplog.at_level(logging.ERROR, logger="oam_actors.bridge"), pytest.raises(OamError) as info:
+            await client.call("session/list")
+    assert info.value.to_wire() == INTERNAL
     assert any(r.exc_info is not None and "session/list" in r.getMessage() for r in caplog.records)
 
 
@@ -163,14 +164,17 @@ async def test_a_session_deleted_meanwhile_is_left_out_of_the_list() -> None:
     namespace = "t:guild" + NAMESPACE_SEPARATOR
     async with LocalSystem() as system:
         make = make_bridge(system, namespace=namespace, shared=True)
-        async with BridgeClient(make) as deleter, BridgeClient(make) as lister:
-            await lister.request("session/create", {"session": "mira", "model": "scripted"})
-            leaving = SlowToStop(deleter.bridge)
-            system.spawn(deleter.bridge.address("session", "gorm"), lambda: leaving)
+        deleting = InProcessEndpoint(make)
+        async with connect(deleting) as deleter, connect(InProcessEndpoint(make)) as lister:
+            await lister.call("session/create", {"session": "mira", "model": "scripted"})
+            bridge = deleting.server
+            assert isinstance(bridge, Bridge)
+            leaving = SlowToStop(bridge)
+            system.spawn(bridge.address("session", "gorm"), lambda: leaving)
             async with anyio.create_task_group() as group:
-                group.start_soon(deleter.request, "session/delete", {"session": "gorm"})
+                group.start_soon(deleter.call, "session/delete", {"session": "gorm"})
                 await leaving.stopping.wait()
-                listed = await lister.request("session/list")
+                listed = await lister.call("session/list")
                 leaving.released.set()
     assert [entry["session"] for entry in listed["sessions"]] == ["mira"]
 
@@ -202,18 +206,18 @@ async def test_two_connections_creating_one_session_get_one_session_and_one_sess
     outcomes: list[Any] = []
     async with LocalSystem() as system:
         make = make_bridge(system, namespace=namespace, shared=True, system_model=lambda: GatedModel(arrivals, both))
-        async with BridgeClient(make) as first, BridgeClient(make) as second:
+        async with connect(InProcessEndpoint(make)) as first, connect(InProcessEndpoint(make)) as second:
 
-            async def create(client: BridgeClient) -> None:
+            async def create(client: Client) -> None:
                 try:
-                    outcomes.append(await client.request("session/create", {"session": "gorm"}))
-                except RpcError as error:
-                    outcomes.append(error.error)
+                    outcomes.append(await client.call("session/create", {"session": "gorm"}))
+                except OamError as error:
+                    outcomes.append(error.to_wire())
 
             async with anyio.create_task_group() as group:
                 group.start_soon(create, first)
                 group.start_soon(create, second)
-            listed = await first.request("session/list")
+            listed = await first.call("session/list")
     assert len(arrivals) == 2
     created = [o for o in outcomes if "session" in o]
     refused = [o for o in outcomes if "code" in o]
@@ -245,23 +249,27 @@ _VALUES = st.recursive(
 def test_no_params_make_a_method_answer_internal_error(calls: list[tuple[int, dict[str, Any]]]) -> None:
     async def run() -> list[tuple[str, dict[str, Any]]]:
         internal = []
-        async with LocalSystem() as system, BridgeClient(make_bridge(system, extensions=[GameExtension()])) as client:
-            await client.request("world/create", {"world": "village"})
-            await client.request("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "model": "scripted"})
-            await client.request("session/create", {"session": "gorm", "model": "scripted"})
-            methods = [m for m in client.bridge.registry.names() if m != "shutdown"]
-
-            async def refuse(message: dict[str, Any]) -> None:
-                await client.reply(message["id"], {"output": "No.", "isError": True})
-
-            client.on_tool_call = refuse
-            for pick, params in calls:
-                method = methods[pick % len(methods)]
-                try:
-                    await client.request(method, params)
-                except RpcError as error:
-                    if error.code == "internal_error":
-                        internal.append((method, params))
+        async with LocalSystem() as system:
+            endpoint = InProcessEndpoint(make_bridge(system, extensions=[GameExtension()]))
+            async with connect(endpoint) as client:
+                await client.call("world/create", {"world": "village"})
+                await client.call("npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "model": "scripted"})
+                await client.call("session/create", {"session": "gorm", "model": "scripted"})
+                assert isinstance(endpoint.server, Bridge)
+                methods = [m for m in endpoint.server.registry.names() if m != "shutdown"]
+                # No tool handlers: every tool/call is answered with an error output.
+                await _call_all(client, methods, calls, internal)
         return internal
 
     assert anyio.run(run) == []
+
+
+async def _call_all(client: Client, methods: list[str], calls: list[tuple[int, dict[str, Any]]],
+                    internal: list[tuple[str, dict[str, Any]]]) -> None:
+    for pick, params in calls:
+        method = methods[pick % len(methods)]
+        try:
+            await client.call(method, params)
+        except OamError as error:
+            if error.code.wire == "internal_error":
+                internal.append((method, params))

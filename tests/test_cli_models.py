@@ -26,7 +26,7 @@ from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler
 from oam_actors.models.setup import MODEL_FORMS, ModelConfig, create_model_setup
 from oam_actors.sim import SimConfig
 from oam_actors.sim.backends import make_backend
-from oam_actors.sim.client import BridgeClient
+from oam_actors.client import InProcessEndpoint, connect
 
 GUARD = 30.0  # seconds; only so a hung process fails the test
 
@@ -183,10 +183,10 @@ async def test_an_embedded_bridge_reports_a_farm_pool_through_model_status() -> 
         assert isinstance(setup.system_model().backend, DevicePool)  # type: ignore[attr-defined]
         # It coalesces in the farm's time: its adaptive linger is a phone second, 0.01 s here.
         assert setup.system_model().settings.time_scale == 0.01  # type: ignore[attr-defined]
-        async with BridgeClient(bridge_with(system, setup.system_model, model_extensions(setup))) as client:
-            await client.request("session/create", {"session": "guard"})
-            await client.request("session/respond", {"session": "guard", "prompt": "Good morning!"})
-            status = await client.request("model/status")
+        async with connect(InProcessEndpoint(bridge_with(system, setup.system_model, model_extensions(setup)))) as client:
+            await client.call("session/create", {"session": "guard"})
+            await client.call("session/respond", {"session": "guard", "prompt": "Good morning!"})
+            status = await client.call("model/status")
     statistics = status["statistics"]
     assert [(d["name"], d["state"], d["ok"]) for d in statistics["devices"]] == [("phone1", "ready", 1)]
     assert statistics["stepsOk"] == 1 and status["availability"]["available"] is True
@@ -196,10 +196,10 @@ async def test_an_embedded_bridge_reports_a_farm_pool_through_model_status() -> 
 async def test_model_status_serves_any_model_with_statistics() -> None:
     scheduled = ScheduledModel(ScriptedModel(fallback=ScriptStep.template("Aye.")), QuotaScheduler(QuotaLimits()))
     async with LocalSystem() as system:
-        async with BridgeClient(bridge_with(system, lambda: scheduled, [ModelStatusExtension(lambda: scheduled)])) as c:
-            await c.request("session/create", {"session": "guard"})
-            assert (await c.request("session/respond", {"session": "guard", "prompt": "Hi"}))["text"] == "Aye."
-            status = await c.request("model/status")
+        async with connect(InProcessEndpoint(bridge_with(system, lambda: scheduled, [ModelStatusExtension(lambda: scheduled)]))) as c:
+            await c.call("session/create", {"session": "guard"})
+            assert (await c.call("session/respond", {"session": "guard", "prompt": "Hi"}))["text"] == "Aye."
+            status = await c.call("model/status")
     assert status["statistics"]["admitted"] == 1
     assert status["availability"] == (await scheduled.availability()).to_wire()
 

@@ -16,7 +16,7 @@ from oam_actors.models.device import PhoneConfig, SimulatedPhone
 from oam_actors.models.device_backends import MAX_DEVICE_POOLS, DeviceBackends
 from oam_actors.models.setup import ModelConfig, create_model_setup
 from oam_actors.runtime import hosting_of
-from oam_actors.sim.client import BridgeClient
+from oam_actors.client import InProcessEndpoint, connect
 
 PHONE = PhoneConfig(first_token_latency_s=0.0, tokens_per_s=0.0, tool_call_rate=0.0)
 
@@ -88,11 +88,11 @@ async def test_sessions_naming_one_phone_share_the_one_pool_started_on_first_use
     setup = create_model_setup(ModelConfig())
     async with SimulatedPhone(PHONE) as phone, setup.resources, LocalSystem() as system:
         config = BridgeConfig(model_types=setup.model_types)
-        async with BridgeClient(bridge_of(system, config)) as client:
+        async with connect(InProcessEndpoint(bridge_of(system, config))) as client:
             for session in ("guard", "smith"):
-                await client.request("session/create", {"session": session, "model": device(phone.url)})
+                await client.call("session/create", {"session": session, "model": device(phone.url)})
             assert phone.statistics().admitted == 0  # nothing started before a step needs it
-            replies = [await client.request("session/respond", {"session": s, "prompt": "Ale?"})
+            replies = [await client.call("session/respond", {"session": s, "prompt": "Ale?"})
                        for s in ("guard", "smith")]
         pool = setup.model_types["device"](device(phone.url), "model")
         statistics = await pool.statistics()
@@ -107,11 +107,11 @@ async def test_sessions_naming_the_servers_own_phones_share_the_servers_pool() -
             named = setup.model_types["device"](device(phone.url.upper() + "/"), "model")  # another spelling
             assert setup.system_model is not None and named is setup.system_model()
             config = BridgeConfig(model_types=setup.model_types)
-            async with BridgeClient(lambda write: Bridge(system, write, config=config,
-                                                         system_model=setup.system_model)) as client:
-                await client.request("session/create", {"session": "guard", "model": device(phone.url)})
-                await client.request("session/create", {"session": "smith"})  # the system model
-                replies = [await client.request("session/respond", {"session": s, "prompt": "Ale?"})
+            async with connect(InProcessEndpoint(lambda write: Bridge(system, write, config=config,
+                                                         system_model=setup.system_model))) as client:
+                await client.call("session/create", {"session": "guard", "model": device(phone.url)})
+                await client.call("session/create", {"session": "smith"})  # the system model
+                replies = [await client.call("session/respond", {"session": s, "prompt": "Ale?"})
                            for s in ("guard", "smith")]
             assert setup.status_model is not None
             statistics = await setup.status_model().statistics()

@@ -8,7 +8,7 @@ import json
 
 from oam_actors import Bridge, GameExtension, GenerationRequest, LocalSystem, ScriptedModel, ScriptStep, ScriptStyle
 from oam_actors import StepKind
-from oam_actors.sim.client import BridgeClient
+from oam_actors.client import InProcessEndpoint, connect
 
 
 def answer(request: GenerationRequest) -> ScriptStep:
@@ -19,13 +19,13 @@ def answer(request: GenerationRequest) -> ScriptStep:
 
 async def test_a_decision_whose_actor_is_an_npc_is_charged_to_that_npc_like_its_barks() -> None:
     model = ScriptedModel(style=ScriptStyle.ENVELOPE, fallback=ScriptStep.from_function(answer))
-    async with LocalSystem() as system, BridgeClient(
-            lambda write: Bridge(system, write, system_model=lambda: model, extensions=[GameExtension()])) as client:
-        await client.request("npc/create", {"npc": "gorm", "persona": {"name": "Gorm", "role": "a blacksmith"}})
-        await client.request("npc/bark", {"npc": "gorm", "situation": "Dawn."})
+    async with LocalSystem() as system, connect(InProcessEndpoint(
+            lambda write: Bridge(system, write, system_model=lambda: model, extensions=[GameExtension()]))) as client:
+        await client.call("npc/create", {"npc": "gorm", "persona": {"name": "Gorm", "role": "a blacksmith"}})
+        await client.call("npc/bark", {"npc": "gorm", "situation": "Dawn."})
         options = ["fight", "flee"]
-        named = await client.request("decision/decide", {"situation": "A dragon.", "options": options, "actor": "gorm"})
-        inline = await client.request("decision/decide", {"situation": "A dragon.", "options": options,
+        named = await client.call("decision/decide", {"situation": "A dragon.", "options": options, "actor": "gorm"})
+        inline = await client.call("decision/decide", {"situation": "A dragon.", "options": options,
                                                           "actor": {"name": "Snik"}})
     assert named["optionID"] == inline["optionID"] == "flee"
     assert [r.owner for r in model.requests] == ["gorm", "gorm", None]  # a persona object names no NPC

@@ -12,7 +12,7 @@ import pytest
 from oam_actors import Bridge, LocalSystem
 from oam_actors.game_methods import GAME_METHODS, GameExtension, GameRegistry
 from oam_actors.objects.session import NAMESPACE_SEPARATOR
-from oam_actors.sim.client import BridgeClient
+from oam_actors.client import InProcessEndpoint, connect
 
 
 def test_limits_are_at_least_one() -> None:
@@ -39,13 +39,13 @@ async def test_shutdown_leaves_nothing_behind() -> None:
         def make(write: Callable[[bytes], Awaitable[None]]) -> Bridge:
             return Bridge(system, write, extensions=[extension])
 
-        async with BridgeClient(make) as client:
-            await client.request("world/create", {"world": "village", "state": {"time": "dawn"}})
-            await client.request("world/subscribe", {"world": "village"})
-            await client.request(
+        async with connect(InProcessEndpoint(make)) as client:
+            await client.call("world/create", {"world": "village", "state": {"time": "dawn"}})
+            await client.call("world/subscribe", {"world": "village"})
+            await client.call(
                 "npc/create", {"npc": "gorm", "persona": {"name": "Gorm"}, "world": "village", "model": "scripted"}
             )
-            decided = await client.request(
+            decided = await client.call(
                 "decision/decide",
                 {
                     "situation": "x",
@@ -65,7 +65,7 @@ async def test_shutdown_leaves_nothing_behind() -> None:
                 ["sub1"],
             )
             assert sorted(a.kind for a in system.addresses()) == ["npc", "world"]  # the request actor is gone
-            assert await client.request("shutdown") == {}
+            assert await client.call("shutdown") == {}
             assert (state.npcs, state.worlds, state.subscriptions) == ({}, {}, {})
             assert system.addresses() == []
 
@@ -79,12 +79,12 @@ async def test_bridges_sharing_a_namespace_share_the_game_objects() -> None:
             extension = GameExtension(registry=registry)
             return Bridge(system, write, namespace=namespace, shared=True, extensions=[extension])
 
-        async with BridgeClient(make) as second:
-            async with BridgeClient(make) as first:
-                await first.request("world/create", {"world": "village"})
-                await first.request("npc/create", {"persona": {"name": "Gorm"}, "world": "village", "model": "scripted"})
+        async with connect(InProcessEndpoint(make)) as second:
+            async with connect(InProcessEndpoint(make)) as first:
+                await first.call("world/create", {"world": "village"})
+                await first.call("npc/create", {"persona": {"name": "Gorm"}, "world": "village", "model": "scripted"})
             # The first connection is gone; its objects stay for the second one.
-            assert [n["npc"] for n in (await second.request("npc/list"))["npcs"]] == ["npc1"]
-            created = await second.request("npc/create", {"persona": {"name": "Mira"}, "model": "scripted"})
+            assert [n["npc"] for n in (await second.call("npc/list"))["npcs"]] == ["npc1"]
+            created = await second.call("npc/create", {"persona": {"name": "Mira"}, "model": "scripted"})
             assert created["npc"] == "npc2"
-            assert (await second.request("world/list"))["worlds"][0]["npcs"] == 1
+            assert (await second.call("world/list"))["worlds"][0]["npcs"] == 1

@@ -49,8 +49,9 @@ RULES: dict[str, tuple[frozenset[str], str]] = {
     "bridge": (_BELOW_BRIDGE, "bridge → objects and below"),
     "game_methods": (_BELOW_BRIDGE | {"bridge"}, "the game's methods are a bridge extension"),
     "transports": (_BELOW_BRIDGE | {"bridge", "game_methods"}, "transports → bridge and below"),
+    "client": (frozenset({"errors"}), "the client speaks the wire protocol only, like any other client"),
     "sim": (
-        _BELOW_BRIDGE | {"bridge", "game_methods", "cluster"},
+        _BELOW_BRIDGE | {"bridge", "game_methods", "cluster", "client"},
         "sim drives bridges as a client does, on either runtime; never the CLI",
     ),
     "__main__": (frozenset({"cli"}), "python -m oam_actors runs the CLI"),
@@ -139,7 +140,7 @@ def test_the_check_sees_imports_at_any_depth_and_resolves_relative_ones(tmp_path
         "import oam_actors.runtime\n"
         "from .. import bridge, __version__\n"
         "from ..agent import Agent\n"
-        "from . import client\n"
+        "from . import driver\n"
         "if TYPE_CHECKING:\n"
         "    from ..cli import models\n"
         "def later() -> None:\n"
@@ -152,7 +153,7 @@ def test_the_check_sees_imports_at_any_depth_and_resolves_relative_ones(tmp_path
         "oam_actors.cli.models",
         "oam_actors.errors",
         "oam_actors.runtime",
-        "oam_actors.sim.client",
+        "oam_actors.sim.driver",
         "typing",
     ]
 

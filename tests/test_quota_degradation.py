@@ -31,7 +31,8 @@ from oam_actors.models.device import SimulatedPhone
 from oam_actors.models.pool import DevicePool, PoolConfig, ScheduledModel
 from oam_actors.models.proxy import Provider, ProxyConfig, ProxyModel
 from oam_actors.models.scheduler import ManualClock, QuotaLimits, QuotaScheduler
-from oam_actors.sim.client import BridgeClient, RpcError
+from oam_actors.client import Client, InProcessEndpoint, connect
+from oam_actors.errors import OamError
 
 from provider_servers import ProviderServer, fixture, openai_text, stream
 from test_pool_errors import phone
@@ -68,7 +69,7 @@ class Door(DelegatingModel):
 class Crowd:
     """A bridge over a backend whose quota is spent after its first generation."""
 
-    client: BridgeClient
+    client: Client
     clock: ManualClock
     queued: Callable[[], int]  # model steps waiting for quota
     door: Door
@@ -76,9 +77,9 @@ class Crowd:
     async def send(self, method: str, params: dict[str, Any], answer: list[Any]) -> None:
         """Send a request; its result or its error object goes into ``answer``."""
         try:
-            answer.append(await self.client.request(method, params))
-        except RpcError as error:
-            answer.append(error.error)
+            answer.append(await self.client.call(method, params))
+        except OamError as error:
+            answer.append(error.to_wire())
 
     async def late(self, method: str, params: dict[str, Any], seconds: float) -> Any:
         """Send a request, hold it before the model for ``seconds``; its answer, which must come
@@ -123,7 +124,7 @@ async def pool_crowd() -> AsyncIterator[Crowd]:
             pool = await stack.enter_async_context(DevicePool([device.url], config=config, clock=clock))
             system = await stack.enter_async_context(LocalSystem())
             door = Door(pool)
-            client = await stack.enter_async_context(BridgeClient(bridge_over(system, door, clock)))
+            client = await stack.enter_async_context(connect(InProcessEndpoint(bridge_over(system, door, clock))))
             yield Crowd(client, clock, lambda: sum(d.queued for d in pool.statistics_nowait().devices), door)
 
 
@@ -147,15 +148,15 @@ async def proxy_crowd(server: ProviderServer) -> AsyncIterator[Crowd]:
             model = ScheduledModel(proxy, scheduler, queue_seconds=(60.0, 60.0, 60.0))
             system = await stack.enter_async_context(LocalSystem())
             door = Door(model)
-            client = await stack.enter_async_context(BridgeClient(bridge_over(system, door, clock)))
+            client = await stack.enter_async_context(connect(InProcessEndpoint(bridge_over(system, door, clock))))
             yield Crowd(client, clock, lambda: sum(scheduler.statistics().queued), door)
 
 
 async def spend_the_quota(crowd: Crowd) -> str:
     """Create Gorm and let him bark once: the backend's last generation. Returns the bark."""
-    await crowd.client.request("npc/create", {"npc": "gorm", "persona": GORM})
-    await crowd.client.request("npc/create", {"npc": "snik", "persona": {"name": "Snik"}})
-    first = await crowd.client.request("npc/bark", {"npc": "gorm", "situation": "Morning."})
+    await crowd.client.call("npc/create", {"npc": "gorm", "persona": GORM})
+    await crowd.client.call("npc/create", {"npc": "snik", "persona": {"name": "Snik"}})
+    first = await crowd.client.call("npc/bark", {"npc": "gorm", "situation": "Morning."})
     assert list(first) == ["npc", "line"] and first["line"]
     return str(first["line"])
 
@@ -170,7 +171,7 @@ async def check_each_degradation(crowd: Crowd, first_bark: str) -> None:
     assert (talk["line"], talk["emotion"], talk["isFallback"], talk["degraded"]) == (
         "Let's talk about something else.", "annoyed", True, "deadline")
     assert talk["usage"]["totalTokens"] == 0
-    listed = await crowd.client.request("npc/list")
+    listed = await crowd.client.call("npc/list")
     assert [entry["turnCount"] for entry in listed["npcs"]] == [0, 0]  # the history is unchanged
 
     decision = await crowd.degrade("decision/decide", {**FLEE, "fallbackOptionID": "flee", "deadlineSeconds": 5})
@@ -217,7 +218,7 @@ async def test_each_request_degrades_at_its_deadline_over_a_proxy_whose_quota_is
         assert first_bark == "Hot iron waits for no one."
         # The next request meets the 429: its retry delay (six minutes) outlasts the decision's
         # deadline, so it degrades at once, and the scheduler cools down for the delay.
-        refused = await crowd.client.request("decision/decide", {**FLEE, "fallbackOptionID": "flee"})
+        refused = await crowd.client.call("decision/decide", {**FLEE, "fallbackOptionID": "flee"})
         assert (refused["optionID"], refused["degraded"]) == ("flee", "deadline")
         assert server.requests[-1].path.endswith("/chat/completions")
         await check_each_degradation(crowd, first_bark)
@@ -227,7 +228,7 @@ async def test_each_request_degrades_at_its_deadline_over_a_proxy_whose_quota_is
 async def test_a_talk_degrades_only_when_the_npc_allows_fallback_lines() -> None:
     async with pool_crowd() as crowd:
         await spend_the_quota(crowd)
-        await crowd.client.request("npc/create", {"npc": "raw", "persona": {"name": "Raw"},
+        await crowd.client.call("npc/create", {"npc": "raw", "persona": {"name": "Raw"},
                                                   "options": {"fallbackOnGuardrail": False}})
         talk = await crowd.degrade("npc/talk", {"npc": "raw", "line": "Hello?", "deadlineSeconds": 5})
         assert talk["data"]["code"] == "rate_limited"
@@ -236,7 +237,7 @@ async def test_a_talk_degrades_only_when_the_npc_allows_fallback_lines() -> None
 async def test_a_first_bark_degrades_to_the_npcs_own_fallback_lines() -> None:
     async with pool_crowd() as crowd:
         await spend_the_quota(crowd)
-        await crowd.client.request("npc/create", {"npc": "brenna", "persona": {"name": "Brenna"}, "options": {
+        await crowd.client.call("npc/create", {"npc": "brenna", "persona": {"name": "Brenna"}, "options": {
             "fallbackLines": ["  ", "Busy day at the well.", "Mind the bucket."]}})
         # Brenna has never barked: her first bark says her first fallback line, not an error.
         bark = await crowd.degrade("npc/bark", {"npc": "brenna", "situation": "Noon.", "deadlineSeconds": 5})
@@ -260,14 +261,14 @@ async def test_a_bad_deadline_is_invalid_params_naming_the_field(
     method: str, params: dict[str, Any], field: str | None, says: str | None,
 ) -> None:
     async with pool_crowd() as crowd:
-        await crowd.client.request("npc/create", {"npc": "gorm", "persona": GORM})
+        await crowd.client.call("npc/create", {"npc": "gorm", "persona": GORM})
         if field is None:  # null is absent: the request runs (here: on the phone's one generation)
-            result = await crowd.client.request(method, params)
+            result = await crowd.client.call(method, params)
             assert "results" in result
             return
-        with pytest.raises(RpcError) as caught:
-            await crowd.client.request(method, params)
-        error = caught.value.error
+        with pytest.raises(OamError) as caught:
+            await crowd.client.call(method, params)
+        error = caught.value.to_wire()
         assert error["code"] == -32602 and f"'{field}'" in error["message"] and says in error["message"]
         assert not crowd.queued()
 

@@ -27,10 +27,10 @@ import anyio
 import anyio.abc
 
 from ..bridge import Bridge, BridgeConfig
+from ..client import Connecting, InProcessEndpoint, connect
 from ..game_methods import GameExtension
 from ..sim import SimConfig, SimRun, build_report, run_simulation, write_report
 from ..sim.backends import Backend, make_backend
-from ..sim.client import BridgeClient
 from ..transports.stdio import reserve_stdout
 from .argtypes import (
     UsageError,
@@ -289,14 +289,15 @@ async def _simulate(config: SimConfig, progress: _Progress, runtime: SystemFacto
     # The actor system first: on Ray, a pool backend hosts its model actor on the cluster.
     async with runtime() as system, make_backend(config) as backend:
 
-        def make_client() -> BridgeClient:
+        def make_client() -> Connecting:
             npcs = max(128, config.npc_count)
-            return BridgeClient(lambda write: Bridge(
+            bridge = InProcessEndpoint(lambda write: Bridge(
                 system, write,
                 config=BridgeConfig(max_sessions=max(64, config.sessions)),
                 system_model=backend.system_model(),
                 extensions=[GameExtension(max_npcs=npcs, max_subscriptions=npcs)],
             ))
+            return connect(bridge, timeout=None)  # a turn takes what it takes: the report measures it
 
         return await run_simulation(config, backend, make_client, stop=stop,
                                     on_tick=lambda run: progress.update(run, backend))

@@ -13,16 +13,19 @@ the run at once instead (Ctrl-C), keeping what completed.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
+from ..client import Client
+from ..errors import OamError
 from .backends import Backend
-from .client import BridgeClient, RpcError
 from .config import SimConfig
 from .stats import FALLBACK, OK, Outcomes
 
@@ -172,7 +175,7 @@ class SimRun:
 async def run_simulation(
     config: SimConfig,
     backend: Backend,
-    make_client: Callable[[], BridgeClient],
+    make_client: Callable[[], AbstractAsyncContextManager[Client]],
     *,
     on_tick: Callable[[SimRun], None] | None = None,
     stop: anyio.Event | None = None,
@@ -183,11 +186,12 @@ async def run_simulation(
     ``on_tick`` sees the run every quarter second while it runs, and once more at the very end
     with the final numbers. Setting ``stop`` ends the run early: turns in flight are abandoned
     (``run.interrupted``), the bridge is shut down, and what ran so far is returned.
+    ``make_client`` connects a :class:`~oam_actors.client.Client` to the server under test.
     """
     run = SimRun(config)
     rng = random.Random(config.seed)
     async with make_client() as client:
-        client.on_tool_call = _game_engine(client, run, random.Random(rng.random()), config)
+        _install_game_engine(client, run, random.Random(rng.random()), config)
         async with anyio.create_task_group() as watchers:
             if on_tick is not None:
                 watchers.start_soon(_ticker, run, on_tick)
@@ -199,14 +203,14 @@ async def run_simulation(
         run.finished = time.monotonic()
         if run.load_ended is None:
             run.load_ended = run.finished - run.started
-        await client.request("shutdown")
+        await client.call("shutdown")
     run.backend_stats = await backend.statistics()
     if on_tick is not None:
         on_tick(run)
     return run
 
 
-async def _load(client: BridgeClient, run: SimRun, backend: Backend, rng: random.Random) -> None:
+async def _load(client: Client, run: SimRun, backend: Backend, rng: random.Random) -> None:
     config = run.config
     talkers = await _create_sessions(client, config, backend) + await _create_npcs(client, config, backend)
     run.load_started = time.monotonic() - run.started
@@ -228,7 +232,7 @@ async def _interrupt(stop: anyio.Event, run: SimRun, load: anyio.CancelScope) ->
     load.cancel()
 
 
-async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Backend) -> list[Talker]:
+async def _create_sessions(client: Client, config: SimConfig, backend: Backend) -> list[Talker]:
     owners = []
     for index in range(config.sessions):
         owner = f"player{index + 1}"
@@ -241,16 +245,16 @@ async def _create_sessions(client: BridgeClient, config: SimConfig, backend: Bac
         model = backend.session_model(index)
         if model is not None:
             params["model"] = model
-        await client.request("session/create", params)
+        await client.call("session/create", params)
         owners.append(Talker(owner, "session"))
     return owners
 
 
-async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend) -> list[Talker]:
+async def _create_npcs(client: Client, config: SimConfig, backend: Backend) -> list[Talker]:
     """The crowd: NPCs on one shared world, with the same client tools as the sessions."""
     if config.npc_count < 1:
         return []
-    await client.request("world/create", {"world": "village", "state": {"time": "morning", "gate": "closed"}})
+    await client.call("world/create", {"world": "village", "state": {"time": "morning", "gate": "closed"}})
     npcs = []
     for index in range(config.npc_count):
         npc = f"villager{index + 1}"
@@ -265,12 +269,12 @@ async def _create_npcs(client: BridgeClient, config: SimConfig, backend: Backend
         model = backend.npc_model(index)
         if model is not None:
             params["model"] = model
-        await client.request("npc/create", params)
+        await client.call("npc/create", params)
         npcs.append(Talker(npc, "npc", backend.decision_model()))
     return npcs
 
 
-async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline: float, rng: random.Random) -> None:
+async def _converse(client: Client, run: SimRun, talker: Talker, deadline: float, rng: random.Random) -> None:
     # Spread the first turns so the crowd does not start in lock step.
     await anyio.sleep(rng.random() * run.config.think_seconds)
     while time.monotonic() < deadline:
@@ -286,15 +290,15 @@ async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline:
                 if kind in (SESSION, TALK) and rng.random() < run.config.cancel_rate:
                     tg.start_soon(_cancel_later, client, run, talker, rng.random() * 0.5)
                 try:
-                    result = await client.request(method, params)
+                    result = await client.call(method, params)
                     tool_calls = len(result.get("toolCalls", []))
                     tool_errors = sum(1 for record in result.get("toolCalls", []) if record.get("isError"))
                     if result.get("isFallback"):
                         outcome = FALLBACK
                         degraded = result.get("degraded") is not None
                         repeated = result.get("repeated") is True
-                except RpcError as exc:
-                    outcome = exc.code
+                except OamError as exc:
+                    outcome = exc.code.wire
                 tg.cancel_scope.cancel()
         finally:
             run.in_flight -= 1
@@ -304,32 +308,30 @@ async def _converse(client: BridgeClient, run: SimRun, talker: Talker, deadline:
         await anyio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
 
-async def _cancel_later(client: BridgeClient, run: SimRun, talker: Talker, delay: float) -> None:
+async def _cancel_later(client: Client, run: SimRun, talker: Talker, delay: float) -> None:
     await anyio.sleep(delay)
     run.cancels_sent += 1
     await client.notify(talker.cancel_method, {talker.kind: talker.owner})
 
 
-def _game_engine(client: BridgeClient, run: SimRun, rng: random.Random, config: SimConfig) -> Callable[[dict[str, Any]], Any]:
-    """The simulated game: answers tool calls after a short think, or leaves some unanswered."""
+def _install_game_engine(client: Client, run: SimRun, rng: random.Random, config: SimConfig) -> None:
+    """The simulated game answers every tool call after a short think, or leaves some unanswered
+    (its handler waits until the server's ``tool/cancel`` at the tool timeout cancels it)."""
 
-    async def answer(message: dict[str, Any]) -> None:
+    async def answer(name: str, **arguments: Any) -> Any:
         if rng.random() < config.tool_timeout_rate:
             run.tool_calls_ignored += 1
-            return
+            await anyio.sleep_forever()
         await anyio.sleep(rng.random() * config.tool_latency_seconds)
-        call = message["params"]["call"]
-        if call["name"] == "open_gate":
-            output: Any = {"opened": rng.random() > 0.2, "gate": call["arguments"].get("gate", "north")}
+        if name == "open_gate":
+            output: Any = {"opened": rng.random() > 0.2, "gate": arguments.get("gate", "north")}
         else:
             output = {"ale": rng.randint(0, 9), "stew": rng.randint(0, 5), "bread": rng.randint(0, 12)}
-        try:
-            await client.reply(message["id"], {"output": output})
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return  # the run was interrupted and the bridge has gone: nobody waits for this answer
         run.tool_calls_answered += 1
+        return output
 
-    return answer
+    for tool in TOOLS:
+        client.add_tool(tool["name"], functools.partial(answer, tool["name"]))
 
 
 async def _ticker(run: SimRun, on_tick: Callable[[SimRun], None]) -> None:

@@ -1,0 +1,123 @@
+"""Typed results of the methods whose answers a program reads field by field.
+
+Each is decoded from the server's answer as it is sent (protocol/PROTOCOL.md); a key the server
+adds later is ignored, so an older client keeps working. Methods whose answers are documents
+(``npc/state``, ``world/snapshot``, transcripts, ``model/status``) return the JSON as it came.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._errors import UnexpectedResult
+
+__all__ = [
+    "Bark",
+    "Created",
+    "Decision",
+    "NpcReply",
+    "SessionReply",
+    "TokenUsage",
+    "ToolRecord",
+    "ToolRequest",
+    "decode",
+]
+
+
+class _Wire(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
+    pass
+
+
+class ToolRequest(_Wire):
+    """A tool call as the model made it: ``call`` in ``tool/call`` and in records."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class ToolRecord(_Wire):
+    """One completed tool call of a turn (``toolCalls[]``)."""
+
+    call: ToolRequest
+    output: Any
+    is_error: bool = False
+    duration_seconds: float = 0.0
+
+
+class TokenUsage(_Wire):
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class Created(_Wire):
+    """``session/create`` / ``npc/create`` / ``npc/restore``: the id and the warnings; ``tools``
+    (NPCs) lists the tools the model sees."""
+
+    id: str
+    warnings: list[str] = []
+    tools: list[dict[str, Any]] = []
+
+
+class SessionReply(_Wire):
+    """``session/respond``."""
+
+    session: str
+    text: str
+    structured: Any = None
+    tool_calls: list[ToolRecord] = []
+    usage: TokenUsage = TokenUsage()
+    steps: list[dict[str, Any]] = []
+    warnings: list[str] = []
+
+
+class NpcReply(_Wire):
+    """``npc/talk``; ``degraded`` is ``"deadline"`` when a fallback line stands in for a turn the
+    quota could not take in time."""
+
+    npc: str
+    line: str
+    emotion: str
+    player_options: list[str] = []
+    ends_conversation: bool = False
+    tool_calls: list[ToolRecord] = []
+    relationship: int = 0
+    is_fallback: bool = False
+    usage: TokenUsage = TokenUsage()
+    degraded: str | None = None
+    warnings: list[str] = []
+
+
+class Bark(_Wire):
+    """``npc/bark``; ``repeated``: a recent bark said again after a spent deadline."""
+
+    npc: str
+    line: str
+    is_fallback: bool = False
+    degraded: str | None = None
+    repeated: bool = False
+
+
+class Decision(_Wire):
+    """``decision/decide`` (and each successful element of ``decision/decideMany``)."""
+
+    option_id: str = msgspec.field(name="optionID")
+    reasoning: str = ""
+    confidence: int = 0
+    tool_calls: list[ToolRecord] = []
+    usage: TokenUsage = TokenUsage()
+    is_fallback: bool = False
+    degraded: str | None = None
+    warnings: list[str] = []
+
+
+def decode(result: Any, kind: type[Any], method: str) -> Any:
+    """``result`` of ``method`` as ``kind``; :class:`UnexpectedResult` names what is missing or wrong."""
+    try:
+        return msgspec.convert(result, kind)
+    except msgspec.ValidationError as exc:
+        raise UnexpectedResult(method, str(exc), result) from exc
