@@ -7,6 +7,7 @@ session's ordered lane, and answer when it has been handled (a :class:`Deferred`
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..agent import (
@@ -183,7 +184,7 @@ class ModelSpec:
         if self.name == "scripted":  # the script's steps are params: checked now
             self._model = ScriptedModel.from_wire(value, path="model", record_requests=False)
 
-    def build(self) -> LanguageModel:
+    async def build(self) -> LanguageModel:
         """The model; ``model_unavailable`` without a system model, ``invalid_params`` for a
         custom type's bad fields (or a refused address, §7 Backends)."""
         if self._model is not None:
@@ -195,7 +196,8 @@ class ModelSpec:
                     'No system model is configured; start the server with --model, or use "model": "scripted".',
                 )
             return self._bridge.system_model()
-        return self._bridge.config.model_types[self.name](self._value, "model")
+        made = self._bridge.config.model_types[self.name](self._value, "model")
+        return await made if inspect.isawaitable(made) else made
 
 
 def _model_name(bridge: Bridge, value: Any) -> str:
@@ -215,12 +217,12 @@ def _model_name(bridge: Bridge, value: Any) -> str:
     raise invalid_params(f"Unknown model type {preview(kind)}.")
 
 
-def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
+async def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
     """The model a ``model`` param names (the system model when absent) and its list name
     (``system``, ``scripted`` or the custom type). Extensions (NPCs, decisions, content) accept
     the same model specs as ``session/create`` and fail the same way."""
     spec = ModelSpec(bridge, value)
-    return spec.build(), spec.name
+    return await spec.build(), spec.name
 
 
 # --- methods -----------------------------------------------------------------------------------
@@ -287,7 +289,7 @@ async def session_create(call: Call) -> Any:
     tools, tool_warnings = _create_tools(params, transcript, options.tool_timeout)
     _check_forced_tool(options, tools)
     spec = ModelSpec(bridge, params.raw("model"))
-    model, model_name = spec.build(), spec.name
+    model, model_name = await spec.build(), spec.name
     warnings += [*option_warnings, *tool_warnings]
     if model_name == "system":
         warnings += await _availability_warnings(model)

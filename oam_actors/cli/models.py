@@ -110,8 +110,9 @@ def add_quota_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model steps each proxy backend runs at once (environment: OAM_MAX_CONCURRENCY)")
 
 
-def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
-    """The library config of the parsed model options."""
+def model_config_from_args(args: argparse.Namespace, *, refuse_private: bool = False) -> ModelConfig:
+    """The library config of the parsed model options (``refuse_private``: a server listening
+    beyond loopback, see ``ModelConfig.refuse_private_addresses``)."""
     return ModelConfig(
         model=args.model,
         base_url=args.base_url,
@@ -130,6 +131,7 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         rpm=args.rpm,
         tpm=args.tpm,
         max_concurrency=args.max_concurrency,
+        refuse_private_addresses=refuse_private,
     )
 
 
@@ -145,7 +147,7 @@ def _queue_times(deadlines: list[tuple[str, float]] | None) -> tuple[float, floa
     return queue_times(deadlines) if deadlines else None
 
 
-def models_from_args(args: argparse.Namespace) -> ModelSetup:
+def models_from_args(args: argparse.Namespace, *, refuse_private: bool = False) -> ModelSetup:
     """The models the options describe (with ``--runtime ray``, a pool or proxy system model is a
     Ray model actor); raises :class:`UsageError` naming the option at fault. Imports Ray with
     ``--runtime ray``: call :func:`~oam_actors.cli.runtime.system_from_args` first."""
@@ -155,7 +157,7 @@ def models_from_args(args: argparse.Namespace) -> ModelSetup:
 
         host = ClusterModel
     try:
-        return create_model_setup(model_config_from_args(args), host=host)
+        return create_model_setup(model_config_from_args(args, refuse_private=refuse_private), host=host)
     except ModelConfigError as exc:
         raise UsageError(f"argument {_OPTIONS.get(exc.field, exc.field)}: {exc}") from exc
 

@@ -134,7 +134,7 @@ async def _build(
     spec = ModelSpec(bridge, model_spec)
     tools, tool_warnings = tools_param(tools_raw, tools_path)
     shared = await game.world_document(world) if world is not None else None
-    model, model_name = spec.build(), spec.name
+    model, model_name = await spec.build(), spec.name
     warnings = [*warnings, *tool_warnings]
     if model_name == "system":
         availability = await model.availability()

@@ -32,6 +32,7 @@ Contract
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import socket
@@ -286,7 +287,11 @@ def _timed(factory: ModelFactory, metrics: ServerMetrics) -> ModelFactory:
 
 
 def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomModelFactory:
-    return lambda spec, path: _TimedModel(factory(spec, path), metrics)
+    async def timed(spec: dict[str, Any], path: str) -> LanguageModel:
+        made = factory(spec, path)
+        return _TimedModel(await made if inspect.isawaitable(made) else made, metrics)
+
+    return timed
 
 
 class _TimedModel(DelegatingModel):

@@ -17,6 +17,7 @@ import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage, estimate_tokens
 from ...errors import AgentError, DeadlinePassed, ErrorCode
+from ..address_guard import AddressGuard
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
 from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
@@ -106,6 +107,7 @@ class DevicePool:
         config: PoolConfig | None = None,
         names: Sequence[str] | None = None,
         clock: Clock | None = None,
+        guard: AddressGuard | None = None,
     ) -> None:
         self._config = config = config or PoolConfig()
         urls = normalize_urls(urls)
@@ -114,8 +116,10 @@ class DevicePool:
             raise PoolConfigError("device names must be unique, one per URL")
         self._clock: Clock = clock or MonotonicClock()
         timeout = config.timeouts.to_httpx()
-        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False,
-                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # A guard (a server beyond loopback, phones a session named) pins connections to checked addresses.
+        transport = guard.transport(limits=limits, trust_env=False) if guard is not None else None
+        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, limits=limits, transport=transport)
         self._ledger = ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
