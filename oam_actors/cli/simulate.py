@@ -198,7 +198,9 @@ def _figures(run: SimRun, backend: Backend) -> list[tuple[str, str]]:
         ("tool calls answered / unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}"),
         ("cancels sent", str(run.cancels_sent)),
     ]
-    rows += [(f"model {key}", str(value)) for key, value in backend.snapshot().items()]
+    if snapshot := backend.snapshot():  # a backend with a quota
+        rows.append(("turns failed rate_limited", str(outcomes.counts.get("rate_limited", 0))))
+        rows += [(key, str(value)) for key, value in snapshot.items()]
     return rows
 
 
@@ -333,10 +335,13 @@ def _summary(report: dict[str, Any], seconds: float) -> str:
         f"p50 {latency['p50Ms']:.0f} ms, p99 {latency['p99Ms']:.0f} ms" if latency["count"] else "no ok turns",
         f"Jain's fairness {'—' if jain is None else f'{jain:.3f}'}",
     ]
-    if quota is not None:
-        absorbed = quota.get("absorbedByScheduler", quota.get("throttlesFromServer"))
-        label = "absorbed" if "absorbedByScheduler" in quota else "server rate limits"
-        parts.append(f"quota events {label} {absorbed}, surfaced {quota['surfacedToClients']}")
+    if quota is not None:  # the live display's words for the same figures
+        if "refusalsAbsorbedByPool" in quota:
+            parts.append(f"pool quota refusals absorbed {quota['refusalsAbsorbedByPool']}, pool steps given up "
+                         f"(queue time ran out) {quota['stepsGivenUpByPool']}")
+        else:
+            parts.append(f"rate limits from the server {quota['throttlesFromServer']}")
+        parts.append(f"turns failed rate_limited {quota['rateLimitedTurns']}")
     return "; ".join(parts)
 
 

@@ -141,12 +141,20 @@ def _load_seconds(run: SimRun) -> float:
     return max(0.0, end - run.load_started)
 
 
-def _quota(backend: dict[str, Any], surfaced: int) -> dict[str, Any] | None:
-    """Quota events, or None for a backend that has no quota (scripted)."""
+def _quota(backend: dict[str, Any], rate_limited_turns: int) -> dict[str, Any] | None:
+    """Quota events, or None for a backend that has no quota (scripted). Three different figures,
+    named apart (the live display and the summary line use the same words):
+
+    - ``rateLimitedTurns``: turns whose client got a ``rate_limited`` error;
+    - ``refusalsAbsorbedByPool``: quota refusals the pool rerouted or waited out (nobody saw them);
+    - ``stepsGivenUpByPool``: model steps the pool gave up on when their queue time ran out; the
+      request then degraded to its fallback or, without one, became a ``rate_limited`` turn.
+    """
     if "quotaEventsAbsorbed" in backend:  # a device pool
-        return {"surfacedToClients": surfaced, "absorbedByScheduler": backend["quotaEventsAbsorbed"]}
+        return {"rateLimitedTurns": rate_limited_turns, "refusalsAbsorbedByPool": backend["quotaEventsAbsorbed"],
+                "stepsGivenUpByPool": backend.get("quotaEventsSurfaced", 0)}
     if "scheduler" in backend:  # one quota scheduler in front of a proxy
-        return {"surfacedToClients": surfaced, "throttlesFromServer": backend["scheduler"].get("throttles", 0)}
+        return {"rateLimitedTurns": rate_limited_turns, "throttlesFromServer": backend["scheduler"].get("throttles", 0)}
     return None
 
 
@@ -211,9 +219,11 @@ def _cards(report: dict[str, Any]) -> str:
         ("Jain's fairness", "—" if jain is None else f"{jain:.3f}", fairness.get("reason", "")),
     ]
     if quota is not None:
-        cards.append(("quota errors surfaced", f"{quota['surfacedToClients']}", "rate_limited errors clients got"))
-        if "absorbedByScheduler" in quota:
-            cards.append(("quota events absorbed", f"{quota['absorbedByScheduler']}",
+        cards.append(("turns failed rate_limited", f"{quota['rateLimitedTurns']}", "rate_limited errors clients got"))
+        if "refusalsAbsorbedByPool" in quota:
+            cards.append(("steps given up by the pool", f"{quota['stepsGivenUpByPool']}",
+                          "queue time ran out: the request degraded to its fallback or failed rate_limited"))
+            cards.append(("quota refusals absorbed by the pool", f"{quota['refusalsAbsorbedByPool']}",
                           "refusals rerouted or waited out by the pool"))
         else:
             cards.append(("rate limits from the server", f"{quota['throttlesFromServer']}", ""))
