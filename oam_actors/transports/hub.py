@@ -50,13 +50,13 @@ from ..agent import (
     LanguageModel,
     Usage,
 )
-from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
+from ..bridge import Bridge, BridgeConfig, Call, CustomModelFactory, Extension, ModelFactory
 from ..errors import AgentError, ErrorCode
 from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics
 from ..runtime import ActorSystem
-from .auth import Tenant, TokenTable
+from .auth import ANONYMOUS, Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
 
 __all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "limit_send_buffer", "peer_name", "serve_bridge"]
@@ -145,12 +145,14 @@ class Hub:
         shared = self.policy.share_objects
         serial = next(self._serial)
         namespace = f"t:{tenant.name}" if shared else f"c{serial}"
+        # Without tokens, a client written for a server with them may still say ``auth``.
+        open_auth = [] if self.policy.tokens else [_OpenAuth()]
         return Bridge(
             self.system,
             write,
             config=self.config,
             system_model=self.system_model,
-            extensions=self.extensions(),
+            extensions=[*self.extensions(), *open_auth],
             namespace=namespace + NAMESPACE_SEPARATOR,
             shared=shared,
             metrics=self.metrics,
@@ -284,6 +286,22 @@ def _due(since: float | None, timeout: float | None, now: float) -> bool:
 
 def _timed(factory: ModelFactory, metrics: ServerMetrics) -> ModelFactory:
     return lambda: _TimedModel(factory(), metrics)
+
+
+class _OpenAuth:
+    """``auth`` on a server without tokens: every connection is the anonymous tenant already, so
+    any ``auth`` (first or later, any token) answers ``{"tenant": null}`` rather than
+    ``-32601``, and a client written for a server with tokens works against a development one."""
+
+    def install(self, bridge: Bridge) -> None:
+        bridge.registry.register("auth", _anonymous)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _anonymous(call: Call) -> dict[str, Any]:
+    return {"tenant": ANONYMOUS.to_wire()}
 
 
 def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomModelFactory:
