@@ -16,7 +16,7 @@ import anyio.abc
 import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage, estimate_tokens
-from ...errors import AgentError, DeadlinePassed, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
 from ..address_guard import AddressGuard
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
@@ -186,7 +186,7 @@ class DevicePool:
                 device.health.revive()
                 _log.info("device pool: %s (%s) is serving again", device.name, device.model.base_url)
             return
-        self._kill(device, f"status check got no answer within {self._config.probe_timeout_seconds:g} s")
+        self._kill(device, f"status check got no answer within {seconds_text(self._config.probe_timeout_seconds)}")
 
     # --- the LanguageModel interface -------------------------------------------------------------
 
@@ -367,7 +367,7 @@ class DevicePool:
         if last is not None:
             return DeadlinePassed(last.message, retry_after=last.retry_after)
         seconds = self._queue_seconds(step.request, step.priority)
-        return DeadlinePassed(f"No device had room for the step within {seconds:g} s.",
+        return DeadlinePassed(f"No device had room for the step within {seconds_text(seconds)}.",
                               retry_after=self._config.limits.min_interval_seconds)
 
     def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:
