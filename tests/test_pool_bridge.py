@@ -124,6 +124,7 @@ def test_simulate_on_the_farm_reports_devices_queue_waits_and_quota_events(tmp_p
                          ("turns failed rate_limited", quota["rateLimitedTurns"])):
         assert f"{words} {value}" in summary and f"{words} {value}" in final, (words, summary, final)
     assert "surfaced" not in summary + final
+    assert summary.startswith(f"{report['turns']['total']} turns in {report['elapsedSeconds']:.0f} s")
     assert report["config"]["backend"] == "farm" and report["fairness"]["owners"] == 7
     assert report["turns"]["byOutcome"].get("ok", 0) > 0
     assert [d["name"] for d in backend["devices"]] == ["phone1", "phone2"]

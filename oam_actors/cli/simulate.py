@@ -318,7 +318,7 @@ async def _main(config: SimConfig, progress: _Progress, runtime: SystemFactory, 
                 await tg.start(_watch_interrupts, stop, everything, progress, started)
                 run = await _simulate(config, progress, runtime, stop)
                 # Still under the signal watcher, so a Ctrl-C now cannot tear the files.
-                report = build_report(run)
+                report = build_report(run, startup_seconds=max(0.0, run.started - started))
                 written = report, write_report(report, config.report_dir)
                 tg.cancel_scope.cancel()
     finally:
@@ -326,11 +326,15 @@ async def _main(config: SimConfig, progress: _Progress, runtime: SystemFactory, 
     return written
 
 
-def _summary(report: dict[str, Any], seconds: float) -> str:
+def _summary(report: dict[str, Any]) -> str:
+    """One line of the report's figures; its seconds are the report's (the run, start-up apart)."""
     turns, latency, quota = report["turns"], report["latency"]["ok"], report["quota"]
     jain = report["fairness"]["jainIndex"]
+    startup = report["startupSeconds"]
     parts = [
-        f"{turns['total']} turns in {seconds:.0f} s: {turns['ok']} ok, {turns['cancelled']} cancelled, "
+        f"{turns['total']} turns in {report['elapsedSeconds']:.0f} s"
+        + (f" (after {startup:.0f} s of start-up)" if startup >= 1 else "")
+        + f": {turns['ok']} ok, {turns['cancelled']} cancelled, "
         f"{turns['failed']} failed" + (f", {turns['fallback']} fallback" if turns["fallback"] else ""),
         f"p50 {latency['p50Ms']:.0f} ms, p99 {latency['p99Ms']:.0f} ms" if latency["count"] else "no ok turns",
         f"Jain's fairness {'—' if jain is None else f'{jain:.3f}'}",
@@ -366,6 +370,6 @@ def run(args: argparse.Namespace) -> int:
         if written is None:
             return EXIT_INTERRUPTED
         report, (json_path, html_path) = written
-        print(_summary(report, time.monotonic() - started), file=out)
+        print(_summary(report), file=out)
         print(f"report: {json_path} and {html_path}", file=out)
     return EXIT_INTERRUPTED if report["interrupted"] else 0

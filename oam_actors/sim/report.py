@@ -23,7 +23,10 @@ from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 __all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
 
 
-def build_report(run: SimRun) -> dict[str, Any]:
+def build_report(run: SimRun, *, startup_seconds: float = 0.0) -> dict[str, Any]:
+    """The report of ``run``. Its seconds (``elapsedSeconds``, the timeline) count from the run's
+    start, after the runtime and the backend were up; ``startup_seconds`` is how long getting
+    there took (a Ray instance's start), reported apart as ``startupSeconds``."""
     outcomes = run.outcomes
     ok = [s for s in run.samples if s.outcome == OK]
     elapsed = max(run.elapsed, 1e-9)
@@ -32,6 +35,7 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "config": msgspec.to_builtins(run.config),
         "interrupted": run.interrupted,
         "elapsedSeconds": round(elapsed, 2),
+        "startupSeconds": round(startup_seconds, 2),
         "loadSeconds": round(_load_seconds(run), 2),
         "loadEndedAtSeconds": None if run.load_ended is None else round(run.load_ended, 2),
         "turns": {
