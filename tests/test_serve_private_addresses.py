@@ -106,3 +106,13 @@ def test_the_pinned_transport_refuses_a_private_address_at_connection_time(provi
     assert provider.requests == []
     assert anyio.run(fetch, {"127.0.0.1"}) == 200
     assert len(provider.requests) == 1
+
+
+def test_the_operators_own_system_model_on_loopback_is_still_reached(provider: ProviderServer) -> None:
+    with serve("--model", "openai#m", "--base-url", provider.url + "/v1") as server, connect(server) as peer:
+        peer.call("session/create", {"session": "s"})  # the system model
+        assert peer.call("session/respond", {"session": "s", "prompt": "Open?"})["text"] == "The gate is open."
+        # Sessions may name the system model's host too: the operator chose it.
+        peer.call("session/create", {"session": "named", "model": openai(provider.url + "/v1")})
+        assert peer.call("session/respond", {"session": "named", "prompt": "Open?"})["text"] == "The gate is open."
+    assert len(provider.requests) == 2
