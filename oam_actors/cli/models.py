@@ -79,12 +79,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proxy-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
-                        "own and loopback (repeatable; environment: OAM_PROXY_ALLOW_HOSTS, comma-separated)")
+                        "own and loopback, whatever it resolves to (a serve listening beyond loopback refuses "
+                        "loopback and private addresses otherwise; repeatable; environment: "
+                        "OAM_PROXY_ALLOW_HOSTS, comma-separated)")
     parser.add_argument("--device-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_DEVICE_ALLOW_HOSTS") or "").split(",") if h],
                         help='a host sessions may name in a device model\'s urls ({"type": "device"}), besides '
-                        "loopback and the hosts of --device (repeatable; environment: OAM_DEVICE_ALLOW_HOSTS, "
-                        "comma-separated)")
+                        "loopback and the hosts of --device, whatever it resolves to (a serve listening beyond "
+                        "loopback refuses loopback and private addresses otherwise; repeatable; environment: "
+                        "OAM_DEVICE_ALLOW_HOSTS, comma-separated)")
     parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=True,
                         help="a pool or proxy system model answers waiting barks, tool-free decisions and talk steps "
                         "together, several per generation (default: on)")
