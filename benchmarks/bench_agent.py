@@ -89,7 +89,7 @@ def per_call(fn: Callable[[], object], repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--conversation", type=int, default=300, help="turns of the one long conversation")
     parser.add_argument("--profile", metavar="PATH", help="profile the turns into PATH and print the top entries")

@@ -104,7 +104,7 @@ def measure(provider: str, wire: bytes, chunk: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     parser.add_argument("--mb", type=float, default=8.0, help="approximate stream size per provider")
     parser.add_argument("--chunk", type=int, default=16_384, help="bytes per feed() call")
     args = parser.parse_args()

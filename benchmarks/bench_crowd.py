@@ -251,7 +251,7 @@ def over_stdio(npcs: int, max_running: int, profile: str | None = None) -> Repor
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--npcs", type=int, default=10_000)
     parser.add_argument("--stdio", action="store_true", help="also run through the `oam-actors stdio` subprocess")
     parser.add_argument("--tracemalloc", action="store_true", help="count Python allocations per NPC (slower create)")

@@ -261,7 +261,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load")

@@ -145,7 +145,7 @@ def report(args: argparse.Namespace, tally: Tally, result: dict, elapsed: float)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--windows", type=int, default=30,

@@ -105,7 +105,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--flooders", type=int, default=8)
     parser.add_argument("--samples", type=int, default=200, help="pings per phase (a quarter as many turns)")
     parser.add_argument("--turns", type=int, default=40_000, help="turns each flooder pipelines")

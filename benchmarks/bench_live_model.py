@@ -29,7 +29,7 @@ from live_eval import LINES, STRUCTURED_PROMPTS, run_eval  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", help="an OpenAI-compatible …/v1 (default: start scripts/local_model.py)")
     parser.add_argument("--model-name", default="qwen")
     parser.add_argument("--lines", type=int, default=len(LINES))

@@ -171,7 +171,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--clients", type=lambda text: [int(n) for n in text.split(",")], default=[1, 10, 50])
     parser.add_argument("--requests", type=int, default=20)

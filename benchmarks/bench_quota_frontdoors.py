@@ -167,7 +167,7 @@ def one_run(label: str, door_args: list[str], options: argparse.Namespace) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load per run")
     parser.add_argument("--limit", type=int, default=15, help="requests the provider allows per window")
     parser.add_argument("--window", type=float, default=5.0, help="the provider's window, seconds")

@@ -62,7 +62,7 @@ async def main(asks: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     parser.add_argument("--asks", type=int, default=100_000)
     args = parser.parse_args()
     anyio.run(main, args.asks)

@@ -256,7 +256,7 @@ def summarize(name: str, report: FarmReport, learned: bool) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3600.0, help="virtual seconds to simulate")
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--phones", type=int, default=8)

@@ -161,7 +161,7 @@ def _rounded(figures: dict[str, float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--pings", type=int, default=50_000)
     parser.add_argument("--sessions", default="1,100,1000")
     parser.add_argument("--turns", type=int, default=2000)

@@ -248,7 +248,7 @@ async def main(args: argparse.Namespace, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--npcs", type=int, default=96)
     parser.add_argument("--turns", type=int, default=1920)
     parser.add_argument("--latency-turns", type=int, default=300)

@@ -155,7 +155,7 @@ def _median(tokens: tuple[str, ...]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (minutes instead of longer)")
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))

@@ -34,6 +34,7 @@ __all__ = [
     "cancelled",
     "internal_error",
     "invalid_params",
+    "seconds_text",
 ]
 
 
@@ -175,6 +176,14 @@ def _rebuild(
     if isinstance(error, AgentError):
         error.retry_after = retry_after
     return error
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration as a message shows it: ``0.5 s``, ``0.05 s``, ``2.5 s``, ``20 s`` (two
+    significant digits, never ``0.499936 s``)."""
+    if seconds >= 10:
+        return f"{seconds:.0f} s"
+    return f"{float(f'{seconds:.2g}'):g} s"
 
 
 def invalid_params(message: str) -> ProtocolError:

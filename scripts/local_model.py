@@ -177,7 +177,7 @@ def _drain_stdin(stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=default_cache(), help="cache directory (default ~/.cache/oam-actors)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
     parser.add_argument("--context", type=int, default=4096, help="context tokens per slot (default 4096)")

@@ -78,7 +78,9 @@ def test_initialize_describes_the_server(bridge: BridgeProcess) -> None:
     assert set(CORE_METHODS) <= set(caps["methods"]) and caps["methods"] == sorted(caps["methods"])
     assert caps["notifications"][:2] == ["session/event", "tool/cancel"]  # then extensions' ones
     assert caps["clientRequests"] == ["tool/call"]
-    assert caps["models"][:2] == ["system", "scripted"]  # then any custom model types
+    # Exactly the references' list; every type "model" may name is the extension modelTypes.
+    assert caps["models"] == ["system", "scripted"]
+    assert caps["modelTypes"] == ["system", "scripted", "openai", "anthropic", "gemini", "antigravity", "device"]
     assert (caps["batch"], caps["maxSessions"], caps["streaming"], caps["clientTools"]) == (False, 64, True, True)
     assert result["model"] == {
         "available": True,
@@ -124,8 +126,9 @@ def test_without_a_system_model_only_explicit_models_work() -> None:
 
 def test_scripted_models_can_be_disabled() -> None:
     with BridgeProcess(["--no-scripted", "--model", "scripted"]) as bridge:
-        models = bridge.call("initialize")["capabilities"]["models"]
-        assert models[0] == "system" and "scripted" not in models
+        capabilities = bridge.call("initialize")["capabilities"]
+        assert capabilities["models"] == ["system"]
+        assert capabilities["modelTypes"] == ["system", "openai", "anthropic", "gemini", "antigravity", "device"]
         assert error_code(bridge, "session/create", {"model": {"type": "scripted", "steps": []}}) == (
             -32602,
             "invalid_params",

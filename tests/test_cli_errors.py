@@ -5,6 +5,7 @@ stdout and nothing starts. The processes run a few at a time, all started by one
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -47,6 +48,10 @@ MISTAKES: list[tuple[str, list[str], list[str]]] = [
     ("device-block", ["device", "--simulate", "--block", "troll:loud"], ["--block", "WORD:CODE"]),
     ("device-background", ["device", "--simulate", "--background", "9:3"], ["--background", "START <= END"]),
     ("unknown-option", ["stdio", "--max-lines", "3"], ["unrecognized arguments: --max-lines"]),
+    # no abbreviations: a typo is an error, never another option (--phone is not --phones)
+    ("abbreviated-phones", ["simulate", "--phone", "8"], ["unrecognized arguments: --phone 8"]),
+    ("abbreviated-tcp", ["serve", "--tc", "127.0.0.1:0"], ["unrecognized arguments: --tc"]),
+    ("abbreviated-log-level", ["stdio", "--log-lev", "DEBUG"], ["unrecognized arguments: --log-lev DEBUG"]),
     # options that do not fit together, found after parsing
     ("token-empty-secret", ["serve", "--tcp", "127.0.0.1:0", "--token", "alice="], ["--token", "'alice' is empty"]),
     ("token-empty-name", ["serve", "--tcp", "127.0.0.1:0", "--token", "=s3cret"], ["--token", "NAME in NAME=SECRET"]),
@@ -116,6 +121,13 @@ def test_a_mistake_exits_2_with_one_line_naming_the_option(
     assert re.match(rf"oam-actors( {argv[0]})?: error: ", lines[0]), lines[0]
     for text in expected:
         assert text.replace(BUSY, busy_port) in lines[0]
+
+
+@pytest.mark.parametrize("command", list(cli_main.COMMANDS))
+def test_no_parser_takes_abbreviations(command: str) -> None:
+    parser, _ = cli_main.build_parser([command])
+    [subcommands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert parser.allow_abbrev is False and subcommands.choices[command].allow_abbrev is False
 
 
 @pytest.mark.parametrize("argv", [["stdio", "--log-level", "debug"], ["--log-level", "DEBUG", "stdio"]])

@@ -22,7 +22,7 @@ from bridge_process import BridgeProcess
 from oam_actors.bridge import ModelStatusExtension, model_extensions
 from oam_actors.cli.models import add_model_arguments, models_from_args
 from oam_actors.cli.runtime import add_runtime_arguments
-from oam_actors.cluster import LOCAL_RAY_OPTIONS, ClusterModel, shard_of
+from oam_actors.cluster import ClusterModel, private_ray, shard_of
 from oam_actors.cluster import RemoteModel
 from oam_actors.cluster.models import ModelHost, hosted_reduce, model_running
 from oam_actors.cluster.wire import dumps_actor, loads_actor
@@ -141,8 +141,7 @@ async def test_a_model_host_whose_factory_fails_raises_its_error_on_every_call()
 
 @pytest.mark.slow
 async def test_a_cluster_model_stops_the_model_actor_only_if_it_started_it() -> None:
-    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
-    try:
+    with private_ray():
         async with ClusterModel("shared", opened_scripted) as first:
             async with ClusterModel("shared", no_model) as second:  # finds it running: no_model unused
                 assert second.model().capabilities == first.model().capabilities == ScriptedModel().capabilities
@@ -152,8 +151,6 @@ async def test_a_cluster_model_stops_the_model_actor_only_if_it_started_it() -> 
             async with ClusterModel("broken", no_model):
                 pass
         assert not model_running("broken")
-    finally:
-        ray.shutdown()
 
 
 def coalesced_scripted() -> CoalescingModel:
@@ -164,15 +161,12 @@ def coalesced_scripted() -> CoalescingModel:
 
 @pytest.mark.slow
 async def test_a_coalescing_model_in_a_model_actor_gets_the_items_of_a_shards_npcs() -> None:
-    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
-    try:
+    with private_ray():
         async with ClusterModel("coalesced", coalesced_scripted) as hosted:
             model = hosted.model()
             assert model.capabilities.coalesces  # fetched from the model actor with the stand-in
             bark = await NPC(Persona(name="Gorm"), model).bark("Dawn.")
         assert bark.line == "with item"
-    finally:
-        ray.shutdown()
 
 
 def one_session_per_shard() -> list[str]:
@@ -218,3 +212,10 @@ def test_simulate_on_ray_hosts_the_farm_as_one_model_actor(tmp_path: Path) -> No
     devices = report["backend"]["devices"]
     assert [d["name"] for d in devices] == ["phone1", "phone2"]
     assert sum(d["ok"] for d in devices) >= report["turns"]["byOutcome"]["ok"]
+    # The summary's seconds are the report's; Ray's start-up is reported apart, in both.
+    [summary] = [line for line in completed.stdout.splitlines() if "Jain" in line]
+    startup = report["startupSeconds"]
+    assert startup > 0
+    expected = f"{report['turns']['total']} turns in {report['elapsedSeconds']:.0f} s"
+    expected += f" (after {startup:.0f} s of start-up)" if startup >= 1 else ""
+    assert summary.startswith(expected + ":"), (summary, report["elapsedSeconds"], startup)

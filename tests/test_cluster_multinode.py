@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -107,6 +108,7 @@ def cluster() -> Iterator[str]:
         yield address
     finally:
         _end_processes_mentioning(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # the cluster's session folders go with it
         current = Path("/tmp/ray/ray_current_cluster")
         if current.exists() and address.rpartition(":")[2] in current.read_text():
             current.unlink()

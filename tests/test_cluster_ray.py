@@ -31,12 +31,12 @@ from oam_actors.bridge import BridgeConfig
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
 from oam_actors.cluster import (
-    LOCAL_RAY_OPTIONS,
     ClusterModel,
     RaySystem,
     RemoteModel,
     SqliteStore,
     host_model,
+    private_ray,
     shard_of,
     stop_model,
 )
@@ -68,9 +68,8 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def ray_instance() -> Iterator[None]:
-    ray.init(address="local", **LOCAL_RAY_OPTIONS, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with private_ray():  # its session folder removed after
+        yield
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from oam_actors.errors import AGENT_CODES, AgentError, ErrorCode, ProtocolError
+from oam_actors.errors import AGENT_CODES, AgentError, ErrorCode, ProtocolError, seconds_text
 
 
 def test_the_error_table_is_pinned() -> None:
@@ -49,3 +49,10 @@ def test_protocol_errors_survive_pickling_with_their_data() -> None:
     assert again.retry_after == 30
     missing = ProtocolError(ErrorCode.SESSION_NOT_FOUND, "Session 'x' not found.", session="x")
     assert pickle.loads(pickle.dumps(missing)).to_wire() == missing.to_wire()
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.499936, "0.5 s"), (0.05, "0.05 s"), (1.0, "1 s"), (2.4999, "2.5 s"), (9.96, "10 s"), (20, "20 s"), (119.7, "120 s"),
+])
+def test_durations_in_messages_have_two_significant_digits(seconds: float, text: str) -> None:
+    assert seconds_text(seconds) == text

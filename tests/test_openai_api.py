@@ -174,7 +174,7 @@ def test_json_schema_output(client: OpenAI) -> None:
 
 
 def test_json_schema_output_streamed_as_one_valid_value(client: OpenAI) -> None:
-    chunks = list(scripted(client, [{"text": "not json"}, {"json": {"ok": True}}], stream=True,
+    chunks = list(scripted(client, [{"template": "not json"}, {"json": {"ok": True}}], stream=True,
                            response_format={"type": "json_object"}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert json.loads(text) == {"ok": True}

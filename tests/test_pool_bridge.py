@@ -108,18 +108,30 @@ def test_a_misconfigured_pool_refuses_to_start_with_a_clear_message() -> None:
 def test_simulate_on_the_farm_reports_devices_queue_waits_and_quota_events(tmp_path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "oam_actors", "simulate", "--phones", "2", "--sessions", "4", "--npcs", "3",
-         "--duration", "4", "--think", "0.2", "--report-dir", str(tmp_path), "--no-progress"],
+         "--duration", "4", "--think", "0.2", "--report-dir", str(tmp_path), "--progress-interval", "1"],
         capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     backend = report["backend"]
+    # The live display (its last plain line), the summary line and the report name each quota
+    # figure the same way, with the same value.
+    quota = report["quota"]
+    [summary] = [line for line in completed.stdout.splitlines() if "Jain" in line]
+    final = [line for line in completed.stderr.splitlines() if line.startswith("simulate: done")][-1]
+    for words, value in (("pool quota refusals absorbed", quota["refusalsAbsorbedByPool"]),
+                         ("pool steps given up (queue time ran out)", quota["stepsGivenUpByPool"]),
+                         ("turns failed rate_limited", quota["rateLimitedTurns"])):
+        assert f"{words} {value}" in summary and f"{words} {value}" in final, (words, summary, final)
+    assert "surfaced" not in summary + final
+    assert summary.startswith(f"{report['turns']['total']} turns in {report['elapsedSeconds']:.0f} s")
     assert report["config"]["backend"] == "farm" and report["fairness"]["owners"] == 7
     assert report["turns"]["byOutcome"].get("ok", 0) > 0
     assert [d["name"] for d in backend["devices"]] == ["phone1", "phone2"]
     assert all(0 < d["utilisation"] <= 1 for d in backend["devices"])
     assert backend["stepsOk"] == sum(d["ok"] for d in backend["devices"])
-    assert report["quota"]["absorbedByScheduler"] == backend["quotaEventsAbsorbed"]
+    assert report["quota"]["refusalsAbsorbedByPool"] == backend["quotaEventsAbsorbed"]
+    assert report["quota"]["stepsGivenUpByPool"] == backend["quotaEventsSurfaced"]
     assert set(report["queueWait"]) == {"dialogue", "decision", "background"}
     assert report["queueWait"]["dialogue"]["count"] > 0
     html = (tmp_path / "report.html").read_text()

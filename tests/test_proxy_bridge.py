@@ -32,7 +32,7 @@ def test_a_session_on_an_openai_backend_runs_a_client_tool_round(server: Provide
     )
     model = {"type": "openai", "baseUrl": server.url + "/v1", "model": "qwen"}
     with BridgeProcess(env={"OPENAI_API_KEY": SECRET}) as bridge:
-        assert "openai" in bridge.call("initialize")["capabilities"]["models"]
+        assert "openai" in bridge.call("initialize")["capabilities"]["modelTypes"]
         created = bridge.call("session/create", {"session": "guard", "instructions": "You guard the north gate.",
                                                  "tools": [OPEN_GATE], "model": model})
         assert created == {"session": "guard", "warnings": []}

@@ -74,12 +74,13 @@ async def test_deadline_fails_with_rate_limited_and_retry_after() -> None:
         tg.start_soon(farm.call, "first")
         await anyio.wait_all_tasks_blocked()
         tg.start_soon(farm.call, "late", B)  # no deadline: waits for the window
-        tg.start_soon(lambda: farm.call("impatient", D, deadline_seconds=5.0))
+        tg.start_soon(lambda: farm.call("impatient", D, deadline_seconds=4.999936))
         await anyio.wait_all_tasks_blocked()
         await farm.advance(5.0)
         ((owner, error),) = farm.errors
         assert owner == "impatient"
         assert error.code is ErrorCode.RATE_LIMITED
+        assert error.message == "The model's quota had no room within 5 s."  # not 4.99994 s
         assert error.retry_after == 55.0
         assert error.data()["retryAfterSeconds"] == 55
         await farm.advance(55.0)

@@ -78,6 +78,22 @@ def test_tcp_wrong_token_is_answered_then_closed(tenants: ServeProcess) -> None:
         peer.wait_closed()
 
 
+def test_after_the_handshake_auth_is_not_a_method(tenants: ServeProcess) -> None:
+    with tenants.tcp(ALICE) as peer:
+        assert peer.error(peer.request("auth", {"token": ALICE}))["code"] == -32601
+
+
+def test_a_server_without_tokens_accepts_auth_as_the_anonymous_tenant() -> None:
+    """A client written for a server with tokens works against a development one."""
+    with ServeProcess(["--tcp", "127.0.0.1:0", "--model", "scripted"]) as server, server.tcp() as peer:
+        assert peer.call("auth", {"token": "whatever-the-production-token-is"}) == {"tenant": None}
+        assert peer.call("auth", {}) == {"tenant": None}  # again, and any token: nothing to check
+        peer.send({"jsonrpc": "2.0", "method": "auth", "params": {"token": "x"}})  # a notification: no answer
+        assert peer.call("session/create", {"session": "s"}) == {"session": "s", "warnings": []}
+        assert "auth" in peer.call("initialize")["capabilities"]["methods"]
+        assert [m.get("id") for m in peer.log if "error" in m] == []
+
+
 def test_tcp_request_before_auth_is_refused(tenants: ServeProcess) -> None:
     with tenants.tcp() as peer:
         error = peer.error(peer.request("ping"))

@@ -34,7 +34,7 @@ def _pool_stats(utilisations: list[float]) -> dict[str, Any]:
                 "requestsLimit": 36, "utilisation": u} for n, u in enumerate(utilisations)]
     wait = {"count": 20, "p50Ms": 100.0, "p90Ms": 400.0, "p99Ms": 900.0, "maxMs": 1200.0}
     idle = {"count": 0, "p50Ms": 0.0, "p90Ms": 0.0, "p99Ms": 0.0, "maxMs": 0.0}
-    return {"backend": "farm", "devices": devices, "quotaEventsAbsorbed": 3,
+    return {"backend": "farm", "devices": devices, "quotaEventsAbsorbed": 3, "quotaEventsSurfaced": 2,
             "queueWait": {"dialogue": wait, "decision": idle, "background": idle}}
 
 
@@ -111,11 +111,13 @@ def test_scripted_backend_has_no_quota_figures() -> None:
     assert "Device utilisation" not in page and "Queue wait" not in page
 
 
-def test_pool_backend_reports_quota_absorbed_and_surfaced() -> None:
-    report = build_report(_run(SimConfig(), {"a": ["ok", "rate_limited"]}, _pool_stats([0.3])))
-    assert report["quota"] == {"surfacedToClients": 1, "absorbedByScheduler": 3}
+def test_pool_backend_reports_its_three_quota_figures_apart() -> None:
+    report = build_report(_run(SimConfig(), {"a": ["ok", "rate_limited", "fallback"]}, _pool_stats([0.3])))
+    assert report["quota"] == {"rateLimitedTurns": 1, "refusalsAbsorbedByPool": 3, "stepsGivenUpByPool": 2}
     page = render_html(report)
-    assert "quota events absorbed" in page and "quota errors surfaced" in page
+    for card in ("turns failed rate_limited", "quota refusals absorbed by the pool", "steps given up by the pool"):
+        assert card in page
+    assert "surfaced" not in page
 
 
 @pytest.mark.parametrize(("config", "npcs"), [

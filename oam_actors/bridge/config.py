@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -20,9 +20,10 @@ DEFAULT_MAX_IN_FLIGHT = 1024
 ModelFactory = Callable[[], LanguageModel]
 """Makes the model of a new ``"system"`` session (may return one shared instance)."""
 
-CustomModelFactory = Callable[[dict[str, Any], str], LanguageModel]
+CustomModelFactory = Callable[[dict[str, Any], str], LanguageModel | Awaitable[LanguageModel]]
 """Makes a model for ``{"type": <name>, …}``; gets the model object and its param path; raises
-``invalid_params`` for bad fields."""
+``invalid_params`` for bad fields. It may return an awaitable of the model (a factory that must
+resolve a host before it accepts it)."""
 
 
 class BridgeConfig(msgspec.Struct, kw_only=True):

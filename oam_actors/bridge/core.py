@@ -7,6 +7,7 @@ session's ordered lane, and answer when it has been handled (a :class:`Deferred`
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..agent import (
@@ -44,7 +45,7 @@ from .registry import Call
 if TYPE_CHECKING:
     from .bridge import Bridge
 
-__all__ = ["CORE_METHODS", "install_core", "parse_options", "parse_tools", "resolve_model"]
+__all__ = ["CORE_METHODS", "ModelSpec", "install_core", "parse_options", "parse_tools", "resolve_model"]
 
 SESSION = "session"
 PROTOCOL_VERSION = "1.0"
@@ -169,33 +170,59 @@ def _session_ref(bridge: Bridge, params: Params) -> tuple[str, Any]:
     return session, ref
 
 
-def _model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str, list[str]]:
-    """The session's model, its ``session/list`` name, and warnings."""
+class ModelSpec:
+    """A checked ``model`` param whose model is not built yet (Android's ``modelSpec``): create
+    methods check their other params first and build the model last, so a malformed create is
+    ``-32602`` even where the model it names could not be built (no system model, say)."""
+
+    __slots__ = ("_bridge", "_model", "_value", "name")
+
+    def __init__(self, bridge: Bridge, value: Any) -> None:
+        self._bridge, self._value = bridge, value
+        self._model: LanguageModel | None = None
+        self.name = _model_name(bridge, value)
+        if self.name == "scripted":  # the script's steps are params: checked now
+            self._model = ScriptedModel.from_wire(value, path="model", record_requests=False)
+
+    async def build(self) -> LanguageModel:
+        """The model; ``model_unavailable`` without a system model, ``invalid_params`` for a
+        custom type's bad fields (or a refused address, §7 Backends)."""
+        if self._model is not None:
+            return self._model
+        if self.name == "system":
+            if self._bridge.system_model is None:
+                raise AgentError(
+                    ErrorCode.MODEL_UNAVAILABLE,
+                    'No system model is configured; start the server with --model, or use "model": "scripted".',
+                )
+            return self._bridge.system_model()
+        made = self._bridge.config.model_types[self.name](self._value, "model")
+        return await made if inspect.isawaitable(made) else made
+
+
+def _model_name(bridge: Bridge, value: Any) -> str:
+    """The ``session/list`` name of the model ``value`` names: ``system``, ``scripted`` or the
+    custom type; ``invalid_params`` when it names none."""
     if value is None or value == "system" or (isinstance(value, dict) and value.get("type") == "system"):
-        if bridge.system_model is None:
-            raise AgentError(
-                ErrorCode.MODEL_UNAVAILABLE,
-                'No system model is configured; start the server with --model, or use "model": "scripted".',
-            )
-        return bridge.system_model(), "system", []
-    kind = value if isinstance(value, str) else value.get("type") if isinstance(value, dict) else None
-    if isinstance(value, str | dict) and kind == "scripted":
-        if not bridge.config.scripted_models:
-            raise invalid_params("Scripted models are disabled on this server.")
-        return ScriptedModel.from_wire(value, path="model", record_requests=False), "scripted", []
-    if isinstance(value, dict) and isinstance(kind, str) and kind in bridge.config.model_types:
-        return bridge.config.model_types[kind](value, "model"), kind, []
+        return "system"
     if not isinstance(value, str | dict):
         raise invalid_params(f"Parameter 'model' must be a string or an object; got {preview(value)}.")
+    kind = value if isinstance(value, str) else value.get("type")
+    if kind == "scripted":
+        if not bridge.config.scripted_models:
+            raise invalid_params("Scripted models are disabled on this server.")
+        return "scripted"
+    if isinstance(value, dict) and isinstance(kind, str) and kind in bridge.config.model_types:
+        return kind
     raise invalid_params(f"Unknown model type {preview(kind)}.")
 
 
-def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
+async def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
     """The model a ``model`` param names (the system model when absent) and its list name
     (``system``, ``scripted`` or the custom type). Extensions (NPCs, decisions, content) accept
     the same model specs as ``session/create`` and fail the same way."""
-    model, name, _ = _model(bridge, value)
-    return model, name
+    spec = ModelSpec(bridge, value)
+    return await spec.build(), spec.name
 
 
 # --- methods -----------------------------------------------------------------------------------
@@ -210,8 +237,10 @@ async def initialize(call: Call) -> Any:
     if client is not None:
         bridge.client_info = client
     model = await _availability(bridge)
+    # ``models`` is exactly what the reference bridges list; every type ``model`` may name here
+    # (proxies, phones, registered types) is the extension ``modelTypes`` (§3, §9).
     models = ["system", "scripted"] if bridge.config.scripted_models else ["system"]
-    models += [k for k in bridge.config.model_types if k not in models]
+    model_types = [*models, *(k for k in bridge.config.model_types if k not in models)]
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "server": {"name": bridge.config.server_name, "version": bridge.config.server_version},
@@ -223,6 +252,7 @@ async def initialize(call: Call) -> Any:
             "clientTools": True,
             "structuredOutput": True,
             "models": models,
+            "modelTypes": model_types,
             "maxSessions": bridge.config.max_sessions,
             "batch": False,
         },
@@ -246,10 +276,11 @@ async def model_availability(call: Call) -> Any:
 
 async def session_create(call: Call) -> Any:
     bridge, params = call.bridge, call.params
+    # Android's order (SessionMethods.create): id, options, history, instructions, tools, the
+    # forced tool, and only then the model, so a malformed create is -32602 with or without one.
+    warnings = params.unknown(_CREATE_KEYS)
     session = _session_id(bridge, params)
     _check_free(bridge, session)
-    warnings = params.unknown(_CREATE_KEYS)
-    model, model_name, model_warnings = _model(bridge, params.raw("model"))
     options, option_warnings = parse_options(
         params.nested("options"), default_tool_timeout=bridge.config.default_tool_timeout
     )
@@ -257,7 +288,9 @@ async def session_create(call: Call) -> Any:
     instructions = _instructions(params, transcript)
     tools, tool_warnings = _create_tools(params, transcript, options.tool_timeout)
     _check_forced_tool(options, tools)
-    warnings += [*model_warnings, *option_warnings, *tool_warnings]
+    spec = ModelSpec(bridge, params.raw("model"))
+    model, model_name = await spec.build(), spec.name
+    warnings += [*option_warnings, *tool_warnings]
     if model_name == "system":
         warnings += await _availability_warnings(model)
     agent = Agent(

@@ -58,14 +58,15 @@ def _selected(argv: list[str]) -> str | None:
 
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:
-    parser = _Parser(prog="oam-actors", description="Actor runtime for the bridge protocol v1.0.")
+    # No abbreviated options anywhere: a typo (``--phone 8``) must not silently mean another option.
+    parser = _Parser(prog="oam-actors", description="Actor runtime for the bridge protocol v1.0.", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"oam-actors {__version__}")
     parser.add_argument("--log-level", type=log_level, default="WARNING", metavar="LEVEL", help=_LOG_LEVEL_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _selected(argv)
     module = None
     for name, (module_name, help_text) in COMMANDS.items():
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub = commands.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         if name == chosen:
             module = importlib.import_module(module_name)
             module.add_arguments(sub)

@@ -79,12 +79,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proxy-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_PROXY_ALLOW_HOSTS") or "").split(",") if h],
                         help="a host sessions may name in a proxy model's baseUrl, besides the providers' "
-                        "own and loopback (repeatable; environment: OAM_PROXY_ALLOW_HOSTS, comma-separated)")
+                        "own and loopback, whatever it resolves to (a serve listening beyond loopback refuses "
+                        "loopback and private addresses otherwise; repeatable; environment: "
+                        "OAM_PROXY_ALLOW_HOSTS, comma-separated)")
     parser.add_argument("--device-allow-host", action="append", metavar="HOST",
                         default=[h for h in (env("OAM_DEVICE_ALLOW_HOSTS") or "").split(",") if h],
                         help='a host sessions may name in a device model\'s urls ({"type": "device"}), besides '
-                        "loopback and the hosts of --device (repeatable; environment: OAM_DEVICE_ALLOW_HOSTS, "
-                        "comma-separated)")
+                        "loopback and the hosts of --device, whatever it resolves to (a serve listening beyond "
+                        "loopback refuses loopback and private addresses otherwise; repeatable; environment: "
+                        "OAM_DEVICE_ALLOW_HOSTS, comma-separated)")
     parser.add_argument("--coalesce", action=argparse.BooleanOptionalAction, default=True,
                         help="a pool or proxy system model answers waiting barks, tool-free decisions and talk steps "
                         "together, several per generation (default: on)")
@@ -110,8 +113,9 @@ def add_quota_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model steps each proxy backend runs at once (environment: OAM_MAX_CONCURRENCY)")
 
 
-def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
-    """The library config of the parsed model options."""
+def model_config_from_args(args: argparse.Namespace, *, refuse_private: bool = False) -> ModelConfig:
+    """The library config of the parsed model options (``refuse_private``: a server listening
+    beyond loopback, see ``ModelConfig.refuse_private_addresses``)."""
     return ModelConfig(
         model=args.model,
         base_url=args.base_url,
@@ -130,6 +134,7 @@ def model_config_from_args(args: argparse.Namespace) -> ModelConfig:
         rpm=args.rpm,
         tpm=args.tpm,
         max_concurrency=args.max_concurrency,
+        refuse_private_addresses=refuse_private,
     )
 
 
@@ -145,7 +150,7 @@ def _queue_times(deadlines: list[tuple[str, float]] | None) -> tuple[float, floa
     return queue_times(deadlines) if deadlines else None
 
 
-def models_from_args(args: argparse.Namespace) -> ModelSetup:
+def models_from_args(args: argparse.Namespace, *, refuse_private: bool = False) -> ModelSetup:
     """The models the options describe (with ``--runtime ray``, a pool or proxy system model is a
     Ray model actor); raises :class:`UsageError` naming the option at fault. Imports Ray with
     ``--runtime ray``: call :func:`~oam_actors.cli.runtime.system_from_args` first."""
@@ -155,7 +160,7 @@ def models_from_args(args: argparse.Namespace) -> ModelSetup:
 
         host = ClusterModel
     try:
-        return create_model_setup(model_config_from_args(args), host=host)
+        return create_model_setup(model_config_from_args(args, refuse_private=refuse_private), host=host)
     except ModelConfigError as exc:
         raise UsageError(f"argument {_OPTIONS.get(exc.field, exc.field)}: {exc}") from exc
 

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         max_line_bytes=args.max_line_bytes,
     )
     runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported
-    setup = models_from_args(args)
+    # Beyond loopback, sessions may not make the server reach its own or private addresses.
+    setup = models_from_args(args, refuse_private=any(not is_loopback(e.host) for e in endpoints))
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,

@@ -198,7 +198,9 @@ def _figures(run: SimRun, backend: Backend) -> list[tuple[str, str]]:
         ("tool calls answered / unanswered", f"{run.tool_calls_answered} / {run.tool_calls_ignored}"),
         ("cancels sent", str(run.cancels_sent)),
     ]
-    rows += [(f"model {key}", str(value)) for key, value in backend.snapshot().items()]
+    if snapshot := backend.snapshot():  # a backend with a quota
+        rows.append(("turns failed rate_limited", str(outcomes.counts.get("rate_limited", 0))))
+        rows += [(key, str(value)) for key, value in snapshot.items()]
     return rows
 
 
@@ -317,7 +319,7 @@ async def _main(config: SimConfig, progress: _Progress, runtime: SystemFactory, 
                 await tg.start(_watch_interrupts, stop, everything, progress, started)
                 run = await _simulate(config, progress, runtime, stop)
                 # Still under the signal watcher, so a Ctrl-C now cannot tear the files.
-                report = build_report(run)
+                report = build_report(run, startup_seconds=max(0.0, run.started - started))
                 written = report, write_report(report, config.report_dir)
                 tg.cancel_scope.cancel()
     finally:
@@ -325,19 +327,26 @@ async def _main(config: SimConfig, progress: _Progress, runtime: SystemFactory, 
     return written
 
 
-def _summary(report: dict[str, Any], seconds: float) -> str:
+def _summary(report: dict[str, Any]) -> str:
+    """One line of the report's figures; its seconds are the report's (the run, start-up apart)."""
     turns, latency, quota = report["turns"], report["latency"]["ok"], report["quota"]
     jain = report["fairness"]["jainIndex"]
+    startup = report["startupSeconds"]
     parts = [
-        f"{turns['total']} turns in {seconds:.0f} s: {turns['ok']} ok, {turns['cancelled']} cancelled, "
+        f"{turns['total']} turns in {report['elapsedSeconds']:.0f} s"
+        + (f" (after {startup:.0f} s of start-up)" if startup >= 1 else "")
+        + f": {turns['ok']} ok, {turns['cancelled']} cancelled, "
         f"{turns['failed']} failed" + (f", {turns['fallback']} fallback" if turns["fallback"] else ""),
         f"p50 {latency['p50Ms']:.0f} ms, p99 {latency['p99Ms']:.0f} ms" if latency["count"] else "no ok turns",
         f"Jain's fairness {'—' if jain is None else f'{jain:.3f}'}",
     ]
-    if quota is not None:
-        absorbed = quota.get("absorbedByScheduler", quota.get("throttlesFromServer"))
-        label = "absorbed" if "absorbedByScheduler" in quota else "server rate limits"
-        parts.append(f"quota events {label} {absorbed}, surfaced {quota['surfacedToClients']}")
+    if quota is not None:  # the live display's words for the same figures
+        if "refusalsAbsorbedByPool" in quota:
+            parts.append(f"pool quota refusals absorbed {quota['refusalsAbsorbedByPool']}, pool steps given up "
+                         f"(queue time ran out) {quota['stepsGivenUpByPool']}")
+        else:
+            parts.append(f"rate limits from the server {quota['throttlesFromServer']}")
+        parts.append(f"turns failed rate_limited {quota['rateLimitedTurns']}")
     return "; ".join(parts)
 
 
@@ -362,6 +371,6 @@ def run(args: argparse.Namespace) -> int:
         if written is None:
             return EXIT_INTERRUPTED
         report, (json_path, html_path) = written
-        print(_summary(report, time.monotonic() - started), file=out)
+        print(_summary(report), file=out)
         print(f"report: {json_path} and {html_path}", file=out)
     return EXIT_INTERRUPTED if report["interrupted"] else 0

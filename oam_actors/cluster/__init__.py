@@ -15,7 +15,7 @@ nothing else in ``oam_actors`` does.
 
 from .models import MODEL_NAMESPACE, ClusterModel, RemoteModel, host_model, stop_model
 from .store import MemoryStore, SqliteStore, StateStore
-from .system import LOCAL_RAY_OPTIONS, RaySystem, ShardInfo, shard_of
+from .system import LOCAL_RAY_OPTIONS, RaySystem, ShardInfo, private_ray, shard_of
 
 __all__ = [
     "LOCAL_RAY_OPTIONS",
@@ -28,6 +28,7 @@ __all__ = [
     "SqliteStore",
     "StateStore",
     "host_model",
+    "private_ray",
     "shard_of",
     "stop_model",
 ]

@@ -38,11 +38,15 @@ and shuts Ray down on exit only if it started it.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import gc
 import itertools
 import logging
+import shutil
+import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, final
 
 import anyio
@@ -88,7 +92,7 @@ from .wire import (
     loads_value,
 )
 
-__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "ShardInfo", "shard_of"]
+__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "ShardInfo", "init_private_ray", "private_ray", "shard_of", "shutdown_private_ray"]
 
 _log = logging.getLogger(__name__)
 
@@ -101,6 +105,36 @@ LOCAL_RAY_OPTIONS: Mapping[str, Any] = {
     "_system_config": {"worker_niceness": 0},
 }
 """``ray.init`` options when this system starts a Ray instance of its own (no ``address``)."""
+
+
+def init_private_ray(options: Mapping[str, Any] = LOCAL_RAY_OPTIONS) -> str:
+    """Start a private local Ray instance (``ray.init(address="local", **options)``, workers'
+    output kept from this process's stdout) whose session files go to a folder of its own, not
+    ``/tmp/ray``; returns that folder, for :func:`shutdown_private_ray`."""
+    # Short and under /tmp: Ray's socket paths must fit in a sun_path.
+    folder = tempfile.mkdtemp(prefix="oamray-", dir="/tmp")
+    # A copy: ray.init writes into ``_system_config`` (the object spilling folder, inside this
+    # instance's session), and the next instance must not spill into a removed one.
+    ray.init(address="local", log_to_driver=False, _temp_dir=folder, **copy.deepcopy(dict(options)))
+    return folder
+
+
+def shutdown_private_ray(folder: str) -> None:
+    """Shut down what :func:`init_private_ray` started and remove its folder: a private
+    instance leaves no ``session_*`` folders behind."""
+    ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_ray(options: Mapping[str, Any] = LOCAL_RAY_OPTIONS) -> Iterator[None]:
+    """A private local Ray instance for the block (:func:`init_private_ray`), shut down and its
+    files removed after it."""
+    folder = init_private_ray(options)
+    try:
+        yield
+    finally:
+        shutdown_private_ray(folder)
 
 _SHARD_OPTIONS: Mapping[str, Any] = {
     "max_restarts": -1,  # a dead shard process is always replaced
@@ -372,6 +406,7 @@ class RaySystem(SystemBase):
         self.store: StateStore = store if store is not None else MemoryStore()
         self._owns_store = store is None
         self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
+        self._private_folder: str | None = None  # the files of the Ray instance this system started
         self._shard_options = {**_SHARD_OPTIONS, **(shard_options or {})}
         self._entries: dict[Address, _Entry] = {}
         self._links: list[ShardLink] = []
@@ -430,14 +465,12 @@ class RaySystem(SystemBase):
     def _connect(self) -> None:
         if ray.is_initialized():
             return
-        # Workers' prints must never reach this process's stdout (it may carry the protocol).
-        options: dict[str, Any] = {"log_to_driver": False}
-        if self.address is None:
-            options.update(self._ray_options, address="local")  # never a cluster found lying around
+        if self.address is None:  # never a cluster found lying around
+            self._private_folder = init_private_ray(self._ray_options)
         else:
-            options["address"] = self.address
             _use_token_if_available()
-        ray.init(**options)
+            # Workers' prints must never reach this process's stdout (it may carry the protocol).
+            ray.init(address=self.address, log_to_driver=False)
         self._started_ray = True
 
     def _placements(self) -> list[dict[str, Any]]:
@@ -462,7 +495,9 @@ class RaySystem(SystemBase):
             ray.kill(link.handle, no_restart=True)
         if self._owns_store:
             self.store.close()
-        if self._started_ray:
+        if self._private_folder is not None:
+            shutdown_private_ray(self._private_folder)
+        elif self._started_ray:
             ray.shutdown()
 
     # --- ActorSystem ---------------------------------------------------------------------------

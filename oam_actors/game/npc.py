@@ -567,7 +567,10 @@ class NPC:
         try:
             await self._compact()
         except OamError as error:  # the history stays as it was; the next turn schedules it again
-            _log.warning("background compaction of NPC %s failed: %s", self._persona.name, error.message, exc_info=error)
+            # A model error is an expected, handled fault (a farm's phones fail on purpose): one
+            # line, its traceback only at DEBUG.
+            _log.warning("background compaction of NPC %s failed: %s", self._persona.name, error.message)
+            _log.debug("background compaction of NPC %s failed", self._persona.name, exc_info=error)
         self._compaction_due = False
         return True
 

@@ -16,7 +16,7 @@ from ..agent import ToolChoice
 from ..agent.transcript import Entry
 from ..agent.tools import too_many_tools_warning
 from ..bridge import Call, Deferred
-from ..bridge.core import resolve_model
+from ..bridge.core import ModelSpec
 from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
@@ -127,12 +127,14 @@ async def _build(
     model_spec: Any,
 ) -> dict[str, Any]:
     """Create and register the NPC actor; the steps after the params of create and restore, in
-    protocol order (model, tool definitions, world, availability, NPC checks, limit). Nothing is
-    created when one fails."""
+    Android's order (model spec, tool definitions, world, the model itself and its availability,
+    NPC checks, limit), so a malformed create is ``-32602`` even without a system model. Nothing
+    is created when one fails."""
     bridge = game.bridge
-    model, model_name = resolve_model(bridge, model_spec)
+    spec = ModelSpec(bridge, model_spec)
     tools, tool_warnings = tools_param(tools_raw, tools_path)
     shared = await game.world_document(world) if world is not None else None
+    model, model_name = await spec.build(), spec.name
     warnings = [*warnings, *tool_warnings]
     if model_name == "system":
         availability = await model.availability()

@@ -35,7 +35,7 @@ async def decision_decide(game: GameState, call: Call) -> Any:
     params = call.params
     warnings = params.unknown((*_DECISION_KEYS, *_ENGINE_KEYS))
     request, request_warnings = await _decision(game, params, game.budget(deadline_seconds(params)))
-    engine = _engine(game, params)
+    engine = await _engine(game, params)
     message = Decide(
         request_id=_request_id(call), request=request, outlet=call.bridge, warnings=[*warnings, *request_warnings]
     )
@@ -64,7 +64,7 @@ async def decision_decide_many(game: GameState, call: Call) -> Any:
         requests.append(request)
     concurrency = params.integer("maxConcurrency", minimum=1, default=2)
     assert concurrency is not None
-    engine = _engine(game, params)
+    engine = await _engine(game, params)
     message = DecideMany(
         request_id=_request_id(call), requests=requests, max_concurrency=concurrency, outlet=call.bridge,
         warnings=warnings,
@@ -83,7 +83,7 @@ async def content_generate(game: GameState, call: Call) -> Any:
     schema = Schema.compile(raw_schema, path="schema")
     tools, tool_warnings = tools_param(params.raw("tools"), "tools")
     generator = ContentGenerator(
-        resolve_model(game.bridge, params.raw("model"))[0],
+        (await resolve_model(game.bridge, params.raw("model")))[0],
         temperature=params.number("temperature", minimum=0),
         tool_timeout=_tool_timeout(game, params),
     )
@@ -151,12 +151,12 @@ async def _actor(game: GameState, params: Params) -> tuple[Persona | None, list[
     return decoded.value, list(decoded.warnings)
 
 
-def _engine(game: GameState, params: Params) -> DecisionEngine:
+async def _engine(game: GameState, params: Params) -> DecisionEngine:
     """The shared engine settings of a decision request (top level of a batch)."""
     rounds = params.integer("maxToolRounds", minimum=0, default=2)
     assert rounds is not None
     return DecisionEngine(
-        resolve_model(game.bridge, params.raw("model"))[0],
+        (await resolve_model(game.bridge, params.raw("model")))[0],
         instructions=params.string("instructions"),
         temperature=params.number("temperature", minimum=0),
         max_tool_rounds=rounds,

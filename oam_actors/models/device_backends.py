@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
@@ -38,6 +38,7 @@ from ..addresses import is_loopback
 from ..agent.model import Availability, GenerationRequest, LanguageModel, ModelCapabilities, Usage
 from ..errors import AgentError, ErrorCode, ProtocolError, invalid_params
 from ..runtime import Hosting, register_hosted
+from .address_guard import AddressGuard
 
 if TYPE_CHECKING:
     from .pool import DevicePool, PoolConfig
@@ -60,8 +61,11 @@ class DeviceBackends:
     streams from its models (a pool starts inside it on first use and stops when it is left)."""
 
     def __init__(self, *, allowed_hosts: Iterable[str] = (), token: str | None = None,
-                 queue_seconds: tuple[float, float, float] | None = None) -> None:
+                 queue_seconds: tuple[float, float, float] | None = None, refuse_private: bool = False) -> None:
         self._allowed = {h.lower() for h in allowed_hosts}
+        # With refuse_private (a server listening beyond loopback), hosts the operator did not
+        # allow must resolve to public addresses, and pools connect to the addresses checked.
+        self._guard = AddressGuard(self._allowed, allow_flag="--device-allow-host") if refuse_private else None
         self._token = token
         self._queue_seconds = queue_seconds
         self._models: dict[tuple[str, ...], SharedDeviceModel] = {}
@@ -81,8 +85,21 @@ class DeviceBackends:
 
     def from_wire(self, value: dict[str, Any], path: str = "model") -> LanguageModel:
         """The model of a ``{"type": "device", "urls": […]}`` object; raises ``invalid_params``
-        naming the field (or ``limit_reached`` past :data:`MAX_DEVICE_POOLS` sets)."""
-        from .pool import PoolConfig, PoolConfigError, canonical_urls
+        naming the field (or ``limit_reached`` past :data:`MAX_DEVICE_POOLS` sets). No address
+        check: see :meth:`from_wire_checked`."""
+        return self._model_of(self._allowed_urls(value, path))
+
+    async def from_wire_checked(self, value: dict[str, Any], path: str = "model") -> LanguageModel:
+        """:meth:`from_wire`, and with ``refuse_private`` every host the operator did not allow
+        must resolve to public addresses only (``invalid_params`` naming ``<path>.urls``)."""
+        urls = self._allowed_urls(value, path)
+        if self._guard is not None:
+            for url in urls:
+                await self._guard.check(url, f"{path}.urls")
+        return self._model_of(urls)
+
+    def _allowed_urls(self, value: dict[str, Any], path: str) -> tuple[str, ...]:
+        from .pool import PoolConfigError, canonical_urls
 
         for key in value:
             if key not in _WIRE_KEYS:
@@ -102,6 +119,11 @@ class DeviceBackends:
                     f"Parameter '{path}.urls' names host '{host}', which this server does not allow (allowed: "
                     "loopback, the hosts of its --device phones, and hosts given with --device-allow-host)."
                 )
+        return normalized
+
+    def _model_of(self, normalized: tuple[str, ...]) -> LanguageModel:
+        from .pool import PoolConfig
+
         if (server_pool := self._server_pools.get(normalized)) is not None:
             return server_pool()
         model = self._models.get(normalized)
@@ -111,12 +133,13 @@ class DeviceBackends:
                                     "sets of phones already; name one of those.")
             config = PoolConfig(token=self._token, **({} if self._queue_seconds is None else
                                                       {"queue_seconds": self._queue_seconds}))
-            model = self._models[normalized] = SharedDeviceModel(normalized, config, self._open)
+            model = self._models[normalized] = SharedDeviceModel(normalized, config, self._open, guard=self._guard)
         return model
 
-    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], LanguageModel]]:
-        """``BridgeConfig.model_types`` entries: ``device``."""
-        return {DEVICE_TYPE: self.from_wire}
+    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], LanguageModel | Awaitable[LanguageModel]]]:
+        """``BridgeConfig.model_types`` entries: ``device`` (with ``refuse_private``, a coroutine
+        that checks the addresses)."""
+        return {DEVICE_TYPE: self.from_wire if self._guard is None else self.from_wire_checked}
 
     def _open(self, model: SharedDeviceModel) -> None:
         if self._tasks is None:
@@ -139,8 +162,10 @@ class DeviceBackends:
 class SharedDeviceModel:
     """The pool of one set of phones (see the module docstring), started on first use."""
 
-    def __init__(self, urls: tuple[str, ...], config: PoolConfig, start: Callable[[SharedDeviceModel], None]) -> None:
+    def __init__(self, urls: tuple[str, ...], config: PoolConfig, start: Callable[[SharedDeviceModel], None],
+                 *, guard: AddressGuard | None = None) -> None:
         self.urls = urls
+        self._guard = guard
         self.config = config
         self._start = start
         self._pool: DevicePool | None = None
@@ -179,7 +204,7 @@ class SharedDeviceModel:
         from .pool import DevicePool
 
         try:
-            async with DevicePool(self.urls, config=self.config) as pool:
+            async with DevicePool(self.urls, config=self.config, guard=self._guard) as pool:
                 self._pool = pool
                 self._set_ready()
                 await anyio.sleep_forever()

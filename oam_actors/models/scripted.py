@@ -236,7 +236,26 @@ class ScriptedModel:
             return self._select_decision(request.kind)
         while self._queue and self._queue[0].form is StepForm.TOOL_CALLS:
             self._next_step()
+        if request.kind is StepKind.STRUCTURED and self._queue:
+            self._check_structured(self._queue[0])
         return self._next_step(), None
+
+    def _check_structured(self, head: ScriptStep) -> None:
+        """A structured step (a schema turn, an NPC's reply in ``automatic`` or ``structured``
+        format, content) needs a ``json`` step, or a text step holding JSON; a plain text step
+        of the script cannot serve it. Say so, leaving the script as it was, rather than play
+        text that fails validation and let the turn's repairs and text retry eat the following
+        steps. (An exhausted script plays its fallback as always.)"""
+        if head.form is not StepForm.TEXT or _is_json(head.text):
+            return
+        raise AgentError(
+            ErrorCode.INVALID_REQUEST,
+            f"The scripted model cannot answer a structured step with its step {self._played + 1} "
+            f"(steps[{self._played}]), a text step ({_compact(head.text[:40])}): a structured step takes a "
+            '{"json": …} step (or text holding JSON). An NPC in replyFormat automatic or structured takes one '
+            'json step per talk, {"json": {"emotion": "neutral", "line": "…", "player_options": [], '
+            '"ends_conversation": false}}; in replyFormat text, one text step.',
+        )
 
     def _select_decision(self, kind: StepKind) -> tuple[ScriptStep, str | None]:
         head = self._queue[0] if self._queue else None
@@ -276,6 +295,14 @@ _QUIET = ScriptStep.say("", chunks=1)
 
 def _compact(value: Any) -> str:
     return msgspec.json.encode(value).decode()
+
+
+def _is_json(text: str) -> bool:
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return False
+    return True
 
 
 def _render(step: ScriptStep, request: GenerationRequest) -> str:

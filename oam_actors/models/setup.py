@@ -118,6 +118,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     rpm: int | None = None  # requests per minute per proxy backend, as the operator bought them
     tpm: int | None = None  # tokens per minute per proxy backend
     max_concurrency: int | None = None  # steps at once per proxy backend
+    refuse_private_addresses: bool = False
+    """Set by a server listening beyond loopback: a proxy ``baseUrl`` or device ``urls`` a session
+    names must resolve to public addresses unless its host is allowed above
+    (:mod:`oam_actors.models.address_guard`)."""
 
     def proxy_limits(self) -> QuotaLimits:
         """Where each proxy backend's scheduler starts (:func:`stated_limits`)."""
@@ -190,7 +194,7 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
     pool = _pool_host(config)
     proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
     backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts, limits=config.proxy_limits(),
-                             queue_seconds=config.queue_seconds)
+                             queue_seconds=config.queue_seconds, refuse_private=config.refuse_private_addresses)
     devices = _device_backends(config)
     types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = {**backends.model_types(),
                                                                        **devices.model_types()}
@@ -225,7 +229,7 @@ def _device_backends(config: ModelConfig) -> DeviceBackends:
     """The pools sessions name: on loopback, on the system pool's hosts, or on allowed hosts."""
     hosts = {urlsplit(url.strip()).hostname or "" for url in config.devices} - {""}
     return DeviceBackends(allowed_hosts=[*hosts, *config.device_allow_hosts], token=config.device_token,
-                          queue_seconds=config.queue_seconds)
+                          queue_seconds=config.queue_seconds, refuse_private=config.refuse_private_addresses)
 
 
 @asynccontextmanager

@@ -183,8 +183,10 @@ class _PoolBackend:
         if self._pool is None:  # on Ray: the numbers are in the model actor
             return {}
         stats = self._pool.statistics_nowait()
-        return {"ready": stats.ready, "cooling": stats.cooling, "dead": stats.dead, "queued": stats.queued,
-                "absorbed": stats.quota_events_absorbed, "surfaced": stats.quota_events_surfaced}
+        # The words of the summary line and the report's cards for the same figures.
+        return {"pool ready": stats.ready, "pool cooling": stats.cooling, "pool dead": stats.dead,
+                "pool queued": stats.queued, "pool quota refusals absorbed": stats.quota_events_absorbed,
+                "pool steps given up (queue time ran out)": stats.quota_events_surfaced}
 
     async def statistics(self) -> dict[str, Any]:
         assert self._model is not None
@@ -295,7 +297,7 @@ class ProxyBackend:
 
     def snapshot(self) -> dict[str, Any]:
         stats = self._scheduler.statistics()
-        return {"queued": sum(stats.queued), "throttles": stats.throttles}
+        return {"proxy queued": sum(stats.queued), "rate limits from the server": stats.throttles}
 
     async def statistics(self) -> dict[str, Any]:
         stats = {"backend": self.name, "scheduler": msgspec.to_builtins(self._scheduler.statistics())}

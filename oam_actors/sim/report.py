@@ -23,7 +23,10 @@ from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 __all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
 
 
-def build_report(run: SimRun) -> dict[str, Any]:
+def build_report(run: SimRun, *, startup_seconds: float = 0.0) -> dict[str, Any]:
+    """The report of ``run``. Its seconds (``elapsedSeconds``, the timeline) count from the run's
+    start, after the runtime and the backend were up; ``startup_seconds`` is how long getting
+    there took (a Ray instance's start), reported apart as ``startupSeconds``."""
     outcomes = run.outcomes
     ok = [s for s in run.samples if s.outcome == OK]
     elapsed = max(run.elapsed, 1e-9)
@@ -32,6 +35,7 @@ def build_report(run: SimRun) -> dict[str, Any]:
         "config": msgspec.to_builtins(run.config),
         "interrupted": run.interrupted,
         "elapsedSeconds": round(elapsed, 2),
+        "startupSeconds": round(startup_seconds, 2),
         "loadSeconds": round(_load_seconds(run), 2),
         "loadEndedAtSeconds": None if run.load_ended is None else round(run.load_ended, 2),
         "turns": {
@@ -141,12 +145,20 @@ def _load_seconds(run: SimRun) -> float:
     return max(0.0, end - run.load_started)
 
 
-def _quota(backend: dict[str, Any], surfaced: int) -> dict[str, Any] | None:
-    """Quota events, or None for a backend that has no quota (scripted)."""
+def _quota(backend: dict[str, Any], rate_limited_turns: int) -> dict[str, Any] | None:
+    """Quota events, or None for a backend that has no quota (scripted). Three different figures,
+    named apart (the live display and the summary line use the same words):
+
+    - ``rateLimitedTurns``: turns whose client got a ``rate_limited`` error;
+    - ``refusalsAbsorbedByPool``: quota refusals the pool rerouted or waited out (nobody saw them);
+    - ``stepsGivenUpByPool``: model steps the pool gave up on when their queue time ran out; the
+      request then degraded to its fallback or, without one, became a ``rate_limited`` turn.
+    """
     if "quotaEventsAbsorbed" in backend:  # a device pool
-        return {"surfacedToClients": surfaced, "absorbedByScheduler": backend["quotaEventsAbsorbed"]}
+        return {"rateLimitedTurns": rate_limited_turns, "refusalsAbsorbedByPool": backend["quotaEventsAbsorbed"],
+                "stepsGivenUpByPool": backend.get("quotaEventsSurfaced", 0)}
     if "scheduler" in backend:  # one quota scheduler in front of a proxy
-        return {"surfacedToClients": surfaced, "throttlesFromServer": backend["scheduler"].get("throttles", 0)}
+        return {"rateLimitedTurns": rate_limited_turns, "throttlesFromServer": backend["scheduler"].get("throttles", 0)}
     return None
 
 
@@ -211,9 +223,11 @@ def _cards(report: dict[str, Any]) -> str:
         ("Jain's fairness", "—" if jain is None else f"{jain:.3f}", fairness.get("reason", "")),
     ]
     if quota is not None:
-        cards.append(("quota errors surfaced", f"{quota['surfacedToClients']}", "rate_limited errors clients got"))
-        if "absorbedByScheduler" in quota:
-            cards.append(("quota events absorbed", f"{quota['absorbedByScheduler']}",
+        cards.append(("turns failed rate_limited", f"{quota['rateLimitedTurns']}", "rate_limited errors clients got"))
+        if "refusalsAbsorbedByPool" in quota:
+            cards.append(("steps given up by the pool", f"{quota['stepsGivenUpByPool']}",
+                          "queue time ran out: the request degraded to its fallback or failed rate_limited"))
+            cards.append(("quota refusals absorbed by the pool", f"{quota['refusalsAbsorbedByPool']}",
                           "refusals rerouted or waited out by the pool"))
         else:
             cards.append(("rate limits from the server", f"{quota['throttlesFromServer']}", ""))

@@ -37,6 +37,7 @@ Contract
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import socket
@@ -54,7 +55,7 @@ from ..agent import (
     LanguageModel,
     Usage,
 )
-from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
+from ..bridge import Bridge, BridgeConfig, Call, CustomModelFactory, Extension, ModelFactory
 from ..bridge.model_status import model_status
 from ..errors import AgentError, ErrorCode
 from ..models import ModelWithStatistics
@@ -62,7 +63,7 @@ from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..observability.metrics import ServerMetrics
 from ..runtime import ActorSystem
-from .auth import Tenant, TokenTable
+from .auth import ANONYMOUS, Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
 
 __all__ = [
@@ -161,12 +162,14 @@ class Hub:
         shared = self.policy.share_objects
         serial = next(self._serial)
         namespace = f"t:{tenant.name}" if shared else f"c{serial}"
+        # Without tokens, a client written for a server with them may still say ``auth``.
+        open_auth = [] if self.policy.tokens else [_OpenAuth()]
         bridge = Bridge(
             self.system,
             write,
             config=self.config,
             system_model=self.system_model,
-            extensions=self.extensions(),
+            extensions=[*self.extensions(), *open_auth],
             namespace=namespace + NAMESPACE_SEPARATOR,
             shared=shared,
             metrics=self.metrics,
@@ -373,8 +376,28 @@ def _timed(factory: ModelFactory, metrics: ServerMetrics) -> ModelFactory:
     return lambda: _TimedModel(factory(), metrics)
 
 
+class _OpenAuth:
+    """``auth`` on a server without tokens: every connection is the anonymous tenant already, so
+    any ``auth`` (first or later, any token) answers ``{"tenant": null}`` rather than
+    ``-32601``, and a client written for a server with tokens works against a development one."""
+
+    def install(self, bridge: Bridge) -> None:
+        bridge.registry.register("auth", _anonymous)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _anonymous(call: Call) -> dict[str, Any]:
+    return {"tenant": ANONYMOUS.to_wire()}
+
+
 def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomModelFactory:
-    return lambda spec, path: _TimedModel(factory(spec, path), metrics)
+    async def timed(spec: dict[str, Any], path: str) -> LanguageModel:
+        made = factory(spec, path)
+        return _TimedModel(await made if inspect.isawaitable(made) else made, metrics)
+
+    return timed
 
 
 class _TimedModel(DelegatingModel):

@@ -16,7 +16,8 @@ import anyio.abc
 import httpx
 
 from ...agent.model import Availability, GenerationRequest, ModelCapabilities, Usage, estimate_tokens
-from ...errors import AgentError, DeadlinePassed, ErrorCode
+from ...errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
+from ..address_guard import AddressGuard
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
 from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
@@ -106,6 +107,7 @@ class DevicePool:
         config: PoolConfig | None = None,
         names: Sequence[str] | None = None,
         clock: Clock | None = None,
+        guard: AddressGuard | None = None,
     ) -> None:
         self._config = config = config or PoolConfig()
         urls = normalize_urls(urls)
@@ -114,8 +116,10 @@ class DevicePool:
             raise PoolConfigError("device names must be unique, one per URL")
         self._clock: Clock = clock or MonotonicClock()
         timeout = config.timeouts.to_httpx()
-        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False,
-                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        # A guard (a server beyond loopback, phones a session named) pins connections to checked addresses.
+        transport = guard.transport(limits=limits, trust_env=False) if guard is not None else None
+        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, limits=limits, transport=transport)
         self._ledger = ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
@@ -182,7 +186,7 @@ class DevicePool:
                 device.health.revive()
                 _log.info("device pool: %s (%s) is serving again", device.name, device.model.base_url)
             return
-        self._kill(device, f"status check got no answer within {self._config.probe_timeout_seconds:g} s")
+        self._kill(device, f"status check got no answer within {seconds_text(self._config.probe_timeout_seconds)}")
 
     # --- the LanguageModel interface -------------------------------------------------------------
 
@@ -363,7 +367,7 @@ class DevicePool:
         if last is not None:
             return DeadlinePassed(last.message, retry_after=last.retry_after)
         seconds = self._queue_seconds(step.request, step.priority)
-        return DeadlinePassed(f"No device had room for the step within {seconds:g} s.",
+        return DeadlinePassed(f"No device had room for the step within {seconds_text(seconds)}.",
                               retry_after=self._config.limits.min_interval_seconds)
 
     def _queue_seconds(self, request: GenerationRequest, priority: Priority) -> float:

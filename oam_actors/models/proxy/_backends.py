@@ -4,7 +4,10 @@ name, one quota scheduler per backend, and the ``model_types`` factories the bri
 A protocol client chooses ``baseUrl``, so the server decides where that may lead: the providers'
 own hosts, loopback, and the hosts the operator allows (``--proxy-allow-host``). Anything else is
 ``-32602`` before a byte is sent, which keeps keys from being sent to a host of the client's
-choosing and the server from being used to reach its private network.
+choosing. With ``refuse_private`` (a server listening beyond loopback) loopback goes too: a host
+the operator did not allow must resolve to public addresses only, and is connected to at the
+address checked (:mod:`oam_actors.models.address_guard`), so the server cannot be used to reach
+its own or its private network's services.
 
 **One quota per backend.** :meth:`ProxyBackends.shared` (what sessions that name a proxy get, and
 the proxy system model) is a :class:`SharedProxyModel`: the config's model behind the one
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -35,6 +38,7 @@ import msgspec
 from ...agent.model import DelegatingModel, LanguageModel
 from ...errors import invalid_params
 from ...runtime import Hosting, register_hosted
+from ..address_guard import AddressGuard
 from ..scheduler import QuotaLimits, QuotaScheduler, QuotaState
 from ._config import Provider, ProxyConfig, config_from_wire, is_loopback
 from ._model import ProxyModel, new_client
@@ -67,10 +71,14 @@ class ProxyBackends:
         on_rate_limit: RateLimitHook | None = None,
         limits: QuotaLimits | None = None,
         queue_seconds: tuple[float, float, float] | None = None,
+        refuse_private: bool = False,
     ) -> None:
-        self._allowed = {h.lower() for h in allowed_hosts} | _PROVIDER_HOSTS
+        self._explicit = {h.lower() for h in allowed_hosts}  # the operator's: never address-checked
+        self._guard = AddressGuard(self._explicit, allow_flag="--proxy-allow-host") if refuse_private else None
         self._environ = environ
-        self._client = client if client is not None else new_client()
+        if client is None:
+            client = new_client() if self._guard is None else new_client(guard=self._guard)
+        self._client = client
         self._on_rate_limit = on_rate_limit
         self.limits = limits if limits is not None else QuotaLimits()
         """Where each backend's scheduler starts (the operator's stated limits)."""
@@ -80,8 +88,8 @@ class ProxyBackends:
         self._shared: collections.OrderedDict[bytes, SharedProxyModel] = collections.OrderedDict()
 
     def allow_host(self, host: str) -> None:
-        """Let protocol clients name ``host`` in ``baseUrl``."""
-        self._allowed.add(host.lower())
+        """Let protocol clients name ``host`` in ``baseUrl`` (whatever its addresses)."""
+        self._explicit.add(host.lower())
 
     def model(self, config: ProxyConfig) -> ProxyModel:
         """A model on the shared client (no host check: the operator's own configuration)."""
@@ -111,6 +119,8 @@ class ProxyBackends:
             proxy.on_rate_limit = _both(scheduler_hook(scheduler), self._on_rate_limit)
             queue = {} if queue_seconds is None else {"queue_seconds": queue_seconds}
             model = SharedProxyModel(ScheduledModel(proxy, scheduler, **queue), self.limits, queue_seconds, coalesce)
+            if self._guard is not None:  # a model actor hosting it pins its connections the same way
+                model.guard_exempt = tuple(sorted(self._explicit))
             self._shared[key] = model
             if len(self._shared) > _SHARED_KEPT:
                 self._shared.popitem(last=False)
@@ -133,19 +143,33 @@ class ProxyBackends:
         return self.shared(*variant)
 
     def from_wire(self, value: dict[str, Any], path: str = "model") -> SharedProxyModel:
-        """A model for a ``session/create`` ``model`` object; raises ``invalid_params``."""
+        """A model for a ``session/create`` ``model`` object; raises ``invalid_params``. No
+        address check: see :meth:`from_wire_checked`."""
+        return self.shared(self._allowed_config(value, path))
+
+    async def from_wire_checked(self, value: dict[str, Any], path: str = "model") -> SharedProxyModel:
+        """:meth:`from_wire`, and with ``refuse_private`` a host the operator did not allow must
+        resolve to public addresses only (``invalid_params`` naming ``<path>.baseUrl``)."""
+        config = self._allowed_config(value, path)
+        if self._guard is not None:
+            await self._guard.check(config.url, f"{path}.baseUrl")
+        return self.shared(config)
+
+    def _allowed_config(self, value: dict[str, Any], path: str) -> ProxyConfig:
         config = config_from_wire(value, path)
         host = config.host.lower()
-        if not (is_loopback(host) or host in self._allowed):
+        if not (is_loopback(host) or host in self._explicit or host in _PROVIDER_HOSTS):
             raise invalid_params(
                 f"Parameter '{path}.baseUrl' names host '{host}', which this server does not allow "
                 "(allowed: the providers' own hosts, loopback, and hosts given with --proxy-allow-host)."
             )
-        return self.shared(config)
+        return config
 
-    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], SharedProxyModel]]:
-        """``BridgeConfig.model_types`` entries: ``openai``, ``anthropic``, ``gemini``."""
-        return {provider.value: self.from_wire for provider in Provider}
+    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], SharedProxyModel | Awaitable[SharedProxyModel]]]:
+        """``BridgeConfig.model_types`` entries: ``openai``, ``anthropic``, ``gemini`` (with
+        ``refuse_private``, coroutines that check the addresses)."""
+        factory = self.from_wire if self._guard is None else self.from_wire_checked
+        return {provider.value: factory for provider in Provider}
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -180,6 +204,8 @@ class SharedProxyModel(DelegatingModel):
         self.queue_seconds = queue_seconds
         self.coalesce = coalesce
         self.config: ProxyConfig = scheduled.model.config  # type: ignore[attr-defined]
+        self.guard_exempt: tuple[str, ...] | None = None
+        """With address checks (``refuse_private``): the hosts exempt from them."""
 
     @property
     def scheduler(self) -> QuotaScheduler:
@@ -206,9 +232,10 @@ def _both(first: RateLimitHook, second: RateLimitHook | None) -> RateLimitHook:
 
 def _hosting(model: SharedProxyModel) -> Hosting:
     # One model actor per quota key; it builds its own backends with the same starting limits.
+    guarded = {} if model.guard_exempt is None else {"allowed_hosts": model.guard_exempt, "refuse_private": True}
     return Hosting(
         name=f"proxy:{model.config.quota_key}",
-        factory=functools.partial(ProxyBackends, limits=model.limits),
+        factory=functools.partial(ProxyBackends, limits=model.limits, **guarded),
         variant=(model.config, model.queue_seconds, model.coalesce),
         info=model.capabilities,
     )

@@ -18,7 +18,7 @@ import re
 
 import httpx
 
-from ...errors import AgentError, ErrorCode
+from ...errors import AgentError, ErrorCode, seconds_text
 from ..codecs import CodecError, ProviderError
 from ._config import ProxyConfig
 
@@ -88,4 +88,4 @@ def timeout_failure(config: ProxyConfig, *, connect: bool = False, step: bool = 
         limit, what = config.step_timeout, "finish the step"
     else:
         limit, what = config.read_timeout, "answer"
-    return AgentError(ErrorCode.GENERATION_FAILED, f"{_who(config)} did not {what} within {limit:g} s.")
+    return AgentError(ErrorCode.GENERATION_FAILED, f"{_who(config)} did not {what} within {seconds_text(limit)}.")

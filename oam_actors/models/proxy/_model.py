@@ -33,6 +33,7 @@ from ..codecs import (
     codec_for,
     parse_rate_limit_headers,
 )
+from ..address_guard import AddressGuard
 from ..codecs.antigravity import AntigravityCodec
 from ._config import Provider, ProxyConfig, is_loopback
 from ._errors import codec_failure, provider_failure, timeout_failure, transport_failure
@@ -51,9 +52,15 @@ _AUTH_HEADERS = {
 }
 
 
-def new_client(*, max_connections: int = 100, trust_env: bool = True) -> httpx.AsyncClient:
-    """The pooled client proxy models share; timeouts are set per request by each model."""
+def new_client(*, max_connections: int = 100, trust_env: bool = True, guard: AddressGuard | None = None
+               ) -> httpx.AsyncClient:
+    """The pooled client proxy models share; timeouts are set per request by each model. With
+    ``guard`` it connects only to the addresses the guard checked, and never through a proxy
+    from the environment."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    if guard is not None:
+        return httpx.AsyncClient(transport=guard.transport(limits=limits, trust_env=False), trust_env=False,
+                                 follow_redirects=False)
     return httpx.AsyncClient(limits=limits, trust_env=trust_env, follow_redirects=False)
 
 

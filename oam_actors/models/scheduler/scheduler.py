@@ -36,7 +36,7 @@ import anyio.lowlevel
 import msgspec
 
 from oam_actors.clock import Clock, ManualClock, MonotonicClock
-from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode
+from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
 
 from .headroom import Headroom
 from .ordering import Ledger
@@ -142,7 +142,7 @@ class QuotaScheduler:
         if waiter.outcome is _Outcome.TAKEN:
             raise SeatTaken()
         if waiter.outcome is _Outcome.EXPIRED:
-            raise DeadlinePassed(f"The model's quota had no room within {deadline_seconds:g} s.",
+            raise DeadlinePassed(f"The model's quota had no room within {seconds_text(deadline_seconds)}.",
                                  retry_after=waiter.retry_after)
         admission = Admission(waiter.ticket, self._clock.now() - waiter.ticket.enqueued_at)
         try:

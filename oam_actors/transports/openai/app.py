@@ -38,7 +38,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ...agent import LanguageModel
-from ...errors import ErrorCode, OamError, ProtocolError
+from ...errors import ErrorCode, OamError, ProtocolError, seconds_text
 from ...models import ScriptedModel
 from ..auth import ANONYMOUS, Tenant, bearer_token
 from ..hub import Hub
@@ -196,7 +196,7 @@ class _Completion(Response):
             with anyio.move_on_after(self._timeout if self._timeout is not None else float("inf")) as deadline:
                 reply = await self._reply(send)
             if deadline.cancelled_caught:
-                raise from_oam(ProtocolError(ErrorCode.TIMEOUT, f"The request took longer than {self._timeout:g} s."))
+                raise from_oam(ProtocolError(ErrorCode.TIMEOUT, f"The request took longer than {seconds_text(self._timeout)}."))
         except Exception as exc:  # every failure becomes one OpenAI error answer
             await self._fail(send, _as_http_error(exc))
             return

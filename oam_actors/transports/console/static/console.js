@@ -154,8 +154,8 @@ function renderBackends(model) {
     figure("stepsOk", "steps ok", stats.stepsOk),
     figure("stepsFailed", "steps failed", stats.stepsFailed),
     figure("rerouted", "rerouted", stats.rerouted),
-    figure("quotaEventsAbsorbed", "quota events absorbed", stats.quotaEventsAbsorbed),
-    figure("quotaEventsSurfaced", "quota events surfaced", stats.quotaEventsSurfaced));
+    figure("quotaEventsAbsorbed", "quota refusals absorbed", stats.quotaEventsAbsorbed),
+    figure("quotaEventsSurfaced", "steps given up (queue time ran out)", stats.quotaEventsSurfaced));
   const rows = stats.devices.map((d) => {
     const limit = d.requestsLimit;
     const used = d.requestsInWindow;
