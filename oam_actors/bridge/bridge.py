@@ -60,9 +60,10 @@ from .._version import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
+from ..objects.session import NAMESPACE_SEPARATOR
 from ..runtime import (
-    ActorRef, ActorStopped, ActorSystem, Address, FairYield, HostFailed, MailboxFull, MessageCancelled, Reply, fair_yield,
-    flow,
+    Actor, ActorRef, ActorStopped, ActorSystem, Address, CheckpointFailed, FairYield, HostFailed, MailboxFull,
+    MessageCancelled, Reply, StaleVersion, StoreRecord, fair_yield, flow,
 )
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
@@ -73,7 +74,7 @@ from .registry import Call, Deferred, Extension, MethodRegistry
 if TYPE_CHECKING:
     from ..observability.metrics import ServerMetrics
 
-__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge"]
+__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge", "Reviver", "tenant_namespace"]
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +92,14 @@ _BRIDGES = itertools.count(1)
 
 LATE_LINES_GRACE = 0.25
 """Seconds the input is still read after ``shutdown`` (ended sooner by end of input)."""
+
+NOT_DURABLE = (
+    "The change could not be saved to the state store, so it was not made; the object keeps its last saved "
+    "state. The server log has the cause."
+)
+
+Reviver = Callable[["Bridge", StoreRecord], Actor]
+"""Builds a durable object of one kind again from its stored record (recipe and state)."""
 
 HOST_FAILED = (
     "The process hosting this object failed during the operation, which did not complete; "
@@ -114,14 +123,21 @@ class Bridge:
         shared: bool = False,
         metrics: ServerMetrics | None = None,
         label: str = "stdio",
+        tenant: str = "",
     ) -> None:
         from .core import install_core  # the core methods are the first extension
 
         self.system = system
         self.config = config or BridgeConfig()
         self.system_model = system_model
+        if system.durability is not None:
+            namespace = tenant_namespace(tenant)  # stored objects are the tenant's, whichever the front door
         self.namespace = namespace
-        self.shared = shared
+        self.durability = system.durability
+        self.tenant = tenant
+        # With a state store the objects are the tenant's and outlive the connection.
+        self.shared = shared or self.durability is not None
+        self.revivers: dict[str, Reviver] = {}  # kind -> how its durable objects are built again
         self.metrics = metrics
         self.label = label
         self.flow = f"bridge-{next(_BRIDGES)}"  # this connection at the fair admission gate and yields
@@ -436,6 +452,8 @@ class Bridge:
             )
         if isinstance(exc, HostFailed):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
+        if isinstance(exc, CheckpointFailed | StaleVersion):
+            return ProtocolError(ErrorCode.INTERNAL_ERROR, NOT_DURABLE)
         return jsonrpc.error_for_exception(exc, request_id=request_id, method=method)
 
     # --- the Outlet that object actors write through -----------------------------------------
@@ -514,8 +532,57 @@ class Bridge:
         while True:
             self._session_number += 1
             candidate = f"s{self._session_number}"
-            if self.system.lookup(self.address("session", candidate)) is None:
+            if self.lookup("session", candidate) is None:
                 return candidate
+
+    # --- durable objects (a system with a state store) ---------------------------------------
+
+    def lookup(self, kind: str, object_id: str) -> ActorRef | None:
+        """The ref of this bridge's object ``kind``/``object_id``: the live actor, or, with a
+        state store, the stored one built again now (a virtual actor revived on first use);
+        ``None`` if there is neither. A record that cannot be built again is logged and
+        answered ``-32603``."""
+        address = self.address(kind, object_id)
+        ref = self.system.lookup(address)
+        if ref is not None or self.durability is None or (reviver := self.revivers.get(kind)) is None:
+            return ref
+        record = self.durability.revive(address)
+        if record is None:
+            return None
+        try:
+            actor = reviver(self, record)
+        except Exception as exc:
+            self.durability.forget(address)
+            _log.error("%s could not be revived from the state store", address, exc_info=exc)
+            raise ProtocolError(ErrorCode.INTERNAL_ERROR, f"The stored {kind} '{object_id}' could not be restored.") from exc
+        return self.system.spawn(address, lambda: actor, max_queue=self.config.max_queue)
+
+    def stored_ids(self, kind: str) -> list[str]:
+        """The ids of this bridge's stored objects of ``kind`` (live or not); ``[]`` without a store."""
+        if self.durability is None:
+            return []
+        return [record.id for record in self.durability.store.records(self.tenant, kind=kind)]
+
+    async def made_durable(self, ref: ActorRef, actor: Actor, recipe: bytes) -> None:
+        """With a state store, write the just-spawned ``actor``'s first record (its ``recipe``:
+        what its reviver needs besides its snapshot) before the creation is answered; if that
+        fails the actor is stopped and :class:`CheckpointFailed` raised. Without one, nothing."""
+        if self.durability is None:
+            return
+        address = ref.address
+        try:
+            await self.durability.create(
+                address, tenant=self.tenant, kind=address.kind, object_id=self.local_id(address), recipe=recipe,
+                state=actor.snapshot() or b"",
+            )
+        except Exception:
+            await self.system.stop(address)
+            raise
+
+    async def delete_durable(self, address: Address) -> None:
+        """After ``*/delete`` stopped the object: forget it for good in the state store."""
+        if self.durability is not None:
+            await self.durability.delete(address)
 
     def new_local_id(self) -> str:
         """A private ``local-<n>`` request id for work without a JSON-RPC id (a notification),
@@ -556,6 +623,12 @@ class Bridge:
                 settled()
 
         return Deferred.of_reply(reply, settled=forget)
+
+
+def tenant_namespace(tenant: str) -> str:
+    """The namespace of ``tenant``'s objects when connections share them (``--share-objects``,
+    or a state store); the anonymous tenant (stdio, servers without tokens) is ``""``."""
+    return f"t:{tenant}{NAMESPACE_SEPARATOR}"
 
 
 def _nothing() -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..agent import (
     Agent,
     AgentOptions,
@@ -37,7 +39,7 @@ from ..objects import (
     SetInstructions,
     SetTools,
 )
-from ..runtime import ActorExists, ActorStopped
+from ..runtime import ActorExists, ActorRef, ActorStopped, StoreRecord
 from .params import Params, is_object_id, preview
 from .registry import Call
 
@@ -163,7 +165,7 @@ def _session_id(bridge: Bridge, params: Params) -> str:
 def _session_ref(bridge: Bridge, params: Params) -> tuple[str, Any]:
     session = params.string("session", required=True)
     assert session is not None
-    ref = bridge.system.lookup(bridge.address(SESSION, session))
+    ref = bridge.lookup(SESSION, session)
     if ref is None:
         raise ProtocolError(ErrorCode.SESSION_NOT_FOUND, f"Session '{session}' not found.", session=session)
     return session, ref
@@ -269,12 +271,36 @@ async def session_create(call: Call) -> Any:
         history=transcript.entries if transcript else (),
         owner=session,
     )
-    _insert_session(bridge, session, SessionActor(agent, bridge, model_name=model_name))
+    actor = SessionActor(agent, bridge, model_name=model_name)
+    ref = _insert_session(bridge, session, actor)
+    recipe = _SessionRecipe(params.raw("model"), params.raw("options"))
+    await bridge.made_durable(ref, actor, msgspec.json.encode(recipe))
     return {"session": session, "warnings": warnings}
 
 
+class _SessionRecipe(msgspec.Struct, frozen=True):
+    """What a stored session is built again from, besides its checkpoint (``SessionState``)."""
+
+    model: Any = None  # the model spec as session/create had it
+    options: Any = None  # session/create's options
+
+
+def revive_session(bridge: Bridge, record: StoreRecord) -> SessionActor:
+    """A stored session built again: its model and options from the recipe, then its checkpoint."""
+    recipe = msgspec.json.decode(record.recipe, type=_SessionRecipe)
+    model, model_name, _ = _model(bridge, recipe.model)
+    options_raw = recipe.options
+    options, _ = parse_options(
+        Params(options_raw, "options.") if isinstance(options_raw, dict) else None,
+        default_tool_timeout=bridge.config.default_tool_timeout,
+    )
+    actor = SessionActor(Agent(model, options=options, owner=record.id), bridge, model_name=model_name)
+    actor.restore(record.state)
+    return actor
+
+
 def _check_free(bridge: Bridge, session: str) -> None:
-    if bridge.system.lookup(bridge.address(SESSION, session)) is not None:
+    if bridge.lookup(SESSION, session) is not None:
         raise _session_exists(session)
 
 
@@ -317,7 +343,7 @@ async def _availability_warnings(model: LanguageModel) -> list[str]:
     return [f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is."]
 
 
-def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> None:
+def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> ActorRef:
     """Check the limit and spawn, with no await in between: connections sharing objects run on
     one event loop, so of two creates of one id that both passed :func:`_check_free` before an
     await, exactly one spawns and the other gets ``session_exists``."""
@@ -328,7 +354,7 @@ def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> None:
             limit=bridge.config.max_sessions,
         )
     try:
-        bridge.system.spawn(bridge.address(SESSION, session), lambda: actor, max_queue=bridge.config.max_queue)
+        return bridge.system.spawn(bridge.address(SESSION, session), lambda: actor, max_queue=bridge.config.max_queue)
     except ActorExists as exc:
         raise _session_exists(session) from exc
 
@@ -367,12 +393,15 @@ async def session_delete(call: Call) -> Any:
     session, ref = _session_ref(bridge, call.params)
     ref.cancel_all()
     await bridge.system.stop(ref.address)
+    await bridge.delete_durable(ref.address)
     return {"session": session, "deleted": True}
 
 
 async def session_list(call: Call) -> Any:
     bridge = call.bridge
     sessions = []
+    for stored in bridge.stored_ids(SESSION):  # stored and not in memory: revived to describe them
+        bridge.lookup(SESSION, stored)
     for address in bridge.system.addresses(SESSION):
         ref = bridge.system.lookup(address) if bridge.owns(address) else None
         if ref is not None:
@@ -465,6 +494,7 @@ CORE_METHODS = {
 def install_core(bridge: Bridge) -> None:
     for name, handler in CORE_METHODS.items():
         bridge.registry.register(name, handler)
+    bridge.revivers[SESSION] = revive_session
     bridge.registry.add_notification("session/event")
     bridge.registry.add_notification("tool/cancel")
 

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Callable
 
 from ..addresses import is_loopback
-from ..runtime import ActorSystem, LocalSystem
+from ..runtime import ActorSystem, Durability, LocalSystem, SqliteStore, StoreError, open_store
 from .argtypes import UsageError, host_port, positive_int
 
 __all__ = ["DEFAULT_MAX_RUNNING_TURNS", "SystemFactory", "add_runtime_arguments", "system_from_args"]
@@ -50,8 +50,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --runtime ray: shard actors hosting the objects (default 2; environment: "
                         "OAM_SHARDS)")
     parser.add_argument("--state-store", default=env("OAM_STATE_STORE"), metavar="PATH",
-                        help="with --runtime ray: SQLite file for object checkpoints (default: in memory; "
-                        "environment: OAM_STATE_STORE)")
+                        help="SQLite file keeping every tenant's objects across connections and restarts; each "
+                        "commit is written before it is answered (default: none, objects live with their "
+                        "connection; with --runtime ray: shard checkpoints in memory) (environment: OAM_STATE_STORE)")
     parser.add_argument("--max-running-turns", type=positive_int, default=DEFAULT_MAX_RUNNING_TURNS, metavar="N",
                         help="turns running at once per process hosting objects (this one or each shard); "
                         f"later ones wait, connections in turn, each one's in arrival order (default {DEFAULT_MAX_RUNNING_TURNS}, "
@@ -69,9 +70,12 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
     """The runtime the options choose; :class:`UsageError` for options that do not fit together,
     an unresolvable ``--address`` host or a ``--state-store`` whose folder does not exist."""
     if args.runtime == "local":
-        if args.address or args.state_store:
-            raise UsageError("--address and --state-store need --runtime ray")
-        return functools.partial(LocalSystem, max_running=args.max_running_turns)
+        if args.address:
+            raise UsageError("--address needs --runtime ray")
+        if not args.state_store:
+            return functools.partial(LocalSystem, max_running=args.max_running_turns)
+        store = opened_store(args.state_store)
+        return functools.partial(LocalSystem, max_running=args.max_running_turns, durability=Durability(store))
     if args.address not in (None, "auto"):
         _check_resolves(args.address)
     if args.state_store and not os.path.isdir(os.path.dirname(os.path.abspath(args.state_store))):
@@ -88,6 +92,15 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
         return RaySystem(shards=args.shards, address=args.address, store=store, max_running=args.max_running_turns)
 
     return ray_system
+
+
+def opened_store(path: str, *, create: bool = True) -> SqliteStore:
+    """The state store at ``path``, held by this process until it exits; :class:`UsageError`
+    (one line, nothing written) for a missing folder, a locked, corrupt or newer store."""
+    try:
+        return open_store(path, create=create)
+    except StoreError as exc:
+        raise UsageError(f"--state-store {exc}") from None
 
 
 def _check_resolves(address: str) -> None:

@@ -28,7 +28,7 @@ import anyio
 from anyio.abc import SocketAttribute
 
 from ..bridge import BridgeConfig, Extension, model_extensions
-from ..game_methods import GameExtension, GameLimits
+from ..game_methods import GameExtension, GameLimits, GameRegistry
 from ..models.errors import ModelHostError
 from ..models.setup import ModelSetup
 from ..observability.metrics import ServerMetrics
@@ -138,12 +138,13 @@ async def serve_network(
     """Listen, print the bound addresses to ``out``, serve until SIGINT or SIGTERM. The proxy
     backends' HTTP client closes after every connection has ended."""
     async with models.backends, models.resources, runtime() as system, models.hosted, AsyncExitStack() as stack:
+        registries: dict[str, GameRegistry] = {}  # one per shared namespace (a tenant's)
         hub = Hub(
             system,
             policy,
             config=config,
             system_model=models.system_model,
-            extensions=lambda: [*_game_extension(game), *model_extensions(models)],
+            extensions=lambda: [*_game_extension(game, registries), *model_extensions(models)],
             metrics=ServerMetrics(),
         )
         addresses = []
@@ -191,9 +192,10 @@ def _openai_listeners(
     return served
 
 
-def _game_extension(limits: GameLimits) -> list[Extension]:
+def _game_extension(limits: GameLimits, registries: dict[str, GameRegistry]) -> list[Extension]:
     extension = GameExtension(
-        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions,
+        registries=registries,
     )
     return [extension]
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..game import WorldState
     from ..game import ContentGenerator, DecisionEngine
 
-__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
+__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecipe", "NPCRecord", "SubscriptionRecord", "WorldRecipe", "WorldRecord"]
 
 NPC = "npc"
 WORLD = "world"
@@ -64,6 +64,21 @@ class SubscriptionRecord:
     path: str
 
 
+class NPCRecipe(msgspec.Struct, frozen=True):
+    """What a stored NPC is built again from, besides its checkpoint (``NPCCheckpoint``)."""
+
+    model: Any = None  # the model spec as npc/create or npc/restore had it
+    world: str | None = None
+    created_at: str = ""
+
+
+class WorldRecipe(msgspec.Struct, frozen=True):
+    """What a stored world is built again from, besides its checkpoint (its document; its
+    subscriptions deliver to connections and end with them)."""
+
+    created_at: str = ""
+
+
 @dataclasses.dataclass
 class GameRegistry:
     """The game objects of one namespace, in creation order, and the generated-id counters."""
@@ -74,7 +89,7 @@ class GameRegistry:
     subscriptions: dict[str, SubscriptionRecord] = dataclasses.field(default_factory=dict)
     numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0})
     # Each world's document as its actor handed it out, with the ref it was asked through.
-    documents: dict[str, tuple[ActorRef, WorldState]] = dataclasses.field(default_factory=dict)
+    documents: dict[str, tuple[ActorRef | None, WorldState]] = dataclasses.field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every object (after shutdown has stopped them); counters keep counting."""
@@ -155,7 +170,7 @@ class GameState:
 
     def npc_by_id(self, npc: str) -> tuple[NPCRecord, ActorRef]:
         record = self.npcs.get(npc)
-        ref = self.bridge.system.lookup(self.bridge.address(NPC, npc)) if record is not None else None
+        ref = self.bridge.lookup(NPC, npc) if record is not None else None
         if record is None or ref is None:
             raise npc_not_found(npc)
         return record, ref
@@ -167,10 +182,39 @@ class GameState:
         return world, self.world_by_id(world)
 
     def world_by_id(self, world: str) -> ActorRef:
-        ref = self.bridge.system.lookup(self.bridge.address(WORLD, world)) if world in self.worlds else None
+        ref = self.bridge.lookup(WORLD, world) if world in self.worlds else None
         if ref is None:
             raise world_not_found(world)
+        known = self.registry.documents.get(world)
+        if known is not None and known[0] is None:  # revived just now: its document, with its ref
+            self.registry.documents[world] = (ref, known[1])
         return ref
+
+    # --- durable objects (a state store) -------------------------------------------------------
+
+    def revived(self, world: str, document: WorldState) -> None:
+        """A stored world was built again with ``document`` (its ref follows in ``world_by_id``)."""
+        self.registry.documents[world] = (None, document)
+
+    def revived_document(self, world: str) -> WorldState | None:
+        """The document of ``world`` for an NPC being revived on it (the world revived first if
+        it is stored and not in memory); ``None`` if the world is gone."""
+        if world not in self.worlds or self.bridge.lookup(WORLD, world) is None:
+            return None
+        known = self.registry.documents.get(world)
+        return None if known is None else known[1]
+
+    def load_stored(self) -> None:
+        """Index the tenant's stored NPCs and worlds (not built: each is revived on first use)."""
+        bridge = self.bridge
+        assert bridge.durability is not None
+        for record in bridge.durability.store.records(bridge.tenant, kind=WORLD):
+            if record.id not in self.worlds:
+                self.worlds[record.id] = WorldRecord(msgspec.json.decode(record.recipe, type=WorldRecipe).created_at)
+        for record in bridge.durability.store.records(bridge.tenant, kind=NPC):
+            if record.id not in self.npcs:
+                recipe = msgspec.json.decode(record.recipe, type=NPCRecipe)
+                self.npcs[record.id] = NPCRecord(recipe.world, recipe.created_at)
 
     async def world_document(self, world: str) -> WorldState:
         """The world's document, which NPCs on it read and write themselves (``WorldShare``).

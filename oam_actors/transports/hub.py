@@ -7,8 +7,9 @@ Contract
   ``max_connections`` open connections ``admit`` refuses (the transport answers
   :meth:`Hub.full_error` and closes). Unauthenticated connections count too.
 - :meth:`Hub.open_bridge` makes the connection's bridge. Objects are private to the connection
-  (namespace ``c<n>``) unless ``share_objects`` is on: then every connection of one tenant uses the
-  tenant's namespace (``t:<name>``) as a sharing bridge (see ``Bridge(shared=True)``).
+  (namespace ``c<n>``) unless ``share_objects`` is on or the system has a state store: then every
+  connection of one tenant uses the tenant's namespace (``t:<name>``) as a sharing bridge (see
+  ``Bridge(shared=True)``).
 - :class:`Watchdog` holds a connection's time rules, on the hub's clock (``Hub(clock=…)``; a
   :class:`~oam_actors.models.scheduler.ManualClock` in tests). Each rule aborts the connection
   (``Bridge.abort``: one log line, output dropped, work cancelled):
@@ -50,6 +51,7 @@ from ..agent import (
     Usage,
 )
 from ..bridge import Bridge, BridgeConfig, CustomModelFactory, Extension, ModelFactory
+from ..bridge.bridge import tenant_namespace
 from ..errors import AgentError, ErrorCode
 from ..models.scheduler import Clock, MonotonicClock
 from ..objects.session import NAMESPACE_SEPARATOR
@@ -143,17 +145,18 @@ class Hub:
         """The bridge of a new connection speaking for ``tenant``; ``peer`` names it in logs."""
         shared = self.policy.share_objects
         serial = next(self._serial)
-        namespace = f"t:{tenant.name}" if shared else f"c{serial}"
+        namespace = tenant_namespace(tenant.name) if shared else f"c{serial}{NAMESPACE_SEPARATOR}"
         return Bridge(
             self.system,
             write,
             config=self.config,
             system_model=self.system_model,
             extensions=self.extensions(),
-            namespace=namespace + NAMESPACE_SEPARATOR,
+            namespace=namespace,
             shared=shared,
             metrics=self.metrics,
             label=f"#{serial} {peer}",
+            tenant=tenant.name,
         )
 
     def watchdog(self) -> Watchdog:

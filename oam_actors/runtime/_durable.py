@@ -1,0 +1,205 @@
+"""``Durability``: what a runtime with a state store does at each commit.
+
+An object hands the runtime a snapshot at each commit (``Actor.snapshot``); this writes it to
+the store before the commit's reply resolves, so whoever answers a client after the reply can
+rely on it. Objects never see the store.
+
+- **Durable objects.** Only objects made durable with :meth:`Durability.create` (by the layer
+  that created them, with their tenant, kind, id and *recipe*: how that layer builds them
+  again) are checkpointed; other actors' commits cost nothing here.
+- **Versions.** Each durable object's commits are numbered from the version it was created or
+  revived at; the store keeps a record only if its version is higher than the stored one, so a
+  stale writer never overwrites a newer state (:class:`StaleVersion`).
+- **Group commit.** Commits queue; one writer task takes everything queued and writes it in one
+  transaction on a thread of its own, while the next commits queue behind it. A lone commit is
+  one transaction; a thousand concurrent ones share a few.
+- **Failure.** If a batch cannot be written (a full disk, a read-only file), every commit in it
+  raises :class:`CheckpointFailed` (chained from the cause); the runtime fails that message and
+  evicts the actor, so its next use revives it from its last durable state.
+
+Use it as ``async with Durability(store) as durability`` on the event loop that hosts the
+actors, and give it to the runtime (``LocalSystem(durability=…)``). ``store`` stays its
+caller's to close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Self
+
+from oam_actors.runtime._address import Address
+from oam_actors.runtime._errors import RuntimeErrorBase
+from oam_actors.runtime._store import SqliteStore, StoreRecord
+
+__all__ = ["CheckpointFailed", "Durability", "StaleVersion"]
+
+_log = logging.getLogger("oam_actors.runtime")
+
+
+class CheckpointFailed(RuntimeErrorBase):
+    """A commit's checkpoint could not be made durable; the object keeps its last durable state
+    (it is evicted and revived from it when next used). The cause is chained."""
+
+    _what = "the commit could not be made durable"
+
+
+class StaleVersion(RuntimeErrorBase):
+    """The store holds a newer version of this object than the one being written (another
+    writer got there first); this writer's state is refused."""
+
+    _what = "the store holds a newer version of this object"
+
+
+class _Durable:
+    """One durable object as this process knows it."""
+
+    __slots__ = ("kind", "object_id", "tenant", "version")
+
+    def __init__(self, tenant: str, kind: str, object_id: str, version: int) -> None:
+        self.tenant, self.kind, self.object_id, self.version = tenant, kind, object_id, version
+
+
+class Durability:
+    """See the module docstring."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+        self._objects: dict[Address, _Durable] = {}
+        self._queue: list[tuple[StoreRecord | str, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oam-store")
+        self.batches = 0  # transactions written (for statistics and benchmarks)
+        self.commits = 0  # records written
+
+    async def __aenter__(self) -> Self:
+        self._wake = asyncio.Event()
+        self._writer = asyncio.get_running_loop().create_task(self._write_forever(), name="state store writer")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        assert self._writer is not None and self._wake is not None
+        # Everything queued is written first, so no commit is left unanswered.
+        self._closing = True
+        self._wake.set()
+        await asyncio.shield(self._writer)
+        self._thread.shutdown(wait=True)
+
+    # --- what the layers that create objects call --------------------------------------------
+
+    def is_durable(self, address: Address) -> bool:
+        return address in self._objects
+
+    def create(self, address: Address, *, tenant: str, kind: str, object_id: str, recipe: bytes,
+               state: bytes) -> Awaitable[None]:
+        """Make ``address`` durable: its first record, version 1 past any stored one; resolves
+        once written (raises :class:`CheckpointFailed`)."""
+        stored = self.store.load(str(address))
+        version = (stored.version if stored is not None else 0) + 1
+        self._objects[address] = _Durable(tenant, kind, object_id, version)
+        return self._submit(StoreRecord(str(address), tenant, kind, object_id, version, recipe, state))
+
+    def revive(self, address: Address) -> StoreRecord | None:
+        """The stored record of ``address`` (``None``: none), now durable here at its version:
+        the caller builds the actor from it and spawns it."""
+        record = self.store.load(str(address))
+        if record is not None:
+            self._objects[address] = _Durable(record.tenant, record.kind, record.id, record.version)
+        return record
+
+    def delete(self, address: Address) -> Awaitable[None]:
+        """Forget ``address`` for good; resolves once its record is gone from the store."""
+        self._objects.pop(address, None)
+        return self._submit(str(address))
+
+    def forget(self, address: Address) -> None:
+        """Stop checkpointing ``address`` here (its record stays: it was evicted, not deleted)."""
+        self._objects.pop(address, None)
+
+    # --- what the runtime calls --------------------------------------------------------------
+
+    def checkpoint(self, address: Address, state: bytes) -> Awaitable[None] | None:
+        """The commit of ``address`` with ``state``: an awaitable resolving once it is durable,
+        or ``None`` if the object is not durable."""
+        known = self._objects.get(address)
+        if known is None:
+            return None
+        known.version += 1
+        record = StoreRecord(str(address), known.tenant, known.kind, known.object_id, known.version, None, state)
+        return self._submit(record)
+
+    # --- the writer ----------------------------------------------------------------------------
+
+    def _submit(self, item: StoreRecord | str) -> asyncio.Future[None]:
+        if self._wake is None:
+            raise RuntimeError("use the Durability inside 'async with'")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._wake.set()
+        return future
+
+    def _take(self) -> list[tuple[StoreRecord | str, asyncio.Future[None]]]:
+        batch, self._queue = self._queue, []
+        return batch
+
+    async def _write_forever(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._queue:
+                await self._write(self._take())
+            if self._closing and not self._queue:
+                return
+
+    async def _write(self, batch: list[tuple[StoreRecord | str, asyncio.Future[None]]]) -> None:
+        # The last write of a key in a batch wins; a deletion and a record keep their order
+        # (a record after a deletion is a new object of the same address).
+        records: dict[str, StoreRecord] = {}
+        deletions: list[str] = []
+        for item, _ in batch:
+            if isinstance(item, str):
+                records.pop(item, None)
+                deletions.append(item)
+            else:
+                earlier = records.get(item.key)
+                if earlier is not None and earlier.recipe is not None and item.recipe is None:
+                    item = StoreRecord(item.key, item.tenant, item.kind, item.id, item.version, earlier.recipe, item.state)
+                records[item.key] = item
+        loop = asyncio.get_running_loop()
+        try:
+            stale = await asyncio.shield(loop.run_in_executor(
+                self._thread, self.store.write, list(records.values()), deletions))
+        except Exception as exc:  # noqa: BLE001 - every commit of the batch fails with the cause
+            _log.error("state store %s: a batch of %d commits could not be written", self.store.path, len(batch),
+                       exc_info=exc)
+            for item, future in batch:
+                if not future.done():
+                    failed = CheckpointFailed(_address_of(item))
+                    failed.__cause__ = exc
+                    future.set_exception(failed)
+            return
+        self.batches += 1
+        self.commits += len(records)
+        refused = set(stale)
+        for item, future in batch:
+            if future.done():
+                continue
+            key = item if isinstance(item, str) else item.key
+            if key in refused and not isinstance(item, str):
+                _log.error("state store %s: %s was not written: the store holds a newer version", self.store.path, key)
+                future.set_exception(StaleVersion(_address_of(item)))
+            else:
+                future.set_result(None)
+
+
+def _address_of(item: StoreRecord | str) -> Address:
+    key = item if isinstance(item, str) else item.key
+    kind, _, object_id = key.partition(":")
+    return Address(kind, object_id)
