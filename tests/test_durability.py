@@ -1,0 +1,279 @@
+"""Durable objects: the state store (SQLite), group commit before answer, and ``--state-store``
+on real ``oam-actors stdio`` processes, killed with SIGKILL and restarted on the same file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from bridge_process import BridgeProcess, scripted
+from oam_actors.bridge import Bridge
+from oam_actors.errors import ErrorCode
+from oam_actors.runtime import (
+    Actor,
+    Address,
+    CheckpointFailed,
+    Durability,
+    LocalSystem,
+    SqliteStore,
+    StaleVersion,
+    StoreCorrupt,
+    StoreLocked,
+    StoreMissing,
+    StoreRecord,
+    StoreTooNew,
+    StoreTooOld,
+    open_store,
+)
+
+GORM = {"name": "Gorm", "role": "smith", "personality": "gruff", "speakingStyle": "short"}
+LINE = {"json": {"emotion": "neutral", "line": "Hello.", "player_options": ["Bye."], "ends_conversation": False}}
+
+
+def record(key: str, version: int, state: bytes = b"s", recipe: bytes | None = b"r") -> StoreRecord:
+    kind, _, object_id = key.partition(":")
+    return StoreRecord(key, "", kind, object_id, version, recipe, state)
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def test_a_store_keeps_records_and_a_commit_keeps_the_recipe(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    assert store.write([record("session:a", 1, b"one"), record("npc:b", 1)]) == []
+    assert store.write([record("session:a", 2, b"two", recipe=None)]) == []
+    store.close()
+    store = open_store(path)
+    a = store.load("session:a")
+    assert a is not None and (a.version, a.state, a.recipe) == (2, b"two", b"r")
+    assert [r.key for r in store.records()] == ["npc:b", "session:a"]
+    assert store.tenants() == [""]
+    store.close()
+
+
+def test_a_stale_writer_cannot_overwrite_a_newer_version(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.write([record("session:a", 5, b"new")])
+    assert store.write([record("session:a", 4, b"old"), record("session:b", 1)]) == ["session:a"]
+    a = store.load("session:a")
+    assert a is not None and (a.version, a.state) == (5, b"new")
+    assert store.load("session:b") is not None
+    store.close()
+
+
+def test_a_second_process_is_refused_while_the_store_is_held(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = open_store(path)
+    code = f"from oam_actors.runtime import open_store\ntry:\n open_store({path!r})\nexcept Exception as e: print(type(e).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "StoreLocked"
+    store.close()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_bad_stores_are_refused_and_left_as_they_were(tmp_path: Path) -> None:
+    with pytest.raises(StoreMissing, match="does not exist"):
+        open_store(str(tmp_path / "nowhere" / "s.db"))
+    assert not (tmp_path / "nowhere").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database at all, just text" * 10)
+    with pytest.raises(StoreCorrupt, match="not an oam-actors state store"):
+        open_store(str(junk))
+    assert junk.read_bytes().startswith(b"this is not")
+    with pytest.raises(StoreMissing, match="no such state store"):
+        open_store(str(tmp_path / "absent.db"), create=False)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_newer_and_older_schemas_are_refused_saying_how(tmp_path: Path) -> None:
+    newer = str(tmp_path / "newer.db")
+    open_store(newer).close()
+    db = sqlite3.connect(newer)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreTooNew, match="upgrade oam-actors"):
+        open_store(newer)
+    older = str(tmp_path / "older.db")
+    db = sqlite3.connect(older)
+    db.execute("CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreTooOld, match="move it away"):
+        open_store(older)
+
+
+# --- group commit before answer ----------------------------------------------------------------
+
+
+class Counter(Actor):
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def handle(self, message: Any) -> Any:
+        self.commit()
+        self.count += 1
+        return self.count
+
+    def snapshot(self) -> bytes:
+        return msgspec.json.encode(self.count)
+
+
+class FailingStore(SqliteStore):
+    """A store whose writes fail from ``fail`` on (a full disk)."""
+
+    fail = False
+
+    def write(self, records: Any, deletions: Any = ()) -> list[str]:
+        if self.fail:
+            raise sqlite3.OperationalError("database or disk is full")
+        return super().write(records, deletions)
+
+
+async def _made(system: LocalSystem, address: Address) -> Any:
+    actor = Counter()
+    ref = system.spawn(address, lambda: actor)
+    assert system.durability is not None
+    await system.durability.create(address, tenant="t", kind=address.kind, object_id=address.id, recipe=b"{}",
+                                   state=actor.snapshot())
+    return ref
+
+
+async def test_every_answered_commit_is_in_the_store_and_concurrent_ones_share_transactions(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    durability = Durability(store)
+    async with LocalSystem(durability=durability) as system:
+        refs = [await _made(system, Address("counter", f"c{i}")) for i in range(50)]
+        for ref in refs:
+            reply = ref.ask_nowait("tick")
+            reply.add_done_callback(lambda value, error, key=str(ref.address): _check_stored(store, key, value))
+        await anyio.sleep(0)
+        for ref in refs:
+            assert await ref.ask("tick") == 2
+    assert durability.commits == 150
+    assert durability.batches < 150  # group commit: concurrent commits shared transactions
+    stored = store.records(kind="counter")
+    assert {r.state for r in stored} == {b"2"} and {r.version for r in stored} == {3}
+    store.close()
+
+
+def _check_stored(store: SqliteStore, key: str, value: int) -> None:
+    stored = store.load(key)
+    assert stored is not None and msgspec.json.decode(stored.state) >= value
+
+
+async def test_a_failed_write_fails_the_request_and_the_object_keeps_its_last_durable_state(tmp_path: Path) -> None:
+    store = FailingStore(str(tmp_path / "s.db"))
+    async with LocalSystem(durability=Durability(store)) as system:
+        address = Address("counter", "c")
+        ref = await _made(system, address)
+        assert await ref.ask("tick") == 1
+        store.fail = True
+        with pytest.raises(CheckpointFailed) as failed:
+            await ref.ask("tick")
+        assert "disk is full" in str(failed.value.__cause__)
+        assert Bridge.error_for(failed.value).code is ErrorCode.INTERNAL_ERROR
+        await anyio.sleep(0.01)
+        assert system.lookup(address) is None  # evicted: its memory was ahead of the store
+        store.fail = False
+        stored = store.load(str(address))
+        assert stored is not None and stored.state == b"1"
+        assert await _made(system, Address("counter", "other")) is not None  # still serving
+    store.close()
+
+
+def test_stale_version_is_an_internal_error() -> None:
+    assert Bridge.error_for(StaleVersion(Address("npc", "x"))).code is ErrorCode.INTERNAL_ERROR
+
+
+# --- stdio --state-store ----------------------------------------------------------------------
+
+
+def test_a_tenants_objects_outlive_the_process_until_deleted(tmp_path: Path) -> None:
+    db = str(tmp_path / "world.db")
+    with BridgeProcess(["--state-store", db]) as p:
+        p.call("session/create", {"session": "guard", "model": scripted([{"text": "Halt."}, {"text": "Pass."}])})
+        p.call("session/respond", {"session": "guard", "prompt": "hello"})
+        p.call("world/create", {"world": "village", "state": {"gold": 1}})
+        p.call("world/set", {"world": "village", "path": "/gold", "value": 5})
+        p.call("npc/create", {"npc": "gorm", "persona": GORM, "world": "village", "model": scripted([LINE, LINE])})
+        assert p.call("npc/talk", {"npc": "gorm", "line": "hi"})["line"] == "Hello."
+        assert p.close() == 0
+    with BridgeProcess(["--state-store", db]) as p:
+        entries = p.call("session/transcript", {"session": "guard"})["transcript"]["transcript"]["entries"]
+        assert [e["text"] for e in entries] == ["hello", "Halt."]
+        assert p.call("session/respond", {"session": "guard", "prompt": "again"})["text"] == "Pass."
+        assert p.call("world/get", {"world": "village", "path": "/gold"})["value"] == 5
+        [npc] = p.call("npc/list")["npcs"]
+        assert (npc["npc"], npc["turnCount"], npc["world"]) == ("gorm", 1, "village")
+        assert p.call("npc/delete", {"npc": "gorm"})["deleted"] is True
+        assert p.call("session/delete", {"session": "guard"})["deleted"] is True
+        assert p.close() == 0
+    with BridgeProcess(["--state-store", db]) as p:
+        assert p.call("npc/list")["npcs"] == [] and p.call("session/list")["sessions"] == []
+        assert [w["world"] for w in p.call("world/list")["worlds"]] == ["village"]
+        assert p.close() == 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OAM_")}
+    return subprocess.run([sys.executable, "-m", "oam_actors", *args], input="", capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_bad_stores_exit_2_with_one_line_and_nothing_written(tmp_path: Path) -> None:
+    missing = _cli("stdio", "--state-store", str(tmp_path / "no" / "s.db"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and len(missing.stderr.splitlines()) == 1
+    assert not (tmp_path / "no").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database")
+    corrupt = _cli("stdio", "--state-store", str(junk))
+    assert corrupt.returncode == 2 and "not an oam-actors state store" in corrupt.stderr
+    assert len(corrupt.stderr.splitlines()) == 1 and junk.read_text() == "not a database"
+    db = str(tmp_path / "s.db")
+    with BridgeProcess(["--state-store", db]) as holder:
+        holder.call("ping")
+        locked = _cli("stdio", "--state-store", db)
+        assert locked.returncode == 2 and "in use by another process" in locked.stderr
+        assert len(locked.stderr.splitlines()) == 1
+        assert holder.close() == 0
+
+
+def test_sigkill_mid_load_loses_no_acknowledged_turn_and_tears_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "crash.db")
+    acknowledged = 0
+    for round_number, kill_after in enumerate((3, 7, 12)):
+        with BridgeProcess(["--state-store", db]) as p:
+            if round_number == 0:
+                p.call("session/create", {"session": "s", "model": scripted([{"text": f"r{i}"} for i in range(80)])})
+                p.call("world/create", {"world": "w", "state": {"n": 0}})
+            ids = []
+            for i in range(20):  # a burst in flight; the kill comes after some are answered
+                ids.append(p.request("session/respond", {"session": "s", "prompt": f"p{round_number}-{i}"}))
+                ids.append(p.request("world/set", {"world": "w", "path": "/n", "value": round_number * 100 + i}))
+            answered = p.wait_for(lambda m: m.get("id") == ids[kill_after * 2])
+            assert answered >= 0
+            p.proc.send_signal(signal.SIGKILL)
+            p.proc.wait()
+            turns = [m for m in p.log if m.get("id") in ids[::2] and "result" in m]
+            acknowledged += len(turns)
+            last_set = max((m["result"]["version"] for m in p.log if m.get("id") in ids[1::2] and "result" in m))
+        with BridgeProcess(["--state-store", db]) as check:
+            entries = check.call("session/transcript", {"session": "s"})["transcript"]["transcript"]["entries"]
+            kinds = [e["type"] for e in entries]
+            assert kinds == ["prompt", "response"] * (len(entries) // 2)  # never half a turn
+            assert len(entries) // 2 >= acknowledged  # every answered turn is there
+            acknowledged = len(entries) // 2  # unanswered but durable ones count from now on
+            assert check.call("world/list")["worlds"][0]["version"] >= last_set
+            assert check.close() == 0
