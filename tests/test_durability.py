@@ -277,3 +277,62 @@ def test_sigkill_mid_load_loses_no_acknowledged_turn_and_tears_nothing(tmp_path:
             acknowledged = len(entries) // 2  # unanswered but durable ones count from now on
             assert check.call("world/list")["worlds"][0]["version"] >= last_set
             assert check.close() == 0
+
+
+# --- oam-actors state ---------------------------------------------------------------------------
+
+
+def _filled_store(db: str) -> None:
+    with BridgeProcess(["--state-store", db]) as p:
+        p.call("session/create", {"session": "guard", "instructions": "Be brief.", "model": scripted([{"text": "Halt."}])})
+        p.call("session/respond", {"session": "guard", "prompt": "hello"})
+        p.call("world/create", {"world": "village", "state": {"gold": 7}})
+        p.call("npc/create", {"npc": "gorm", "persona": GORM, "world": "village", "model": scripted([LINE])})
+        p.call("npc/talk", {"npc": "gorm", "line": "hi"})
+        assert p.close() == 0
+
+
+def test_state_lists_exports_imports_and_compacts(tmp_path: Path) -> None:
+    db, copy = str(tmp_path / "s.db"), str(tmp_path / "copy.db")
+    _filled_store(db)
+    listed = _cli("state", db)
+    assert listed.returncode == 0
+    assert [line.rsplit(" version ", 1)[0] for line in listed.stdout.splitlines()] == [
+        "- npc gorm", "- session guard", "- world village"]
+    exported = _cli("state", db, "export")
+    lines = [msgspec.json.decode(line) for line in exported.stdout.splitlines()]
+    npc, session, world = lines
+    assert npc["state"]["persona"]["name"] == "Gorm" and npc["state"]["world"] == "village"
+    assert [e["text"] for e in session["transcript"]["transcript"]["entries"]] == ["hello", "Halt."]
+    assert (world["value"], world["exists"]) == ({"gold": 7}, True)
+    (tmp_path / "export.jsonl").write_text(exported.stdout)
+    imported = _cli("state", copy, "import", str(tmp_path / "export.jsonl"))
+    assert imported.returncode == 0 and "imported 3 objects" in imported.stdout
+    assert _cli("state", copy, "export").stdout == exported.stdout
+    with BridgeProcess(["--state-store", copy]) as p:
+        assert p.call("world/get", {"world": "village", "path": "/gold"})["value"] == 7
+        assert p.call("npc/list")["npcs"][0]["turnCount"] == 1
+        assert p.call("session/transcript", {"session": "guard"})["transcript"]["transcript"]["instructions"] == "Be brief."
+        assert p.close() == 0
+    compacted = _cli("state", db, "compact")
+    assert compacted.returncode == 0 and compacted.stdout.startswith("compacted:")
+
+
+def test_state_refuses_missing_locked_corrupt_stores_and_bad_lines(tmp_path: Path) -> None:
+    missing = _cli("state", str(tmp_path / "absent.db"))
+    assert missing.returncode == 2 and "no such state store" in missing.stderr and len(missing.stderr.splitlines()) == 1
+    assert not (tmp_path / "absent.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_text("junk")
+    corrupt = _cli("state", str(junk), "export")
+    assert corrupt.returncode == 2 and "not an oam-actors state store" in corrupt.stderr
+    db = str(tmp_path / "s.db")
+    with BridgeProcess(["--state-store", db]) as holder:
+        holder.call("ping")
+        locked = _cli("state", db)
+        assert locked.returncode == 2 and "in use by another process" in locked.stderr
+        assert holder.close() == 0
+    (tmp_path / "bad.jsonl").write_text('{"tenant": "", "kind": "world", "world": "w", "value": {}}\n{"kind": 3}\n')
+    bad = _cli("state", db, "import", str(tmp_path / "bad.jsonl"))
+    assert bad.returncode == 2 and "line 2" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    assert _cli("state", db).stdout == ""  # all or nothing

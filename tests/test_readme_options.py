@@ -21,6 +21,7 @@ SECTIONS = {
     "serve": ["`oam-actors serve`", "Running on a cluster"],
     "simulate": ["`oam-actors simulate`", "Running on a cluster"],
     "device": ["`oam-actors device`"],
+    "state": [],  # positional arguments only (docs/durability.md)
 }
 # Every command takes these; --log-level is documented once, in the stdio table.
 COMMON = {"--help", "--log-level"}
