@@ -336,3 +336,32 @@ def test_state_refuses_missing_locked_corrupt_stores_and_bad_lines(tmp_path: Pat
     bad = _cli("state", db, "import", str(tmp_path / "bad.jsonl"))
     assert bad.returncode == 2 and "line 2" in bad.stderr and len(bad.stderr.splitlines()) == 1
     assert _cli("state", db).stdout == ""  # all or nothing
+
+
+def test_a_world_written_by_an_npc_tool_is_checkpointed_with_the_npcs_turn(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    steps = [{"toolCalls": [{"name": "update_world_state", "arguments": {"path": "quests.ring", "value": "started"}}]},
+             LINE]
+    with BridgeProcess(["--state-store", db]) as p:
+        p.call("world/create", {"world": "village", "state": {"quests": {}}})
+        p.call("npc/create", {"npc": "gorm", "persona": GORM, "world": "village", "model": scripted(steps),
+                              "options": {"worldWritable": ["quests"], "maxToolRounds": 2}})
+        assert p.call("npc/talk", {"npc": "gorm", "line": "Any work?"})["line"] == "Hello."
+        p.proc.send_signal(signal.SIGKILL)  # no orderly exit: only what each answer waited for
+        p.proc.wait()
+    with BridgeProcess(["--state-store", db]) as p:
+        got = p.call("world/get", {"world": "village", "path": "quests.ring"})
+        assert (got["value"], got["version"]) == ("started", 1)
+        assert p.close() == 0
+
+
+def test_stored_sessions_count_against_the_limit_after_a_restart(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with BridgeProcess(["--state-store", db, "--max-sessions", "2"]) as p:
+        p.call("session/create", {"session": "a", "model": "scripted"})
+        p.call("session/create", {"session": "b", "model": "scripted"})
+        assert p.close() == 0
+    with BridgeProcess(["--state-store", db, "--max-sessions", "2"]) as p:
+        assert p.error(p.request("session/create", {"session": "c", "model": "scripted"}))["code"] == -32022
+        assert [s["session"] for s in p.call("session/list")["sessions"]] == ["a", "b"]
+        assert p.close() == 0

@@ -561,7 +561,7 @@ class Bridge:
         """The ids of this bridge's stored objects of ``kind`` (live or not); ``[]`` without a store."""
         if self.durability is None:
             return []
-        return [record.id for record in self.durability.store.records(self.tenant, kind=kind)]
+        return self.durability.store.ids(self.tenant, kind)
 
     async def made_durable(self, ref: ActorRef, actor: Actor, recipe: bytes) -> None:
         """With a state store, write the just-spawned ``actor``'s first record (its ``recipe``:
@@ -579,6 +579,12 @@ class Bridge:
             await self.system.stop(address)
             raise
 
+    def shares(self, holder: Address, owner: Address) -> None:
+        """With a state store: ``holder`` writes ``owner``'s state (an NPC its world's
+        document), so each of its commits checkpoints ``owner`` too. Without one, nothing."""
+        if self.durability is not None:
+            self.durability.share(holder, owner)
+
     async def delete_durable(self, address: Address) -> None:
         """After ``*/delete`` stopped the object: forget it for good in the state store."""
         if self.durability is not None:
@@ -590,7 +596,9 @@ class Bridge:
         return f"local-{next(self._local_counter)}"
 
     def session_count(self) -> int:
-        return sum(1 for address in self.system.addresses("session") if self.owns(address))
+        """This bridge's sessions (with a state store: the tenant's stored ones, live or not)."""
+        live = {self.local_id(address) for address in self.system.addresses("session") if self.owns(address)}
+        return len(live.union(self.stored_ids("session")))
 
     def address(self, kind: str, object_id: str) -> Address:
         """The runtime address of this connection's object ``kind``/``object_id``."""

@@ -27,6 +27,7 @@ from ..objects.npc import (
 from ..runtime import ActorStopped, StoreRecord
 from ._common import deadline_seconds, tools_array, tools_param
 from ._state import NPC as NPC_KIND
+from ._state import WORLD as WORLD_KIND
 from ._state import GameState, NPCRecipe
 
 __all__ = ["NPC_METHODS", "revive_npc"]
@@ -154,6 +155,8 @@ async def _build(
     )
     ref = bridge.system.spawn(bridge.address(NPC_KIND, npc_id), lambda: actor, max_queue=bridge.config.max_queue)
     game.add_npc(npc_id, world)
+    if world is not None:
+        bridge.shares(ref.address, bridge.address(WORLD_KIND, world))
     try:
         await bridge.made_durable(ref, actor, msgspec.json.encode(NPCRecipe(model_spec, world, game.npcs[npc_id].created_at)))
     except Exception:
@@ -169,6 +172,8 @@ def revive_npc(game: GameState, bridge: Bridge, record: StoreRecord) -> NPCActor
     saved = msgspec.json.decode(record.state, type=NPCCheckpoint)
     persona = NPCSaveState.from_wire(saved.state, "checkpoint.state").persona
     shared = game.revived_document(recipe.world) if recipe.world is not None else None
+    if shared is not None and recipe.world is not None:
+        bridge.shares(bridge.address(NPC_KIND, record.id), bridge.address(WORLD_KIND, recipe.world))
     npc = NPC(persona, model, world=shared, owner=record.id)
     actor = NPCActor(npc, bridge, model_name=model_name, world=recipe.world, tools_wire=[],
                      default_tool_timeout=bridge.config.default_tool_timeout)

@@ -13,6 +13,10 @@ rely on it. Objects never see the store.
 - **Group commit.** Commits queue; one writer task takes everything queued and writes it in one
   transaction on a thread of its own, while the next commits queue behind it. A lone commit is
   one transaction; a thousand concurrent ones share a few.
+- **Shared state.** An object that writes another's state through a shared reference (an NPC
+  writing its world's document) is declared with :meth:`Durability.share`; each of its commits
+  then checkpoints that owner too, in the same batch, unless the owner's snapshot is the very
+  bytes it handed out last (nothing changed).
 - **Failure.** If a batch cannot be written (a full disk, a read-only file), every commit in it
   raises :class:`CheckpointFailed` (chained from the cause); the runtime fails that message and
   evicts the actor, so its next use revives it from its last durable state.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Self
@@ -69,6 +73,8 @@ class Durability:
     def __init__(self, store: SqliteStore) -> None:
         self.store = store
         self._objects: dict[Address, _Durable] = {}
+        self._owners: dict[Address, list[Address]] = {}  # holder -> the owners whose state it writes
+        self._owner_states: dict[Address, bytes] = {}  # each owner's last snapshot written
         self._queue: list[tuple[StoreRecord | str, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -121,18 +127,42 @@ class Durability:
     def forget(self, address: Address) -> None:
         """Stop checkpointing ``address`` here (its record stays: it was evicted, not deleted)."""
         self._objects.pop(address, None)
+        self._owners.pop(address, None)
+        self._owner_states.pop(address, None)
+
+    def share(self, holder: Address, owner: Address) -> None:
+        """``holder`` writes ``owner``'s state through a shared reference: checkpoint ``owner``
+        with each of ``holder``'s commits (see the module docstring)."""
+        owners = self._owners.setdefault(holder, [])
+        if owner not in owners:
+            owners.append(owner)
 
     # --- what the runtime calls --------------------------------------------------------------
 
-    def checkpoint(self, address: Address, state: bytes) -> Awaitable[None] | None:
+    def checkpoint(self, address: Address, state: bytes,
+                   snapshot_of: Callable[[Address], bytes | None] | None = None) -> Awaitable[None] | None:
         """The commit of ``address`` with ``state``: an awaitable resolving once it is durable,
-        or ``None`` if the object is not durable."""
+        or ``None`` if the object is not durable. ``snapshot_of(owner)`` is how the runtime
+        snapshots the owners ``address`` shares state with (``None``: no owner is checkpointed)."""
         known = self._objects.get(address)
         if known is None:
             return None
+        pending = self._commit(address, known, state)
+        owners = self._owners.get(address)
+        if not owners or snapshot_of is None:
+            return pending
+        waits = [pending]
+        for owner in owners:
+            owner_known = self._objects.get(owner)
+            owner_state = None if owner_known is None else snapshot_of(owner)
+            if owner_known is not None and owner_state is not None and owner_state is not self._owner_states.get(owner):
+                self._owner_states[owner] = owner_state
+                waits.append(self._commit(owner, owner_known, owner_state))
+        return pending if len(waits) == 1 else asyncio.gather(*waits)
+
+    def _commit(self, address: Address, known: _Durable, state: bytes) -> asyncio.Future[None]:
         known.version += 1
-        record = StoreRecord(str(address), known.tenant, known.kind, known.object_id, known.version, None, state)
-        return self._submit(record)
+        return self._submit(StoreRecord(str(address), known.tenant, known.kind, known.object_id, known.version, None, state))
 
     # --- the writer ----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, final
 
 import anyio
@@ -90,7 +91,7 @@ class LocalSystem(SystemBase):
         if checkpoint is not None and durability is not None:
             raise ValueError("give checkpoint or durability, not both")
         self.durability = durability
-        self._checkpoint = durability.checkpoint if durability is not None else checkpoint
+        self._checkpoint = self._checkpoint_durably if durability is not None else checkpoint
         self._gate = None if max_running is None else AdmissionGate(max_running)
         self._refs: dict[Address, _LocalRef] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,6 +140,15 @@ class LocalSystem(SystemBase):
 
     def lookup(self, address: Address) -> ActorRef | None:
         return self._refs.get(address)
+
+    def _checkpoint_durably(self, address: Address, state: bytes) -> Awaitable[None] | None:
+        assert self.durability is not None
+        return self.durability.checkpoint(address, state, self._snapshot_of)
+
+    def _snapshot_of(self, address: Address) -> bytes | None:
+        """The committed state of the live actor at ``address`` (an owner of shared state)."""
+        ref = self._refs.get(address)
+        return None if ref is None else ref._cell.actor.snapshot()
 
     def gate_statistics(self) -> GateStatistics | None:
         """The admission gate's counters (``None`` without a gate)."""

@@ -223,6 +223,12 @@ class SqliteStore:
             rows = self._db.execute(query + " ORDER BY tenant, kind, id", values).fetchall()
         return [_record(row) for row in rows]
 
+    def ids(self, tenant: str, kind: str) -> list[str]:
+        """The ids of ``tenant``'s objects of ``kind``, sorted (no state read)."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM objects WHERE tenant = ? AND kind = ? ORDER BY id", (tenant, kind))
+            return [row[0] for row in rows]
+
     def tenants(self) -> list[str]:
         with self._lock:
             return [row[0] for row in self._db.execute("SELECT DISTINCT tenant FROM objects ORDER BY tenant")]
