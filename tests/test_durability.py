@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from bridge_process import BridgeProcess, scripted
+from serve_process import ServeProcess
 from oam_actors.bridge import Bridge
 from oam_actors.errors import ErrorCode
 from oam_actors.runtime import (
@@ -365,3 +366,31 @@ def test_stored_sessions_count_against_the_limit_after_a_restart(tmp_path: Path)
         assert p.error(p.request("session/create", {"session": "c", "model": "scripted"}))["code"] == -32022
         assert [s["session"] for s in p.call("session/list")["sessions"]] == ["a", "b"]
         assert p.close() == 0
+
+
+# --- serve --state-store ----------------------------------------------------------------------
+
+
+def test_serve_keeps_each_tenants_objects_apart_across_connections_and_a_sigkill(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    args = ["--tcp", "127.0.0.1:0", "--token", "alice=secret-a", "--token", "bob=secret-b", "--state-store", db]
+    with ServeProcess(args) as server:
+        with server.tcp("secret-a") as alice:
+            alice.call("session/create", {"session": "guard", "model": scripted([{"text": f"r{i}"} for i in range(30)])})
+            alice.call("world/create", {"world": "village", "state": {"n": 0}})
+            ids = [alice.request("session/respond", {"session": "guard", "prompt": f"p{i}"}) for i in range(20)]
+            alice.wait_for(lambda m: m.get("id") == ids[5])
+            server.proc.send_signal(signal.SIGKILL)
+            server.proc.wait()
+            answered = sum(1 for m in alice.log if m.get("id") in ids and "result" in m)
+    with ServeProcess(args) as server:
+        with server.tcp("secret-b") as bob:
+            assert bob.call("session/list")["sessions"] == [] and bob.call("world/list")["worlds"] == []
+        with server.tcp("secret-a") as alice, server.tcp("secret-a") as again:
+            entries = alice.call("session/transcript", {"session": "guard"})["transcript"]["transcript"]["entries"]
+            assert len(entries) // 2 >= answered and len(entries) % 2 == 0
+            alice.call("world/set", {"world": "village", "path": "n", "value": 9})
+            assert again.call("world/get", {"world": "village", "path": "n"})["value"] == 9  # one tenant, shared
+        assert server.stop() == 0
+    listed = _cli("state", db).stdout.splitlines()
+    assert [line.rsplit(" version ", 1)[0] for line in listed] == ["alice session guard", "alice world village"]
