@@ -139,8 +139,12 @@ def throughput(sessions: int, turns_each: int) -> None:
     without = bench_turns(sessions, turns, bridge_command())
     with_store = bench_turns(sessions, turns, [*bridge_command(), "--state-store", path])
     print(f"tool-round turns over stdio, {sessions} sessions x {turns_each} ({load_average()}):")
-    print(f"  without a store {without['turns_per_s']:>8,.0f} turns/s")
-    print(f"  with a store    {with_store['turns_per_s']:>8,.0f} turns/s   ratio {with_store['turns_per_s'] / without['turns_per_s']:.2f} (goal >= 0.8)")
+    for label, figures in (("without a store", without), ("with a store   ", with_store)):
+        print(f"  {label} {figures['turns_per_s']:>8,.0f} turns/s, server CPU "
+              f"{figures['server_cpu_us_per_turn']:>5,.0f} µs per turn")
+    print(f"  ratio with / without: {with_store['turns_per_s'] / without['turns_per_s']:.2f} in turns/s, "
+          f"{without['server_cpu_us_per_turn'] / with_store['server_cpu_us_per_turn']:.2f} in CPU per turn "
+          "(steadier on a shared machine) (goal >= 0.8)")
 
 
 def crowd(npcs: int) -> None:

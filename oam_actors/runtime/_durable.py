@@ -10,9 +10,11 @@ rely on it. Objects never see the store.
 - **Versions.** Each durable object's commits are numbered from the version it was created or
   revived at; the store keeps a record only if its version is higher than the stored one, so a
   stale writer never overwrites a newer state (:class:`StaleVersion`).
-- **Group commit.** Commits queue; one writer task takes everything queued and writes it in one
-  transaction on a thread of its own, while the next commits queue behind it. A lone commit is
-  one transaction; a thousand concurrent ones share a few.
+- **Group commit.** Commits queue; one writer task takes everything queued by the time the event
+  loop comes round to it and writes it in one transaction. A lone commit is one transaction; a
+  thousand concurrent ones share a few. The write runs on the event loop: without a sync to the
+  disk per transaction (the store's default) it is a write to the page cache, and a thread hop
+  per batch cost more CPU per turn than the write itself (bench_durability.py).
 - **Shared state.** An object that writes another's state through a shared reference (an NPC
   writing its world's document) is declared with :meth:`Durability.share`; each of its commits
   then checkpoints that owner too, in the same batch, unless the owner's snapshot is the very
@@ -31,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Self
 
@@ -79,7 +80,6 @@ class Durability:
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oam-store")
         self.batches = 0  # transactions written (for statistics and benchmarks)
         self.commits = 0  # records written
 
@@ -95,7 +95,6 @@ class Durability:
         self._closing = True
         self._wake.set()
         await asyncio.shield(self._writer)
-        self._thread.shutdown(wait=True)
 
     # --- what the layers that create objects call --------------------------------------------
 
@@ -184,11 +183,11 @@ class Durability:
             await self._wake.wait()
             self._wake.clear()
             if self._queue:
-                await self._write(self._take())
+                self._write(self._take())
             if self._closing and not self._queue:
                 return
 
-    async def _write(self, batch: list[tuple[StoreRecord | str, asyncio.Future[None]]]) -> None:
+    def _write(self, batch: list[tuple[StoreRecord | str, asyncio.Future[None]]]) -> None:
         # The last write of a key in a batch wins; a deletion and a record keep their order
         # (a record after a deletion is a new object of the same address).
         records: dict[str, StoreRecord] = {}
@@ -202,10 +201,8 @@ class Durability:
                 if earlier is not None and earlier.recipe is not None and item.recipe is None:
                     item = StoreRecord(item.key, item.tenant, item.kind, item.id, item.version, earlier.recipe, item.state)
                 records[item.key] = item
-        loop = asyncio.get_running_loop()
         try:
-            stale = await asyncio.shield(loop.run_in_executor(
-                self._thread, self.store.write, list(records.values()), deletions))
+            stale = self.store.write(list(records.values()), deletions)
         except Exception as exc:  # noqa: BLE001 - every commit of the batch fails with the cause
             _log.error("state store %s: a batch of %d commits could not be written", self.store.path, len(batch),
                        exc_info=exc)
