@@ -22,7 +22,8 @@ Contract
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, MonotonicClock
 from ._npc import NPC_METHODS, revive_npc
@@ -33,7 +34,7 @@ from ._state import GameLimits, GameRegistry, GameState
 from ._world import WORLD_METHODS, revive_world
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from ..bridge import Bridge, Call
 
 __all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits", "GameRegistry"]
 
@@ -82,9 +83,12 @@ class GameExtension:
         if bridge.shared and self._registries is not None:
             self.registry = self._registries.setdefault(bridge.namespace, self.registry)
         state = self._state = GameState(bridge, self.registry, self.clock)
+        durable = bridge.durability is not None
         for name, handler in GAME_METHODS.items():
-            bridge.registry.register(name, functools.partial(handler, state))
-        if bridge.durability is not None:
+            # With a store an NPC may have to be revived: its world's document comes first.
+            wrap = _reviving if durable and name != "npc/list" else functools.partial
+            bridge.registry.register(name, wrap(handler, state))
+        if durable:
             state.load_stored()
             bridge.revivers[NPC_KIND] = functools.partial(revive_npc, state)
             bridge.revivers[WORLD_KIND] = functools.partial(revive_world, state)
@@ -95,3 +99,13 @@ class GameExtension:
         # A sharing bridge leaves the namespace's objects (and so their index) to the others.
         if self._state is not None and not self._state.bridge.shared:
             self.registry.clear()
+
+
+def _reviving(handler: Callable[[GameState, Call], Awaitable[Any]], state: GameState) -> Callable[[Call], Awaitable[Any]]:
+    """``handler`` for ``state``, first preparing the revival of the NPC its params name."""
+
+    async def handle(call: Call) -> Any:
+        await state.prepare_npc(call.params.raw("npc"))
+        return await handler(state, call)
+
+    return handle

@@ -278,6 +278,7 @@ async def npc_delete(game: GameState, call: Call) -> Any:
 async def npc_list(game: GameState, call: Call) -> Any:
     entries = []
     for npc, record in list(game.npcs.items()):
+        await game.prepare_npc(npc)
         ref = game.bridge.lookup(NPC_KIND, npc)
         if ref is None:
             continue

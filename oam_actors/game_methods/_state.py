@@ -89,7 +89,7 @@ class GameRegistry:
     subscriptions: dict[str, SubscriptionRecord] = dataclasses.field(default_factory=dict)
     numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0})
     # Each world's document as its actor handed it out, with the ref it was asked through.
-    documents: dict[str, tuple[ActorRef | None, WorldState]] = dataclasses.field(default_factory=dict)
+    documents: dict[str, tuple[ActorRef, WorldState]] = dataclasses.field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every object (after shutdown has stopped them); counters keep counting."""
@@ -185,23 +185,25 @@ class GameState:
         ref = self.bridge.lookup(WORLD, world) if world in self.worlds else None
         if ref is None:
             raise world_not_found(world)
-        known = self.registry.documents.get(world)
-        if known is not None and known[0] is None:  # revived just now: its document, with its ref
-            self.registry.documents[world] = (ref, known[1])
         return ref
 
     # --- durable objects (a state store) -------------------------------------------------------
 
-    def revived(self, world: str, document: WorldState) -> None:
-        """A stored world was built again with ``document`` (its ref follows in ``world_by_id``)."""
-        self.registry.documents[world] = (None, document)
+    async def prepare_npc(self, npc: Any) -> None:
+        """Before a stored NPC on a world is revived (on its first use): ask its world for the
+        document (reviving the world if need be), so the NPC shares it as at its creation, on
+        every runtime. Nothing for an NPC in memory, without a world or without a store."""
+        bridge = self.bridge
+        record = self.npcs.get(npc) if isinstance(npc, str) else None
+        if record is None or record.world is None or record.world not in self.worlds:
+            return
+        if bridge.system.lookup(bridge.address(NPC, npc)) is None:
+            await self.world_document(record.world)
 
     def revived_document(self, world: str) -> WorldState | None:
-        """The document of ``world`` for an NPC being revived on it (the world revived first if
-        it is stored and not in memory); ``None`` if the world is gone."""
-        if world not in self.worlds or self.bridge.lookup(WORLD, world) is None:
-            return None
-        known = self.registry.documents.get(world)
+        """The document of ``world`` for an NPC being revived on it (asked by ``prepare_npc``);
+        ``None`` if the world is gone."""
+        known = self.registry.documents.get(world) if world in self.worlds else None
         return None if known is None else known[1]
 
     def load_stored(self) -> None:

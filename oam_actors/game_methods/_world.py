@@ -46,21 +46,18 @@ async def world_create(game: GameState, call: Call) -> Any:
     actor = WorldActor(document)
     ref = bridge.system.spawn(bridge.address(WORLD, world), lambda: actor, max_queue=bridge.config.max_queue)
     game.add_world(world)
-    game.registry.documents[world] = (ref, document)
     try:
         await bridge.made_durable(ref, actor, msgspec.json.encode(WorldRecipe(game.worlds[world].created_at)))
     except Exception:
         del game.worlds[world]
-        game.registry.documents.pop(world, None)
         raise
     return {"world": world, "version": document.version}
 
 
 def revive_world(game: GameState, bridge: Bridge, record: StoreRecord) -> WorldActor:
-    """A stored world built again from its checkpoint; its document is the one NPCs on it share."""
+    """A stored world built again from its checkpoint (NPCs ask it for the document they share)."""
     actor = WorldActor(WorldState(None))
     actor.restore(record.state)
-    game.revived(record.id, actor.state)
     return actor
 
 
