@@ -560,8 +560,7 @@ class RaySystem(SystemBase):
     def _load_state(self, address: Address) -> bytes | None:
         durability = self.durability
         if durability is not None and durability.is_durable(address):
-            record = durability.store.load(str(address))
-            return None if record is None else record.state
+            return durability.state_to_restore(address)
         return self.store.get(str(address))
 
     def _save_states(self, states: Iterable[tuple[Address, bytes]]) -> list[tuple[Address, Awaitable[None]]]:

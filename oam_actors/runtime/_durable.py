@@ -62,10 +62,11 @@ class StaleVersion(RuntimeErrorBase):
 class _Durable:
     """One durable object as this process knows it."""
 
-    __slots__ = ("kind", "object_id", "tenant", "version")
+    __slots__ = ("built", "kind", "object_id", "tenant", "version")
 
     def __init__(self, tenant: str, kind: str, object_id: str, version: int) -> None:
         self.tenant, self.kind, self.object_id, self.version = tenant, kind, object_id, version
+        self.built = version  # the version the actor was built with (created or revived)
 
 
 class Durability:
@@ -117,6 +118,16 @@ class Durability:
         if record is not None:
             self._objects[address] = _Durable(record.tenant, record.kind, record.id, record.version)
         return record
+
+    def state_to_restore(self, address: Address) -> bytes | None:
+        """What a runtime re-hosting the durable ``address`` from the actor it was built as must
+        restore: the stored state, or ``None`` when the store holds the very version that actor
+        was built with (restoring it twice would replay a model's progress twice)."""
+        known = self._objects.get(address)
+        record = self.store.load(str(address))
+        if record is None or (known is not None and record.version == known.built):
+            return None
+        return record.state
 
     def delete(self, address: Address) -> Awaitable[None]:
         """Forget ``address`` for good; resolves once its record is gone from the store."""
