@@ -394,3 +394,49 @@ def test_serve_keeps_each_tenants_objects_apart_across_connections_and_a_sigkill
         assert server.stop() == 0
     listed = _cli("state", db).stdout.splitlines()
     assert [line.rsplit(" version ", 1)[0] for line in listed] == ["alice session guard", "alice world village"]
+
+
+async def test_a_request_whose_commit_cannot_be_written_gets_internal_error_and_the_server_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FailingStore(str(tmp_path / "s.db"))
+    out: list[dict[str, Any]] = []
+
+    async def write(line: bytes) -> None:
+        out.append(msgspec.json.decode(line))
+
+    def answer(request_id: int) -> dict[str, Any]:
+        [message] = [m for m in out if m.get("id") == request_id]
+        return message
+
+    def line(request_id: int, method: str, params: dict[str, Any]) -> bytes:
+        return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+
+    model = scripted([{"text": "one"}, {"text": "two"}, {"text": "three"}])
+    async with LocalSystem(durability=Durability(store)) as system:
+        async with Bridge(system, write) as bridge:
+            await bridge.receive(line(1, "session/create", {"session": "s", "model": model}))
+            await bridge.receive(line(2, "session/respond", {"session": "s", "prompt": "a"}))
+            with anyio.fail_after(10):
+                while len(out) < 2:
+                    await anyio.sleep(0.01)
+            store.fail = True
+            await bridge.receive(line(3, "session/respond", {"session": "s", "prompt": "b"}))
+            with anyio.fail_after(10):
+                while len(out) < 3:
+                    await anyio.sleep(0.01)
+            error = answer(3)["error"]
+            assert (error["code"], error["data"]["code"]) == (-32603, "internal_error")
+            assert "could not be saved" in error["message"]
+            assert "disk is full" in caplog.text
+            store.fail = False
+            await bridge.receive(line(4, "session/transcript", {"session": "s"}))
+            await bridge.receive(line(5, "session/respond", {"session": "s", "prompt": "c"}))
+            with anyio.fail_after(10):
+                while len(out) < 5:
+                    await anyio.sleep(0.01)
+            # Back at its last durable state: the failed turn is not in it, the script goes on.
+            entries = answer(4)["result"]["transcript"]["transcript"]["entries"]
+            assert [e["text"] for e in entries] == ["a", "one"]
+            assert answer(5)["result"]["text"] == "two"
+    store.close()
