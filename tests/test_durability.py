@@ -100,10 +100,7 @@ def test_bad_stores_are_refused_and_left_as_they_were(tmp_path: Path) -> None:
 def test_newer_and_older_schemas_are_refused_saying_how(tmp_path: Path) -> None:
     newer = str(tmp_path / "newer.db")
     open_store(newer).close()
-    db = sqlite3.connect(newer)
-    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    db.commit()
-    db.close()
+    _set_schema_version(newer, 99)
     with pytest.raises(StoreTooNew, match="upgrade oam-actors"):
         open_store(newer)
     older = str(tmp_path / "older.db")
@@ -113,6 +110,14 @@ def test_newer_and_older_schemas_are_refused_saying_how(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StoreTooOld, match="move it away"):
         open_store(older)
+
+
+def _set_schema_version(path: str, version: int) -> None:
+    """Make the store at ``path`` look written by another oam-actors."""
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    db.commit()
+    db.close()
 
 
 # --- group commit before answer ----------------------------------------------------------------
@@ -242,6 +247,11 @@ def test_bad_stores_exit_2_with_one_line_and_nothing_written(tmp_path: Path) -> 
     corrupt = _cli("stdio", "--state-store", str(junk))
     assert corrupt.returncode == 2 and "not an oam-actors state store" in corrupt.stderr
     assert len(corrupt.stderr.splitlines()) == 1 and junk.read_text() == "not a database"
+    newer = str(tmp_path / "newer.db")
+    open_store(newer).close()
+    _set_schema_version(newer, 2)
+    refused = _cli("stdio", "--state-store", newer)
+    assert refused.returncode == 2 and "upgrade oam-actors" in refused.stderr and len(refused.stderr.splitlines()) == 1
     db = str(tmp_path / "s.db")
     with BridgeProcess(["--state-store", db]) as holder:
         holder.call("ping")
@@ -440,3 +450,15 @@ async def test_a_request_whose_commit_cannot_be_written_gets_internal_error_and_
             assert [e["text"] for e in entries] == ["a", "one"]
             assert answer(5)["result"]["text"] == "two"
     store.close()
+
+
+def test_simulate_keeps_its_crowd_in_a_new_store_and_refuses_one_holding_objects(tmp_path: Path) -> None:
+    db = str(tmp_path / "sim.db")
+    args = ["simulate", "--backend", "scripted", "--sessions", "2", "--npcs", "3", "--duration", "1", "--think", "0.1",
+            "--no-progress", "--report-dir", str(tmp_path / "report"), "--state-store", db]
+    assert _cli(*args).returncode == 0
+    kinds = [line.split()[1] for line in _cli("state", db).stdout.splitlines()]
+    assert (kinds.count("session"), kinds.count("npc"), kinds.count("world")) == (2, 3, 1)
+    again = _cli(*args)
+    assert again.returncode == 2 and "holds 6 objects" in again.stderr and len(again.stderr.splitlines()) == 1
+
