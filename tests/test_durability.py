@@ -58,7 +58,6 @@ def test_a_store_keeps_records_and_a_commit_keeps_the_recipe(tmp_path: Path) -> 
     a = store.load("session:a")
     assert a is not None and (a.version, a.state, a.recipe) == (2, b"two", b"r")
     assert [r.key for r in store.records()] == ["npc:b", "session:a"]
-    assert store.tenants() == [""]
     store.close()
 
 

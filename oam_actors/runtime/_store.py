@@ -18,7 +18,7 @@ Contract (:class:`SqliteStore`):
   record replaces the stored one only if its version is higher: a stale writer (an older
   incarnation that came back) cannot overwrite a newer state; the keys it lost on are returned.
   A record written without a recipe keeps the stored recipe.
-- Reads (``load``, ``records``, ``tenants``) see every batch whose ``write`` returned.
+- Reads (``load``, ``records``, ``ids``) see every batch whose ``write`` returned.
 - Every method may be called from any thread; calls are serialised by the store.
 
 Durability: WAL with ``synchronous=NORMAL`` by default: a committed batch survives the process
@@ -228,10 +228,6 @@ class SqliteStore:
         with self._lock:
             rows = self._db.execute("SELECT id FROM objects WHERE tenant = ? AND kind = ? ORDER BY id", (tenant, kind))
             return [row[0] for row in rows]
-
-    def tenants(self) -> list[str]:
-        with self._lock:
-            return [row[0] for row in self._db.execute("SELECT DISTINCT tenant FROM objects ORDER BY tenant")]
 
     # --- maintenance -------------------------------------------------------------------------
 
