@@ -177,8 +177,9 @@ class Durability:
     # --- the writer ----------------------------------------------------------------------------
 
     def _submit(self, item: StoreRecord | str) -> asyncio.Future[None]:
-        if self._wake is None:
-            raise RuntimeError("use the Durability inside 'async with'")
+        if self._wake is None or self._writer is None or self._writer.done():
+            # Nobody waits forever: a commit after the writer ended would never be answered.
+            raise RuntimeError("the state store's writer is not running (use the Durability inside 'async with')")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         self._wake.set()
