@@ -411,8 +411,8 @@ async def test_a_request_whose_commit_cannot_be_written_gets_internal_error_and_
     store = FailingStore(str(tmp_path / "s.db"))
     out: list[dict[str, Any]] = []
 
-    async def write(line: bytes) -> None:
-        out.append(msgspec.json.decode(line))
+    async def write(data: bytes) -> None:
+        out.extend(msgspec.json.decode(line) for line in data.splitlines())
 
     def answer(request_id: int) -> dict[str, Any]:
         [message] = [m for m in out if m.get("id") == request_id]
@@ -461,3 +461,18 @@ def test_simulate_keeps_its_crowd_in_a_new_store_and_refuses_one_holding_objects
     again = _cli(*args)
     assert again.returncode == 2 and "holds 6 objects" in again.stderr and len(again.stderr.splitlines()) == 1
 
+
+
+def test_creations_waiting_for_the_store_are_answered_in_arrival_order_with_immediate_methods(tmp_path: Path) -> None:
+    with BridgeProcess(["--state-store", str(tmp_path / "s.db")]) as p:
+        ids = []
+        for i in range(30):  # pipelined: the creations' writes share transactions
+            ids.append(p.request("world/create", {"world": f"w{i}"}))
+            ids.append(p.request("ping"))
+            ids.append(p.request("npc/create", {"npc": f"n{i}", "persona": GORM, "model": "scripted"}))
+            ids.append(p.request("world/list" if i % 10 else "nope/unknown"))
+        p.wait_for(lambda m: m.get("id") == ids[-1])
+        answered = [m["id"] for m in p.log if m.get("id") in ids]
+        assert answered == ids
+        assert len(p.call("world/list")["worlds"]) == 30
+        assert p.close() == 0

@@ -47,6 +47,7 @@ Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
@@ -97,6 +98,12 @@ NOT_DURABLE = (
     "The change could not be saved to the state store, so it was not made; the object keeps its last saved "
     "state. The server log has the cause."
 )
+
+_Slot = list[bytes | None]
+"""The place of an in-order deferred answer among the answers in arrival order (its line once known)."""
+
+_UNORDERED: _Slot = [None]
+"""The order of a deferred answer written as soon as it is known (a turn's)."""
 
 Reviver = Callable[["Bridge", StoreRecord], Actor]
 """Builds a durable object of one kind again from its stored record (recipe and state)."""
@@ -159,6 +166,7 @@ class Bridge:
         self._buffered: Callable[[], int] = _nothing
         self._since_yield = 0
         self._queued: set[Reply] = set()  # replies of the work this bridge queued, until answered
+        self._held: collections.deque[_Slot] = collections.deque()  # answers in arrival order, from the first not known
         self._session_number = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -346,21 +354,25 @@ class Bridge:
             if result.reply is not None:
                 self._answer_when_settled(request_id, message.method, result)
             else:
-                self._defer(request_id, message.method, result.awaitable)
+                self._defer(request_id, message.method, result.awaitable, in_order=result.in_order)
         elif not notification:
             self._answer(request_id, result)
 
-    def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any]) -> None:
+    def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any], *, in_order: bool = False) -> None:
         assert self._task_group is not None, "use the bridge inside 'async with'"
         charge = self._track()
+        slot: _Slot | None = None
+        if in_order and request_id is not None:  # its answer keeps its place among the immediate ones
+            slot = [None]
+            self._held.append(slot)
 
         async def finish() -> None:
             try:
                 result = await awaitable
             except Exception as exc:
-                self._finish(request_id, method, None, exc, charge)
+                self._finish(request_id, method, None, exc, charge, slot)
             else:
-                self._finish(request_id, method, result, None, charge)
+                self._finish(request_id, method, result, None, charge, slot)
 
         self._task_group.start_soon(finish)
 
@@ -392,15 +404,18 @@ class Bridge:
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return charge
 
-    def _finish(self, request_id: Any, method: str, result: Any, error: Exception | None, charge: int) -> None:
-        """A deferred request's outcome is known: answer it (a notification's is dropped)."""
+    def _finish(self, request_id: Any, method: str, result: Any, error: Exception | None, charge: int,
+                slot: _Slot | None = None) -> None:
+        """A deferred request's outcome is known: answer it (a notification's is dropped), in
+        its ``slot`` if it keeps its place in arrival order, else at once."""
+        order = _UNORDERED if slot is None else slot
         try:
             if error is not None:
-                self._completed(method, self._finish_error(request_id, error, method).code.wire)
+                self._completed(method, self._finish_error(request_id, error, method, order).code.wire)
             else:
                 self._completed(method, "ok")
                 if request_id is not None:
-                    self._answer(request_id, result)
+                    self._answer(request_id, result, order)
         finally:
             self._inflight -= 1
             self._request_bytes -= charge
@@ -409,7 +424,7 @@ class Bridge:
 
     # --- the one responder -------------------------------------------------------------------
 
-    def _answer(self, request_id: Any, result: Any) -> None:
+    def _answer(self, request_id: Any, result: Any, order: _Slot | None = None) -> None:
         code = "ok"
         try:
             line = jsonrpc.encode_result(request_id, result)
@@ -419,23 +434,39 @@ class Bridge:
             code = ErrorCode.INTERNAL_ERROR.wire
         if self.metrics is not None:
             self.metrics.response(code)
-        self._send(line)
+        self._deliver(line, order)
 
-    def _answer_error(self, request_id: Any, error: OamError) -> None:
+    def _answer_error(self, request_id: Any, error: OamError, order: _Slot | None = None) -> None:
         if self.metrics is not None:
             self.metrics.response(error.code.wire)
-        self._send(jsonrpc.encode_error(request_id, error))
+        self._deliver(jsonrpc.encode_error(request_id, error), order)
+
+    def _deliver(self, line: bytes, order: _Slot | None) -> None:
+        """Write an answer: ``None``, an immediate one, in arrival order (behind the in-order
+        deferred answers not written yet); ``_UNORDERED`` (a turn's) at once; a slot fills it."""
+        if order is None:
+            if self._held:
+                self._held.append([line])
+            else:
+                self._send(line)
+        elif order is _UNORDERED:
+            self._send(line)
+        else:
+            order[0] = line
+            while self._held and (ready := self._held[0][0]) is not None:
+                self._held.popleft()
+                self._send(ready)
 
     def _completed(self, method: str, code: str) -> None:
         if self.metrics is not None:
             self.metrics.completed(method, code)
 
-    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> OamError:
+    def _finish_error(self, request_id: Any, exc: Exception, method: str, order: _Slot | None = None) -> OamError:
         error = self.error_for(exc, request_id=request_id, method=method)
         if request_id is None:
             _log.info("notification %s failed: %s", method, error.message)
         else:
-            self._answer_error(request_id, error)
+            self._answer_error(request_id, error, order)
         return error
 
     @staticmethod
@@ -563,21 +594,33 @@ class Bridge:
             return []
         return self.durability.store.ids(self.tenant, kind)
 
-    async def made_durable(self, ref: ActorRef, actor: Actor, recipe: bytes) -> None:
-        """With a state store, write the just-spawned ``actor``'s first record (its ``recipe``:
-        what its reviver needs besides its snapshot) before the creation is answered; if that
-        fails the actor is stopped and :class:`CheckpointFailed` raised. Without one, nothing."""
-        if self.durability is None:
-            return
+    def created(self, ref: ActorRef, actor: Actor, recipe: bytes, result: Any, *,
+                undo: Callable[[], None] | None = None) -> Any:
+        """The answer of a creation that spawned ``actor`` at ``ref``: ``result``, at once
+        without a state store. With one, a :class:`Deferred` answered in arrival order once the
+        actor's first record is written (``recipe``: what its reviver needs besides its
+        snapshot), while the bridge reads on, so creations share group commits; if the write
+        fails, ``undo`` runs, the actor is stopped and the request fails (``CheckpointFailed``)."""
+        durability = self.durability
+        if durability is None:
+            return result
         address = ref.address
-        try:
-            await self.durability.create(
-                address, tenant=self.tenant, kind=address.kind, object_id=self.local_id(address), recipe=recipe,
-                state=actor.snapshot() or b"",
-            )
-        except Exception:
-            await self.system.stop(address)
-            raise
+        written = durability.create(
+            address, tenant=self.tenant, kind=address.kind, object_id=self.local_id(address), recipe=recipe,
+            state=actor.snapshot() or b"",
+        )
+
+        async def answer() -> Any:
+            try:
+                await written
+            except Exception:
+                if undo is not None:
+                    undo()
+                await self.system.stop(address)
+                raise
+            return result
+
+        return Deferred(answer(), in_order=True)
 
     def shares(self, holder: Address, owner: Address) -> None:
         """With a state store: ``holder`` writes ``owner``'s state (an NPC its world's

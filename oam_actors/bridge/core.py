@@ -274,8 +274,7 @@ async def session_create(call: Call) -> Any:
     actor = SessionActor(agent, bridge, model_name=model_name)
     ref = _insert_session(bridge, session, actor)
     recipe = _SessionRecipe(params.raw("model"), params.raw("options"))
-    await bridge.made_durable(ref, actor, msgspec.json.encode(recipe))
-    return {"session": session, "warnings": warnings}
+    return bridge.created(ref, actor, msgspec.json.encode(recipe), {"session": session, "warnings": warnings})
 
 
 class _SessionRecipe(msgspec.Struct, frozen=True):

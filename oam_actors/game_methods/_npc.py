@@ -7,6 +7,7 @@ in the handler, so a bad request never takes a queue slot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,8 +129,8 @@ async def _build(
     options: NPCOptions,
     world: str | None,
     model_spec: Any,
-) -> dict[str, Any]:
-    """Create and register the NPC actor; the steps after the params of create and restore, in
+) -> Any:
+    """Create and register the NPC actor (its answer: ``Bridge.created``); the steps after the params of create and restore, in
     protocol order (model, tool definitions, world, availability, NPC checks, limit). Nothing is
     created when one fails."""
     bridge = game.bridge
@@ -157,12 +158,9 @@ async def _build(
     game.add_npc(npc_id, world)
     if world is not None:
         bridge.shares(ref.address, bridge.address(WORLD_KIND, world))
-    try:
-        await bridge.made_durable(ref, actor, msgspec.json.encode(NPCRecipe(model_spec, world, game.npcs[npc_id].created_at)))
-    except Exception:
-        del game.npcs[npc_id]
-        raise
-    return {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings}
+    recipe = msgspec.json.encode(NPCRecipe(model_spec, world, game.npcs[npc_id].created_at))
+    return bridge.created(ref, actor, recipe, {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings},
+                          undo=functools.partial(game.npcs.pop, npc_id, None))
 
 
 def revive_npc(game: GameState, bridge: Bridge, record: StoreRecord) -> NPCActor:

@@ -7,6 +7,7 @@ before its response. Unknown params are ignored silently (as the reference bridg
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -46,12 +47,9 @@ async def world_create(game: GameState, call: Call) -> Any:
     actor = WorldActor(document)
     ref = bridge.system.spawn(bridge.address(WORLD, world), lambda: actor, max_queue=bridge.config.max_queue)
     game.add_world(world)
-    try:
-        await bridge.made_durable(ref, actor, msgspec.json.encode(WorldRecipe(game.worlds[world].created_at)))
-    except Exception:
-        del game.worlds[world]
-        raise
-    return {"world": world, "version": document.version}
+    recipe = msgspec.json.encode(WorldRecipe(game.worlds[world].created_at))
+    return bridge.created(ref, actor, recipe, {"world": world, "version": document.version},
+                          undo=functools.partial(game.worlds.pop, world, None))
 
 
 def revive_world(game: GameState, bridge: Bridge, record: StoreRecord) -> WorldActor:

@@ -106,8 +106,7 @@ class Durability:
                state: bytes) -> Awaitable[None]:
         """Make ``address`` durable: its first record, version 1 past any stored one; resolves
         once written (raises :class:`CheckpointFailed`)."""
-        stored = self.store.load(str(address))
-        version = (stored.version if stored is not None else 0) + 1
+        version = (self.store.version(str(address)) or 0) + 1
         self._objects[address] = _Durable(tenant, kind, object_id, version)
         return self._submit(StoreRecord(str(address), tenant, kind, object_id, version, recipe, state))
 

@@ -18,7 +18,7 @@ Contract (:class:`SqliteStore`):
   record replaces the stored one only if its version is higher: a stale writer (an older
   incarnation that came back) cannot overwrite a newer state; the keys it lost on are returned.
   A record written without a recipe keeps the stored recipe.
-- Reads (``load``, ``records``, ``ids``) see every batch whose ``write`` returned.
+- Reads (``load``, ``version``, ``records``, ``ids``) see every batch whose ``write`` returned.
 - Every method may be called from any thread; calls are serialised by the store.
 
 Durability: WAL with ``synchronous=NORMAL`` by default: a committed batch survives the process
@@ -206,6 +206,12 @@ class SqliteStore:
                 "SELECT key, tenant, kind, id, version, recipe, state FROM objects WHERE key = ?", (key,)
             ).fetchone()
         return None if row is None else _record(row)
+
+    def version(self, key: str) -> int | None:
+        """The stored version of ``key`` (``None``: not stored), without reading its state."""
+        with self._lock:
+            row = self._db.execute("SELECT version FROM objects WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
 
     def records(self, tenant: str | None = None, *, kind: str | None = None) -> list[StoreRecord]:
         """Every record (of ``tenant``, of ``kind``), by tenant, kind and id."""
