@@ -228,12 +228,12 @@ class ActorCell:
         return None
 
     async def _made_durable(self, durable: Awaitable[None]) -> Exception | None:
-        """Wait for the checkpoint's write (not cut short: the commit is past its point of no
-        return); its error, after which the actor stops: its memory is ahead of its last durable
-        state, and its next use must start from that state, not from this one."""
+        """Wait for the checkpoint's write; its error, after which the actor stops: its memory is
+        ahead of its last durable state, and its next use must start from that state, not from
+        this one. (Only the system's closing cancels this wait: the write goes on without it,
+        and the message is left unanswered as a crash would leave it.)"""
         try:
-            with anyio.CancelScope(shield=True):
-                await durable
+            await durable
         except Exception as exc:  # noqa: BLE001 - this message fails with it (the store logged the cause)
             self.request_stop()
             return exc

@@ -62,10 +62,10 @@ class StaleVersion(RuntimeErrorBase):
 class _Durable:
     """One durable object as this process knows it."""
 
-    __slots__ = ("built", "kind", "object_id", "tenant", "version")
+    __slots__ = ("built", "key", "kind", "object_id", "tenant", "version")
 
-    def __init__(self, tenant: str, kind: str, object_id: str, version: int) -> None:
-        self.tenant, self.kind, self.object_id, self.version = tenant, kind, object_id, version
+    def __init__(self, key: str, tenant: str, kind: str, object_id: str, version: int) -> None:
+        self.key, self.tenant, self.kind, self.object_id, self.version = key, tenant, kind, object_id, version
         self.built = version  # the version the actor was built with (created or revived)
 
 
@@ -107,7 +107,7 @@ class Durability:
         """Make ``address`` durable: its first record, version 1 past any stored one; resolves
         once written (raises :class:`CheckpointFailed`)."""
         version = (self.store.version(str(address)) or 0) + 1
-        self._objects[address] = _Durable(tenant, kind, object_id, version)
+        self._objects[address] = _Durable(str(address), tenant, kind, object_id, version)
         return self._submit(StoreRecord(str(address), tenant, kind, object_id, version, recipe, state))
 
     def revive(self, address: Address) -> StoreRecord | None:
@@ -115,7 +115,7 @@ class Durability:
         the caller builds the actor from it and spawns it."""
         record = self.store.load(str(address))
         if record is not None:
-            self._objects[address] = _Durable(record.tenant, record.kind, record.id, record.version)
+            self._objects[address] = _Durable(record.key, record.tenant, record.kind, record.id, record.version)
         return record
 
     def state_to_restore(self, address: Address) -> bytes | None:
@@ -171,7 +171,7 @@ class Durability:
 
     def _commit(self, address: Address, known: _Durable, state: bytes) -> asyncio.Future[None]:
         known.version += 1
-        return self._submit(StoreRecord(str(address), known.tenant, known.kind, known.object_id, known.version, None, state))
+        return self._submit(StoreRecord(known.key, known.tenant, known.kind, known.object_id, known.version, None, state))
 
     # --- the writer ----------------------------------------------------------------------------
 
