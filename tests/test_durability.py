@@ -100,8 +100,10 @@ def test_newer_and_older_schemas_are_refused_saying_how(tmp_path: Path) -> None:
     newer = str(tmp_path / "newer.db")
     open_store(newer).close()
     _set_schema_version(newer, 99)
+    files = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
     with pytest.raises(StoreTooNew, match="upgrade oam-actors"):
         open_store(newer)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == files  # nothing written
     older = str(tmp_path / "older.db")
     db = sqlite3.connect(older)
     db.execute("CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
