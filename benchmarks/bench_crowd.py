@@ -172,11 +172,11 @@ async def _all(count: int, run: Callable[[int], Awaitable[Any]]) -> None:
 class StdioBridge:
     """The subprocess, a reader thread recording when each response arrived."""
 
-    def __init__(self, npcs: int, max_running: int, profile: str | None = None) -> None:
+    def __init__(self, npcs: int, max_running: int, profile: str | None = None, extra: list[str] | None = None) -> None:
         # Every talk is in flight at once: the connection's caps are raised to fit them.
         command = [*python_command(profile), "-m", "oam_actors", "stdio", "--max-npcs", str(npcs),
                    "--max-in-flight", str(2 * npcs), "--max-connection-bytes", str(max(32, npcs // 50) << 20),
-                   "--max-running-turns", str(max_running)]
+                   "--max-running-turns", str(max_running), *(extra or [])]
         if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
             command = ["taskset", "-c", "0", *command]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
@@ -222,8 +222,9 @@ class StdioBridge:
         self.proc.wait(60)
 
 
-def over_stdio(npcs: int, max_running: int, profile: str | None = None) -> Report:
-    bridge = StdioBridge(npcs, max_running, profile)
+def over_stdio(npcs: int, max_running: int, profile: str | None = None, extra: list[str] | None = None) -> Report:
+    """The crowd through the real subprocess; ``extra``: more ``oam-actors stdio`` options."""
+    bridge = StdioBridge(npcs, max_running, profile, extra)
     try:
         bridge.send([("world", "world/create", {"world": "village", "state": WORLD})])
         bridge.wait(["world"])

@@ -55,6 +55,9 @@ BENCHMARKS: list[Entry] = [
      "the Python client (oam_actors.client) over TCP, next to a raw JSON-lines client"),
     ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "10000", "--stdio"],
      "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
+    ("durability", "bench_durability.py", [], ["--kills", "5", "--npcs", "10000"],
+     "--state-store: SIGKILLs under load (acknowledged vs recovered commits), tool-round turns with vs without a "
+     "store (100 sessions x 10), a 10,000-NPC crowd with a store"),
     ("cluster", "bench_cluster.py", [], ["--latency-turns", "100", "--asks", "1000", "--naive", "4"],
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline", 1),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),

@@ -67,7 +67,7 @@ MISTAKES: list[tuple[str, list[str], list[str]]] = [
     ("address-unresolvable", ["stdio", "--runtime", "ray", "--address", "nowhere.invalid:6379"],
      ["--address nowhere.invalid:6379", "cannot resolve"]),
     ("state-store-folder", ["stdio", "--runtime", "ray", "--state-store", "/nonexistent/oam/state.db"],
-     ["--state-store", "folder does not exist"]),
+     ["--state-store", "does not exist"]),
     # addresses that cannot be bound
     ("device-port-busy", ["device", "--simulate", "--port", BUSY], ["--host/--port 127.0.0.1:" + BUSY, "in use"]),
     ("tcp-port-busy", ["serve", "--tcp", "127.0.0.1:" + BUSY], ["--tcp 127.0.0.1:" + BUSY, "in use"]),

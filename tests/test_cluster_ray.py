@@ -28,13 +28,13 @@ import ray.cloudpickle
 
 from oam_actors import AgentError, Bridge, ErrorCode, GameExtension
 from oam_actors.bridge import BridgeConfig
+from oam_actors.bridge.bridge import tenant_namespace
 from test_admission import assert_started_in_arrival_order, burst
 from test_admission import open_wire as open_admission_wire
 from oam_actors.cluster import (
     ClusterModel,
     RaySystem,
     RemoteModel,
-    SqliteStore,
     host_model,
     private_ray,
     shard_of,
@@ -51,10 +51,12 @@ from oam_actors.runtime import (
     ActorSystem,
     ActorStopped,
     Address,
+    Durability,
     HostFailed,
     LocalSystem,
     MailboxFull,
     MessageCancelled,
+    open_store,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -603,12 +605,12 @@ async def test_a_restarted_shard_continues_scripts_memory_and_pending_compaction
 async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_state(
     ray_instance: None, tmp_path: Any
 ) -> None:
-    store = SqliteStore(str(tmp_path / "state.sqlite"))
+    store = open_store(str(tmp_path / "state.db"))
     # An echoing fallback: each answer names its own prompt, whichever process gives it.
     echo = {"type": "scripted", "fallback": {"template": "echo {prompt}"}}
     wait = {"name": "wait_for_player", "description": "Wait until the player is ready.",
             "parameters": {"type": "object", "properties": {}}, "timeoutSeconds": 0}
-    async with RaySystem(shards=2, store=store) as fault_system, open_wire(fault_system) as wire:
+    async with RaySystem(shards=2, durability=Durability(store)) as fault_system, open_wire(fault_system) as wire:
         victim = next(s for s in (f"v{n}" for n in range(50)) if shard_of(Address("session", s), 2) == 0)
         bystander = next(s for s in (f"b{n}" for n in range(50)) if shard_of(Address("session", s), 2) == 1)
         await wire.call("session/create", {"session": victim, "model": echo, "tools": [wait],
@@ -640,7 +642,16 @@ async def test_a_killed_shard_answers_in_flight_requests_and_restores_committed_
         assert after[0].pid != before.pid and after[0].incarnation != before.incarnation
         assert [shard.restarts for shard in after] == fault_system.shard_restarts() == [1, 0]
         check_invariants(wire.log)
-    assert store.get(f"session:{victim}") is None  # deleted with the session when the bridge closed
+    # Durable: kept when the bridge closed, as its last commit left it.
+    stored = store.load(f"session:{tenant_namespace('')}{victim}")
+    assert stored is not None and b"echo fourth" in stored.state
+    # A front door started again on the same store finds the session where it was.
+    async with RaySystem(shards=2, durability=Durability(store)) as again, open_wire(again) as wire:
+        transcript = (await wire.call("session/transcript", {"session": victim}))["transcript"]["transcript"]
+        assert [entry["text"] for entry in transcript["entries"]] == ["first", "echo first", "fourth", "echo fourth"]
+        assert (await wire.result(wire.request("session/respond", {"session": victim, "prompt": "fifth"})))["text"] == "echo fifth"
+        check_invariants(wire.log)
+    store.close()
 
 
 async def test_a_killed_shard_fails_asks_with_host_failed_and_keeps_the_actor(ray_instance: None) -> None:

@@ -23,8 +23,8 @@ from oam_actors import Address
 pytestmark = pytest.mark.slow
 
 
-def shard_processes(root: int) -> set[int]:
-    """Pids of the shard processes under process ``root`` (its private Ray's workers)."""
+def descendants(root: int) -> dict[int, bytes]:
+    """Every process under process ``root``, each with its command line."""
     children: dict[int, list[int]] = {}
     titles: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
@@ -34,13 +34,17 @@ def shard_processes(root: int) -> set[int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(parent, []).append(int(entry.name))
-    found, todo = set(), [root]
+    found, todo = {}, [root]
     while todo:
         for child in children.get(todo.pop(), []):
             todo.append(child)
-            if titles[child].startswith(b"ray::ShardHost"):
-                found.add(child)
+            found[child] = titles[child]
     return found
+
+
+def shard_processes(root: int) -> set[int]:
+    """Pids of the shard processes under process ``root`` (its private Ray's workers)."""
+    return {pid for pid, title in descendants(root).items() if title.startswith(b"ray::ShardHost")}
 
 
 def wait_for(condition: Callable[[], Any], what: str) -> Any:

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from oam_actors import AgentError, ErrorCode, ProtocolError, ToolCall
-from oam_actors.cluster import MemoryStore, SqliteStore, StateStore, shard_of
+from oam_actors.cluster import MemoryStore, StateStore, shard_of
 from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
@@ -65,9 +65,8 @@ from oam_actors.runtime import (
 # --- the state store -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_a_store_puts_gets_replaces_and_deletes(tmp_path: Path, kind: str) -> None:
-    store = MemoryStore() if kind == "memory" else SqliteStore(str(tmp_path / "state.sqlite"))
+def test_a_memory_store_puts_gets_replaces_and_deletes() -> None:
+    store = MemoryStore()
     assert isinstance(store, StateStore)
     store.put_many([("session:a", b"1"), ("npc:b", b"2")])
     store.put_many([("session:a", b"3")])
@@ -76,16 +75,6 @@ def test_a_store_puts_gets_replaces_and_deletes(tmp_path: Path, kind: str) -> No
     store.delete("never:there")
     assert store.keys() == ["session:a"]
     store.close()
-
-
-def test_a_sqlite_file_keeps_checkpoints_after_close(tmp_path: Path) -> None:
-    path = str(tmp_path / "state.sqlite")
-    first = SqliteStore(path)
-    first.put("session:a", b"turn 1")
-    first.close()
-    second = SqliteStore(path)
-    assert second.get("session:a") == b"turn 1"
-    second.close()
 
 
 # --- placement -------------------------------------------------------------------------------------
@@ -512,7 +501,7 @@ def test_the_runtime_options_choose_the_system() -> None:
     system = system_from_args(_runtime_args("--runtime", "ray", "--address", "auto", "--shards", "3"))()
     assert isinstance(system, RaySystem) and (system.address, system.shards) == ("auto", 3)
     assert system.max_running == DEFAULT_MAX_RUNNING_TURNS
-    with pytest.raises(UsageError, match="need --runtime ray"):
+    with pytest.raises(UsageError, match="--address needs --runtime ray"):
         system_from_args(_runtime_args("--address", "auto"))
 
 
@@ -573,8 +562,8 @@ async def test_a_link_sends_batches_and_answers_every_op_it_could_not_send() -> 
             raise OSError("the store is gone")
         return None
 
-    link = ShardLink(0, _Handle(), load_state=load_state, save_states=lambda states: None,
-                     deliver_out=lambda out: None, unhosted=lambda address, error: None,
+    link = ShardLink(0, _Handle(), load_state=load_state, save_states=lambda states: [],
+                     not_durable=lambda address: None, deliver_out=lambda out: None, unhosted=lambda address, error: None,
                      replacement=lambda index: None, resolve_reply=lambda reference: reference)
     good, broken = _Hosted(Address("npc", "good")), _Hosted(Address("npc", "broken"))
     async with server, anyio.create_task_group() as tasks:
@@ -608,8 +597,8 @@ async def test_a_link_reaches_a_shard_on_its_node_over_a_private_unix_socket(dri
     hello = await shard.hello()
     directory = Path(hello.path).parent
     assert directory.stat().st_mode & 0o777 == 0o700  # nobody else may connect
-    link = ShardLink(0, _Handle(), load_state=lambda address: None, save_states=lambda states: None,
-                     deliver_out=lambda out: None, unhosted=lambda address, error: None,
+    link = ShardLink(0, _Handle(), load_state=lambda address: None, save_states=lambda states: [],
+                     not_durable=lambda address: None, deliver_out=lambda out: None, unhosted=lambda address, error: None,
                      replacement=lambda index: None, resolve_reply=lambda reference: reference,
                      node_id=driver_node)
     try:

@@ -22,6 +22,7 @@ SECTIONS = {
     "serve": [("game-server.md", "`oam-actors serve`"), RUNTIME],
     "simulate": [("crowd-simulation.md", "`oam-actors simulate`"), RUNTIME],
     "device": [("farm-operation.md", "`oam-actors device`")],
+    "state": [],  # positional arguments only (docs/durability.md)
 }
 # Every command takes these; --log-level is documented once, in the stdio table.
 COMMON = {"--help", "--log-level"}

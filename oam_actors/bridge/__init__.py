@@ -1,7 +1,7 @@
 """The JSON-RPC bridge: one per connection, turning protocol lines into actor messages."""
 
 from .bridge import Bridge, tool_output_from_reply
-from .config import BridgeConfig, CustomModelFactory, ModelFactory
+from .config import BridgeConfig, CustomModelFactory, ModelCheck, ModelFactory
 from .model_status import ModelStatusExtension, model_extensions
 from .registry import Call, Deferred, Extension, MethodRegistry
 
@@ -10,6 +10,7 @@ __all__ = [
     "BridgeConfig",
     "Call",
     "CustomModelFactory",
+    "ModelCheck",
     "Deferred",
     "Extension",
     "MethodRegistry",

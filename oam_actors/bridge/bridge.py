@@ -47,6 +47,7 @@ Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
@@ -60,9 +61,10 @@ from .._version import __version__
 from ..agent import ErrorOutput, ToolCall, ToolOutput, output_from_value
 from ..errors import AgentError, ErrorCode, OamError, ProtocolError, internal_error
 from ..objects import Respond, ToolResult
+from ..objects.session import NAMESPACE_SEPARATOR
 from ..runtime import (
-    ActorRef, ActorStopped, ActorSystem, Address, FairYield, HostFailed, MailboxFull, MessageCancelled, Reply, fair_yield,
-    flow,
+    Actor, ActorRef, ActorStopped, ActorSystem, Address, CheckpointFailed, FairYield, HostFailed, MailboxFull,
+    MessageCancelled, Reply, StaleVersion, StoreRecord, fair_yield, flow,
 )
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
@@ -73,7 +75,7 @@ from .registry import Call, Deferred, Extension, MethodRegistry
 if TYPE_CHECKING:
     from ..observability.metrics import ServerMetrics
 
-__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge"]
+__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge", "Reviver", "tenant_namespace"]
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +93,20 @@ _BRIDGES = itertools.count(1)
 
 LATE_LINES_GRACE = 0.25
 """Seconds the input is still read after ``shutdown`` (ended sooner by end of input)."""
+
+NOT_DURABLE = (
+    "The change could not be saved to the state store, so it was not made; the object keeps its last saved "
+    "state. The server log has the cause."
+)
+
+_Slot = list[bytes | None]
+"""The place of an in-order deferred answer among the answers in arrival order (its line once known)."""
+
+_UNORDERED: _Slot = [None]
+"""The order of a deferred answer written as soon as it is known (a turn's)."""
+
+Reviver = Callable[["Bridge", StoreRecord], Actor]
+"""Builds a durable object of one kind again from its stored record (recipe and state)."""
 
 HOST_FAILED = (
     "The process hosting this object failed during the operation, which did not complete; "
@@ -114,14 +130,21 @@ class Bridge:
         shared: bool = False,
         metrics: ServerMetrics | None = None,
         label: str = "stdio",
+        tenant: str = "",
     ) -> None:
         from .core import install_core  # the core methods are the first extension
 
         self.system = system
         self.config = config or BridgeConfig()
         self.system_model = system_model
+        if system.durability is not None:
+            namespace = tenant_namespace(tenant)  # stored objects are the tenant's, whichever the front door
         self.namespace = namespace
-        self.shared = shared
+        self.durability = system.durability
+        self.tenant = tenant
+        # With a state store the objects are the tenant's and outlive the connection.
+        self.shared = shared or self.durability is not None
+        self.revivers: dict[str, Reviver] = {}  # kind -> how its durable objects are built again
         self.metrics = metrics
         self.label = label
         self.flow = f"bridge-{next(_BRIDGES)}"  # this connection at the fair admission gate and yields
@@ -143,6 +166,7 @@ class Bridge:
         self._buffered: Callable[[], int] = _nothing
         self._since_yield = 0
         self._queued: set[Reply] = set()  # replies of the work this bridge queued, until answered
+        self._held: collections.deque[_Slot] = collections.deque()  # answers in arrival order, from the first not known
         self._session_number = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -330,21 +354,25 @@ class Bridge:
             if result.reply is not None:
                 self._answer_when_settled(request_id, message.method, result)
             else:
-                self._defer(request_id, message.method, result.awaitable)
+                self._defer(request_id, message.method, result.awaitable, in_order=result.in_order)
         elif not notification:
             self._answer(request_id, result)
 
-    def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any]) -> None:
+    def _defer(self, request_id: Any, method: str, awaitable: Awaitable[Any], *, in_order: bool = False) -> None:
         assert self._task_group is not None, "use the bridge inside 'async with'"
         charge = self._track()
+        slot: _Slot | None = None
+        if in_order and request_id is not None:  # its answer keeps its place among the immediate ones
+            slot = [None]
+            self._held.append(slot)
 
         async def finish() -> None:
             try:
                 result = await awaitable
             except Exception as exc:
-                self._finish(request_id, method, None, exc, charge)
+                self._finish(request_id, method, None, exc, charge, slot)
             else:
-                self._finish(request_id, method, result, None, charge)
+                self._finish(request_id, method, result, None, charge, slot)
 
         self._task_group.start_soon(finish)
 
@@ -376,15 +404,18 @@ class Bridge:
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return charge
 
-    def _finish(self, request_id: Any, method: str, result: Any, error: Exception | None, charge: int) -> None:
-        """A deferred request's outcome is known: answer it (a notification's is dropped)."""
+    def _finish(self, request_id: Any, method: str, result: Any, error: Exception | None, charge: int,
+                slot: _Slot | None = None) -> None:
+        """A deferred request's outcome is known: answer it (a notification's is dropped), in
+        its ``slot`` if it keeps its place in arrival order, else at once."""
+        order = _UNORDERED if slot is None else slot
         try:
             if error is not None:
-                self._completed(method, self._finish_error(request_id, error, method).code.wire)
+                self._completed(method, self._finish_error(request_id, error, method, order).code.wire)
             else:
                 self._completed(method, "ok")
                 if request_id is not None:
-                    self._answer(request_id, result)
+                    self._answer(request_id, result, order)
         finally:
             self._inflight -= 1
             self._request_bytes -= charge
@@ -393,7 +424,7 @@ class Bridge:
 
     # --- the one responder -------------------------------------------------------------------
 
-    def _answer(self, request_id: Any, result: Any) -> None:
+    def _answer(self, request_id: Any, result: Any, order: _Slot | None = None) -> None:
         code = "ok"
         try:
             line = jsonrpc.encode_result(request_id, result)
@@ -403,23 +434,39 @@ class Bridge:
             code = ErrorCode.INTERNAL_ERROR.wire
         if self.metrics is not None:
             self.metrics.response(code)
-        self._send(line)
+        self._deliver(line, order)
 
-    def _answer_error(self, request_id: Any, error: OamError) -> None:
+    def _answer_error(self, request_id: Any, error: OamError, order: _Slot | None = None) -> None:
         if self.metrics is not None:
             self.metrics.response(error.code.wire)
-        self._send(jsonrpc.encode_error(request_id, error))
+        self._deliver(jsonrpc.encode_error(request_id, error), order)
+
+    def _deliver(self, line: bytes, order: _Slot | None) -> None:
+        """Write an answer: ``None``, an immediate one, in arrival order (behind the in-order
+        deferred answers not written yet); ``_UNORDERED`` (a turn's) at once; a slot fills it."""
+        if order is None:
+            if self._held:
+                self._held.append([line])
+            else:
+                self._send(line)
+        elif order is _UNORDERED:
+            self._send(line)
+        else:
+            order[0] = line
+            while self._held and (ready := self._held[0][0]) is not None:
+                self._held.popleft()
+                self._send(ready)
 
     def _completed(self, method: str, code: str) -> None:
         if self.metrics is not None:
             self.metrics.completed(method, code)
 
-    def _finish_error(self, request_id: Any, exc: Exception, method: str) -> OamError:
+    def _finish_error(self, request_id: Any, exc: Exception, method: str, order: _Slot | None = None) -> OamError:
         error = self.error_for(exc, request_id=request_id, method=method)
         if request_id is None:
             _log.info("notification %s failed: %s", method, error.message)
         else:
-            self._answer_error(request_id, error)
+            self._answer_error(request_id, error, order)
         return error
 
     @staticmethod
@@ -436,6 +483,8 @@ class Bridge:
             )
         if isinstance(exc, HostFailed):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, HOST_FAILED)
+        if isinstance(exc, CheckpointFailed | StaleVersion):
+            return ProtocolError(ErrorCode.INTERNAL_ERROR, NOT_DURABLE)
         return jsonrpc.error_for_exception(exc, request_id=request_id, method=method)
 
     # --- the Outlet that object actors write through -----------------------------------------
@@ -514,8 +563,75 @@ class Bridge:
         while True:
             self._session_number += 1
             candidate = f"s{self._session_number}"
-            if self.system.lookup(self.address("session", candidate)) is None:
+            if self.lookup("session", candidate) is None:
                 return candidate
+
+    # --- durable objects (a system with a state store) ---------------------------------------
+
+    def lookup(self, kind: str, object_id: str) -> ActorRef | None:
+        """The ref of this bridge's object ``kind``/``object_id``: the live actor, or, with a
+        state store, the stored one built again now (a virtual actor revived on first use);
+        ``None`` if there is neither. A record that cannot be built again is logged and
+        answered ``-32603``."""
+        address = self.address(kind, object_id)
+        ref = self.system.lookup(address)
+        if ref is not None or self.durability is None or (reviver := self.revivers.get(kind)) is None:
+            return ref
+        record = self.durability.revive(address)
+        if record is None:
+            return None
+        try:
+            actor = reviver(self, record)
+        except Exception as exc:
+            self.durability.forget(address)
+            _log.error("%s could not be revived from the state store", address, exc_info=exc)
+            raise ProtocolError(ErrorCode.INTERNAL_ERROR, f"The stored {kind} '{object_id}' could not be restored.") from exc
+        return self.system.spawn(address, lambda: actor, max_queue=self.config.max_queue)
+
+    def stored_ids(self, kind: str) -> list[str]:
+        """The ids of this bridge's stored objects of ``kind`` (live or not); ``[]`` without a store."""
+        if self.durability is None:
+            return []
+        return self.durability.store.ids(self.tenant, kind)
+
+    def created(self, ref: ActorRef, actor: Actor, recipe: bytes, result: Any, *,
+                undo: Callable[[], None] | None = None) -> Any:
+        """The answer of a creation that spawned ``actor`` at ``ref``: ``result``, at once
+        without a state store. With one, a :class:`Deferred` answered in arrival order once the
+        actor's first record is written (``recipe``: what its reviver needs besides its
+        snapshot), while the bridge reads on, so creations share group commits; if the write
+        fails, ``undo`` runs, the actor is stopped and the request fails (``CheckpointFailed``)."""
+        durability = self.durability
+        if durability is None:
+            return result
+        address = ref.address
+        written = durability.create(
+            address, tenant=self.tenant, kind=address.kind, object_id=self.local_id(address), recipe=recipe,
+            state=actor.snapshot() or b"",
+        )
+
+        async def answer() -> Any:
+            try:
+                await written
+            except Exception:
+                if undo is not None:
+                    undo()
+                await self.system.stop(address)
+                raise
+            return result
+
+        return Deferred(answer(), in_order=True)
+
+    def shares(self, holder: Address, owner: Address) -> None:
+        """With a state store: ``holder`` writes ``owner``'s state (an NPC its world's
+        document), so each of its commits checkpoints ``owner`` too. Without one, nothing."""
+        if self.durability is not None:
+            self.durability.share(holder, owner)
+
+    async def delete_durable(self, address: Address) -> None:
+        """After ``*/delete`` stopped the object: forget it for good in the state store."""
+        if self.durability is not None:
+            await self.durability.delete(address)
 
     def new_local_id(self) -> str:
         """A private ``local-<n>`` request id for work without a JSON-RPC id (a notification),
@@ -523,7 +639,9 @@ class Bridge:
         return f"local-{next(self._local_counter)}"
 
     def session_count(self) -> int:
-        return sum(1 for address in self.system.addresses("session") if self.owns(address))
+        """This bridge's sessions (with a state store: the tenant's stored ones, live or not)."""
+        live = {self.local_id(address) for address in self.system.addresses("session") if self.owns(address)}
+        return len(live.union(self.stored_ids("session")))
 
     def address(self, kind: str, object_id: str) -> Address:
         """The runtime address of this connection's object ``kind``/``object_id``."""
@@ -556,6 +674,12 @@ class Bridge:
                 settled()
 
         return Deferred.of_reply(reply, settled=forget)
+
+
+def tenant_namespace(tenant: str) -> str:
+    """The namespace of ``tenant``'s objects when connections share them (``--share-objects``,
+    or a state store); the anonymous tenant (stdio, servers without tokens) is ``""``."""
+    return f"t:{tenant}{NAMESPACE_SEPARATOR}"
 
 
 def _nothing() -> int:

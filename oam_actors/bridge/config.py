@@ -9,7 +9,7 @@ import msgspec
 
 from ..agent import LanguageModel
 
-__all__ = ["DEFAULT_MAX_CONNECTION_BYTES", "DEFAULT_MAX_IN_FLIGHT", "BridgeConfig", "CustomModelFactory", "ModelFactory"]
+__all__ = ["DEFAULT_MAX_CONNECTION_BYTES", "DEFAULT_MAX_IN_FLIGHT", "BridgeConfig", "CustomModelFactory", "ModelCheck", "ModelFactory"]
 
 DEFAULT_MAX_CONNECTION_BYTES = 32 * 1024 * 1024
 """The memory bound of one connection that ``oam-actors serve`` and ``stdio`` apply by default."""
@@ -20,10 +20,14 @@ DEFAULT_MAX_IN_FLIGHT = 1024
 ModelFactory = Callable[[], LanguageModel]
 """Makes the model of a new ``"system"`` session (may return one shared instance)."""
 
-CustomModelFactory = Callable[[dict[str, Any], str], LanguageModel | Awaitable[LanguageModel]]
+CustomModelFactory = Callable[[dict[str, Any], str], LanguageModel]
 """Makes a model for ``{"type": <name>, …}``; gets the model object and its param path; raises
-``invalid_params`` for bad fields. It may return an awaitable of the model (a factory that must
-resolve a host before it accepts it)."""
+``invalid_params`` for bad fields."""
+
+ModelCheck = Callable[[dict[str, Any], str], Awaitable[None]]
+"""Checks a ``{"type": <name>, …}`` object before a create builds its model, where that needs I/O
+(resolving a host to refuse private addresses); raises ``invalid_params`` naming the field. An
+object revived from a state store was checked when it was created and is not checked again."""
 
 
 class BridgeConfig(msgspec.Struct, kw_only=True):
@@ -45,3 +49,4 @@ class BridgeConfig(msgspec.Struct, kw_only=True):
     server_name: str = "oam-actors"
     server_version: str = "0.1.0"
     model_types: dict[str, CustomModelFactory] = msgspec.field(default_factory=dict)
+    model_checks: dict[str, ModelCheck] = msgspec.field(default_factory=dict)

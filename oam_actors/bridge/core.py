@@ -7,8 +7,9 @@ session's ordered lane, and answer when it has been handled (a :class:`Deferred`
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..agent import (
     Agent,
@@ -38,7 +39,7 @@ from ..objects import (
     SetInstructions,
     SetTools,
 )
-from ..runtime import ActorExists, ActorStopped
+from ..runtime import ActorExists, ActorRef, ActorStopped, StoreRecord
 from .params import Params, is_object_id, preview
 from .registry import Call
 
@@ -164,7 +165,7 @@ def _session_id(bridge: Bridge, params: Params) -> str:
 def _session_ref(bridge: Bridge, params: Params) -> tuple[str, Any]:
     session = params.string("session", required=True)
     assert session is not None
-    ref = bridge.system.lookup(bridge.address(SESSION, session))
+    ref = bridge.lookup(SESSION, session)
     if ref is None:
         raise ProtocolError(ErrorCode.SESSION_NOT_FOUND, f"Session '{session}' not found.", session=session)
     return session, ref
@@ -185,8 +186,16 @@ class ModelSpec:
             self._model = ScriptedModel.from_wire(value, path="model", record_requests=False)
 
     async def build(self) -> LanguageModel:
-        """The model; ``model_unavailable`` without a system model, ``invalid_params`` for a
-        custom type's bad fields (or a refused address, §7 Backends)."""
+        """The model of a create: the type's check first (a refused address, §7 Backends), then
+        :meth:`rebuild`."""
+        if (check := self._bridge.config.model_checks.get(self.name)) is not None:
+            await check(self._value, "model")
+        return self.rebuild()
+
+    def rebuild(self) -> LanguageModel:
+        """The model without the type's check (an object revived from the state store was
+        checked when it was created); ``model_unavailable`` without a system model,
+        ``invalid_params`` for a custom type's bad fields."""
         if self._model is not None:
             return self._model
         if self.name == "system":
@@ -196,8 +205,7 @@ class ModelSpec:
                     'No system model is configured; start the server with --model, or use "model": "scripted".',
                 )
             return self._bridge.system_model()
-        made = self._bridge.config.model_types[self.name](self._value, "model")
-        return await made if inspect.isawaitable(made) else made
+        return self._bridge.config.model_types[self.name](self._value, "model")
 
 
 def _model_name(bridge: Bridge, value: Any) -> str:
@@ -302,12 +310,36 @@ async def session_create(call: Call) -> Any:
         history=transcript.entries if transcript else (),
         owner=session,
     )
-    _insert_session(bridge, session, SessionActor(agent, bridge, model_name=model_name))
-    return {"session": session, "warnings": warnings}
+    actor = SessionActor(agent, bridge, model_name=model_name)
+    ref = _insert_session(bridge, session, actor)
+    recipe = _SessionRecipe(params.raw("model"), params.raw("options"))
+    return bridge.created(ref, actor, msgspec.json.encode(recipe), {"session": session, "warnings": warnings})
+
+
+class _SessionRecipe(msgspec.Struct, frozen=True):
+    """What a stored session is built again from, besides its checkpoint (``SessionState``)."""
+
+    model: Any = None  # the model spec as session/create had it
+    options: Any = None  # session/create's options
+
+
+def revive_session(bridge: Bridge, record: StoreRecord) -> SessionActor:
+    """A stored session built again: its model and options from the recipe, then its checkpoint."""
+    recipe = msgspec.json.decode(record.recipe, type=_SessionRecipe)
+    spec = ModelSpec(bridge, recipe.model)
+    model, model_name = spec.rebuild(), spec.name
+    options_raw = recipe.options
+    options, _ = parse_options(
+        Params(options_raw, "options.") if isinstance(options_raw, dict) else None,
+        default_tool_timeout=bridge.config.default_tool_timeout,
+    )
+    actor = SessionActor(Agent(model, options=options, owner=record.id), bridge, model_name=model_name)
+    actor.restore(record.state)
+    return actor
 
 
 def _check_free(bridge: Bridge, session: str) -> None:
-    if bridge.system.lookup(bridge.address(SESSION, session)) is not None:
+    if bridge.lookup(SESSION, session) is not None:
         raise _session_exists(session)
 
 
@@ -350,7 +382,7 @@ async def _availability_warnings(model: LanguageModel) -> list[str]:
     return [f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is."]
 
 
-def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> None:
+def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> ActorRef:
     """Check the limit and spawn, with no await in between: connections sharing objects run on
     one event loop, so of two creates of one id that both passed :func:`_check_free` before an
     await, exactly one spawns and the other gets ``session_exists``."""
@@ -361,7 +393,7 @@ def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> None:
             limit=bridge.config.max_sessions,
         )
     try:
-        bridge.system.spawn(bridge.address(SESSION, session), lambda: actor, max_queue=bridge.config.max_queue)
+        return bridge.system.spawn(bridge.address(SESSION, session), lambda: actor, max_queue=bridge.config.max_queue)
     except ActorExists as exc:
         raise _session_exists(session) from exc
 
@@ -400,12 +432,15 @@ async def session_delete(call: Call) -> Any:
     session, ref = _session_ref(bridge, call.params)
     ref.cancel_all()
     await bridge.system.stop(ref.address)
+    await bridge.delete_durable(ref.address)
     return {"session": session, "deleted": True}
 
 
 async def session_list(call: Call) -> Any:
     bridge = call.bridge
     sessions = []
+    for stored in bridge.stored_ids(SESSION):  # stored and not in memory: revived to describe them
+        bridge.lookup(SESSION, stored)
     for address in bridge.system.addresses(SESSION):
         ref = bridge.system.lookup(address) if bridge.owns(address) else None
         if ref is not None:
@@ -498,6 +533,7 @@ CORE_METHODS = {
 def install_core(bridge: Bridge) -> None:
     for name, handler in CORE_METHODS.items():
         bridge.registry.register(name, handler)
+    bridge.revivers[SESSION] = revive_session
     bridge.registry.add_notification("session/event")
     bridge.registry.add_notification("tool/cancel")
 

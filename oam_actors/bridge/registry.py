@@ -44,13 +44,16 @@ class Deferred:
 
     Exceptions become the request's error response. A reply is answered from its done callback,
     on the task that settles it: no task of the bridge's and no wake-up per request (the common
-    case: a queued turn or setting).
+    case: a queued turn or setting). ``in_order`` (an awaitable only): the answer keeps its place
+    among the immediate methods' answers, which wait behind it (a creation waiting for its state
+    store write while the bridge reads on, so creations share group commits).
     """
 
-    __slots__ = ("_awaitable", "reply", "settled")
+    __slots__ = ("_awaitable", "in_order", "reply", "settled")
 
-    def __init__(self, awaitable: Awaitable[Any]) -> None:
+    def __init__(self, awaitable: Awaitable[Any], *, in_order: bool = False) -> None:
         self._awaitable: Awaitable[Any] | None = awaitable
+        self.in_order = in_order
         self.reply: Reply | None = None
         self.settled: Callable[[], None] | None = None
 
@@ -59,6 +62,7 @@ class Deferred:
         """The outcome of ``reply``; ``settled`` runs (synchronously, must not raise) once it is known."""
         deferred = cls.__new__(cls)
         deferred._awaitable, deferred.reply, deferred.settled = None, reply, settled
+        deferred.in_order = False
         return deferred
 
     @property

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("oam_actors.cli.serve", "serve the protocol over TCP and WebSocket"),
     "simulate": ("oam_actors.cli.simulate", "run a crowd simulation and write a report"),
     "device": ("oam_actors.cli.device", "run a simulated Nano phone (device protocol)"),
+    "state": ("oam_actors.cli.state", "list, export, import or compact a state store (--state-store)"),
 }
 
 _LOG_LEVEL_HELP = f"stderr log level: {', '.join(LOG_LEVELS)}, any case (default WARNING)"

@@ -2,8 +2,9 @@
 
 ``local`` (the default) is ``LocalSystem``. ``ray`` is ``RaySystem``: ``--address auto`` or
 ``HOST:PORT`` joins a running cluster, no address starts a private local Ray instance;
-``--shards`` sets how many shard actors host the objects, ``--state-store`` an SQLite file for
-checkpoints (default: in memory). Ray is imported only when ``ray`` is chosen.
+``--shards`` sets how many shard actors host the objects. Ray is imported only when ``ray`` is
+chosen. ``--state-store PATH`` (either runtime) keeps every tenant's objects in that SQLite file
+(``runtime.Durability``), held by this process until it exits.
 
 ``--max-running-turns`` bounds the turns (``session/respond``, ``npc/talk``) running at once in
 each process that hosts objects (this one, or each shard); more wait and start connection by
@@ -11,7 +12,8 @@ connection in turn, each connection's in arrival order.
 
 Values are checked while parsing (``--shards`` at least 1, ``--address`` ``auto`` or
 ``HOST:PORT``); :func:`system_from_args` raises :class:`UsageError` for options that do not fit
-together, an ``--address`` host that does not resolve, or a ``--state-store`` in a missing folder.
+together, an ``--address`` host that does not resolve, or a ``--state-store`` that cannot be
+used (a missing folder; a corrupt, newer or locked store).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import socket
 from collections.abc import Callable
 
 from ..addresses import is_loopback
-from ..runtime import ActorSystem, LocalSystem
+from ..runtime import ActorSystem, Durability, LocalSystem, SqliteStore, StoreError, open_store
 from .argtypes import UsageError, host_port, positive_int
 
 __all__ = ["DEFAULT_MAX_RUNNING_TURNS", "SystemFactory", "add_runtime_arguments", "system_from_args"]
@@ -50,8 +52,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --runtime ray: shard actors hosting the objects (default 2; environment: "
                         "OAM_SHARDS)")
     parser.add_argument("--state-store", default=env("OAM_STATE_STORE"), metavar="PATH",
-                        help="with --runtime ray: SQLite file for object checkpoints (default: in memory; "
-                        "environment: OAM_STATE_STORE)")
+                        help="SQLite file keeping every tenant's objects across connections and restarts; each "
+                        "commit is written before it is answered (default: none, objects live with their "
+                        "connection; with --runtime ray: shard checkpoints in memory) (environment: OAM_STATE_STORE)")
     parser.add_argument("--max-running-turns", type=positive_int, default=DEFAULT_MAX_RUNNING_TURNS, metavar="N",
                         help="turns running at once per process hosting objects (this one or each shard); "
                         f"later ones wait, connections in turn, each one's in arrival order (default {DEFAULT_MAX_RUNNING_TURNS}, "
@@ -69,25 +72,36 @@ def system_from_args(args: argparse.Namespace) -> SystemFactory:
     """The runtime the options choose; :class:`UsageError` for options that do not fit together,
     an unresolvable ``--address`` host or a ``--state-store`` whose folder does not exist."""
     if args.runtime == "local":
-        if args.address or args.state_store:
-            raise UsageError("--address and --state-store need --runtime ray")
-        return functools.partial(LocalSystem, max_running=args.max_running_turns)
+        if args.address:
+            raise UsageError("--address needs --runtime ray")
+        if not args.state_store:
+            return functools.partial(LocalSystem, max_running=args.max_running_turns)
+        store = opened_store(args.state_store)
+        return functools.partial(LocalSystem, max_running=args.max_running_turns, durability=Durability(store))
     if args.address not in (None, "auto"):
         _check_resolves(args.address)
-    if args.state_store and not os.path.isdir(os.path.dirname(os.path.abspath(args.state_store))):
-        raise UsageError(f"--state-store {args.state_store}: the folder does not exist")
     if args.address and is_loopback(args.address.rpartition(":")[0]):
         # Ray would replace a loopback address by this machine's routable one, where a cluster on
         # loopback only (cluster/start.sh local) does not listen, except in its non-cluster mode.
         # Ray reads that switch once, when it is imported: so here, before the import.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    from ..cluster import RaySystem, SqliteStore
+    durability = Durability(opened_store(args.state_store)) if args.state_store else None
+    from ..cluster import RaySystem
 
     def ray_system() -> ActorSystem:
-        store = SqliteStore(args.state_store) if args.state_store else None
-        return RaySystem(shards=args.shards, address=args.address, store=store, max_running=args.max_running_turns)
+        return RaySystem(shards=args.shards, address=args.address, durability=durability,
+                         max_running=args.max_running_turns)
 
     return ray_system
+
+
+def opened_store(path: str, *, create: bool = True) -> SqliteStore:
+    """The state store at ``path``, held by this process until it exits; :class:`UsageError`
+    (one line, nothing written) for a missing folder, a locked, corrupt or newer store."""
+    try:
+        return open_store(path, create=create)
+    except StoreError as exc:
+        raise UsageError(f"--state-store {exc}") from None
 
 
 def _check_resolves(address: str) -> None:

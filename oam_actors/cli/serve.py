@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import SocketAttribute
 
 from ..bridge import BridgeConfig, Extension, model_extensions
-from ..game_methods import GameExtension, GameLimits
+from ..game_methods import GameExtension, GameLimits, GameRegistry
 from ..models.errors import ModelHostError
 from ..models.setup import ModelSetup
 from ..observability.metrics import ServerMetrics
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     setup = models_from_args(args, refuse_private=any(not is_loopback(e.host) for e in endpoints))
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
+        model_checks=setup.model_checks,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     with open(reserve_stdout(), "w") as out:
@@ -148,12 +149,13 @@ async def serve_network(
     backends' HTTP client closes after every connection has ended. The console is served on
     ``console``, else on ``ws``."""
     async with models.backends, models.resources, runtime() as system, models.hosted, AsyncExitStack() as stack:
+        registries: dict[str, GameRegistry] = {}  # one per shared namespace (a tenant's)
         hub = Hub(
             system,
             policy,
             config=config,
             system_model=models.system_model,
-            extensions=lambda: [*_game_extension(game), *model_extensions(models)],
+            extensions=lambda: [*_game_extension(game, registries), *model_extensions(models)],
             metrics=ServerMetrics(),
             status_model=models.status_model,
         )
@@ -214,9 +216,10 @@ def _openai_listeners(
     return served
 
 
-def _game_extension(limits: GameLimits) -> list[Extension]:
+def _game_extension(limits: GameLimits, registries: dict[str, GameRegistry]) -> list[Extension]:
     extension = GameExtension(
-        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions,
+        registries=registries,
     )
     return [extension]
 

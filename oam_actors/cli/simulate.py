@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import time
@@ -43,7 +44,7 @@ from .argtypes import (
     unit_interval,
 )
 from .models import add_quota_arguments
-from .runtime import SystemFactory, add_runtime_arguments, system_from_args
+from .runtime import SystemFactory, add_runtime_arguments, opened_store, system_from_args
 
 __all__ = ["EXIT_INTERRUPTED", "add_arguments", "run"]
 
@@ -350,7 +351,21 @@ def _summary(report: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _check_empty_store(path: str) -> None:
+    """A simulation creates its own sessions, NPCs and world: a store holding objects (an earlier
+    run's) would refuse them."""
+    store = opened_store(path, create=False)
+    try:
+        held = len(store.records())
+    finally:
+        store.close()
+    if held:
+        raise UsageError(f"--state-store {path}: holds {held} objects; a simulation needs a new or empty store")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.state_store and os.path.exists(args.state_store):
+        _check_empty_store(args.state_store)
     runtime = system_from_args(args)
     _check(args)
     config = _config(args)

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     setup = models_from_args(args)
     config = BridgeConfig(
         max_sessions=args.max_sessions, scripted_models=not args.no_scripted, model_types=setup.model_types,
+        model_checks=setup.model_checks,
         max_connection_bytes=args.max_connection_bytes, max_in_flight=args.max_in_flight,
     )
     serve = functools.partial(serve_stdio, models=setup, stdout_fd=reserve_stdout())

@@ -7,14 +7,14 @@
         ...
 
 ``RaySystem`` keeps the ``ActorSystem`` contract (see its module for the differences), checkpoints
-committed object state to a :class:`StateStore` (:class:`MemoryStore` by default,
-:class:`SqliteStore` for a file) and restores it after a shard restart. :func:`host_model` shares one model backend, and its quota, across the
+committed object state to a :class:`StateStore` (a :class:`MemoryStore` by default; durable
+objects to the state store of ``runtime.Durability``) and restores it after a shard restart. :func:`host_model` shares one model backend, and its quota, across the
 cluster. How to run a cluster: ``cluster/README.md``. Importing this package imports Ray;
 nothing else in ``oam_actors`` does.
 """
 
 from .models import MODEL_NAMESPACE, ClusterModel, RemoteModel, host_model, stop_model
-from .store import MemoryStore, SqliteStore, StateStore
+from .store import MemoryStore, StateStore
 from .system import LOCAL_RAY_OPTIONS, RaySystem, ShardInfo, private_ray, shard_of
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "RaySystem",
     "RemoteModel",
     "ShardInfo",
-    "SqliteStore",
     "StateStore",
     "host_model",
     "private_ray",

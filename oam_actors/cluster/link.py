@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -94,7 +94,8 @@ class Hosted(Protocol):
 
 class ShardLink:
     """One shard as the driver sees it. ``load_state``/``save_states`` are the store's
-    ``get``/``put_many``; ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
+    ``get``/``put_many`` (``save_states`` returns the durable writes to wait for before the
+    batch's outcomes are dispatched; ``not_durable`` hears of each object whose write failed); ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
     hears of an actor the shard could not host; ``replacement(index)`` makes a new shard actor
     when Ray says this one is gone for good (its node died); ``resolve_reply`` turns a shared
     object's reference in a reply into the driver's copy. ``node_id`` is the driver's node: a
@@ -106,7 +107,8 @@ class ShardLink:
         handle: Any,
         *,
         load_state: Callable[[Address], bytes | None],
-        save_states: Callable[[Iterable[tuple[Address, bytes]]], None],
+        save_states: Callable[[Iterable[tuple[Address, bytes]]], list[tuple[Address, Awaitable[None]]]],
+        not_durable: Callable[[Address], None],
         deliver_out: Callable[[Out], None],
         unhosted: Callable[[Address, Exception], None],
         replacement: Callable[[int], Any],
@@ -121,6 +123,8 @@ class ShardLink:
         self.up = anyio.Event()  # set while connected
         self._load_state = load_state
         self._save_states = save_states
+        self._not_durable = not_durable
+        self._waiting: asyncio.Task[None] | None = None  # the batches waiting for durable writes, in order
         self._deliver_out = deliver_out
         self._unhosted = unhosted
         self._replacement = replacement
@@ -227,12 +231,38 @@ class ShardLink:
 
     def _dispatch(self, items: list[Item]) -> None:
         saved = [(item.address, item.state) for item in items if isinstance(item, Saved)]
+        durable: list[tuple[Address, Awaitable[None]]] = []
         if saved:
             try:
-                self._save_states(saved)
+                durable = self._save_states(saved)
             except Exception as exc:  # noqa: BLE001 - the turns stand; only their checkpoint is lost
                 _log.error("shard %d: checkpoints not stored", self.index, exc_info=exc)
+        if durable or (self._waiting is not None and not self._waiting.done()):
+            # Outcomes wait for their batch's durable writes, and later batches behind them.
+            self._waiting = asyncio.get_running_loop().create_task(self._dispatch_when_durable(self._waiting, durable, items))
+            return
+        self._dispatch_now(items, {})
+
+    async def _dispatch_when_durable(self, before: asyncio.Task[None] | None,
+                                     durable: list[tuple[Address, Awaitable[None]]], items: list[Item]) -> None:
+        if before is not None:
+            await before
+        failed: dict[Address, Exception] = {}
+        for address, pending in durable:
+            try:
+                await pending
+            except Exception as exc:  # noqa: BLE001 - that object's outcomes in this batch fail with it
+                failed[address] = exc
+                self._not_durable(address)
+        self._dispatch_now(items, failed)
+
+    def _dispatch_now(self, items: list[Item], failed: dict[Address, Exception]) -> None:
         for item in items:
+            if failed and isinstance(item, Done) and (waiter := self._waiters.get(item.seq)) is not None \
+                    and waiter.address in failed:
+                del self._waiters[item.seq]
+                waiter.settle(None, failed[waiter.address])
+                continue
             try:
                 if isinstance(item, Done):
                     self._settle(item)

@@ -46,7 +46,7 @@ import logging
 import shutil
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, final
 
 import anyio
@@ -64,6 +64,7 @@ from ..runtime import (
     ActorStatistics,
     ActorStopped,
     Address,
+    Durability,
     HostFailed,
     MailboxFull,
     MessageCancelled,
@@ -394,6 +395,7 @@ class RaySystem(SystemBase):
         ray_options: Mapping[str, Any] | None = None,
         shard_options: Mapping[str, Any] | None = None,
         max_running: int | None = None,
+        durability: Durability | None = None,
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
@@ -403,6 +405,7 @@ class RaySystem(SystemBase):
         self.shards = shards
         self.max_running = max_running
         self.address = address
+        self.durability = durability
         self.store: StateStore = store if store is not None else MemoryStore()
         self._owns_store = store is None
         self._ray_options = dict(LOCAL_RAY_OPTIONS if ray_options is None else ray_options)
@@ -420,6 +423,8 @@ class RaySystem(SystemBase):
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def _open(self) -> None:
+        if self.durability is not None:
+            await self.durability.__aenter__()
         self._connect()
         placements = self._placements()
         node_id = ray.get_runtime_context().get_node_id()
@@ -429,6 +434,7 @@ class RaySystem(SystemBase):
                 _ShardActor.options(**placements[index], **self._shard_options).remote(index, _where, self.max_running),
                 load_state=self._load_state,
                 save_states=self._save_states,
+                not_durable=self._not_durable,
                 deliver_out=self._endpoints.deliver,
                 unhosted=self._unhosted,
                 replacement=self._replacement,
@@ -460,6 +466,8 @@ class RaySystem(SystemBase):
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
         self._disconnect()
+        if self.durability is not None:
+            await self.durability.__aexit__(*exc_info)
         return None
 
     def _connect(self) -> None:
@@ -559,6 +567,8 @@ class RaySystem(SystemBase):
             if self._entries.get(entry.address) is entry:
                 del self._entries[entry.address]
                 self.store.delete(str(entry.address))
+                if self.durability is not None:  # stopped, not deleted: its record stays
+                    self.durability.forget(entry.address)
 
     def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]]) -> Any:
         endpoint = self._endpoints.reference(obj)
@@ -583,7 +593,31 @@ class RaySystem(SystemBase):
             entry.stopping = True
 
     def _load_state(self, address: Address) -> bytes | None:
+        durability = self.durability
+        if durability is not None and durability.is_durable(address):
+            return durability.state_to_restore(address)
         return self.store.get(str(address))
 
-    def _save_states(self, states: Iterable[tuple[Address, bytes]]) -> None:
-        self.store.put_many((str(address), state) for address, state in states)
+    def _save_states(self, states: Iterable[tuple[Address, bytes]]) -> list[tuple[Address, Awaitable[None]]]:
+        """Store a batch's checkpoints: the durable objects' writes to wait for (the rest are
+        stored by now)."""
+        durability = self.durability
+        if durability is None:
+            self.store.put_many((str(address), state) for address, state in states)
+            return []
+        waits, plain = [], []
+        for address, state in states:
+            pending = durability.checkpoint(address, state)  # the shard checkpoints owners itself
+            if pending is None:
+                plain.append((str(address), state))
+            else:
+                waits.append((address, pending))
+        if plain:
+            self.store.put_many(plain)
+        return waits
+
+    def _not_durable(self, address: Address) -> None:
+        """``address``'s checkpoint failed: stop it, so its next use revives its durable state."""
+        entry = self._entries.get(address)
+        if entry is not None and not entry.stopping and self._task_group is not None:
+            self._task_group.start_soon(self._stop, entry)

@@ -22,16 +22,19 @@ Contract
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, MonotonicClock
-from ._npc import NPC_METHODS
+from ._npc import NPC_METHODS, revive_npc
 from ._requests import REQUEST_METHODS
+from ._state import NPC as NPC_KIND
+from ._state import WORLD as WORLD_KIND
 from ._state import GameLimits, GameRegistry, GameState
-from ._world import WORLD_METHODS
+from ._world import WORLD_METHODS, revive_world
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from ..bridge import Bridge, Call
 
 __all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits", "GameRegistry"]
 
@@ -41,7 +44,10 @@ GAME_NOTIFICATIONS = ("npc/event", "world/changed")
 
 class GameExtension:
     """The game methods for one bridge; limits are coerced to at least 1. Bridges that share a
-    namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``).
+    namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``), or
+    the same ``registries`` (one registry per shared namespace, made by the first of them). With
+    a state store, the tenant's stored NPCs and worlds are indexed at ``install`` and each is
+    revived on first use.
     ``clock`` times requests' deadlines from their arrival (default: the monotonic clock)."""
 
     def __init__(
@@ -51,6 +57,7 @@ class GameExtension:
         max_worlds: int = 64,
         max_subscriptions: int = 256,
         registry: GameRegistry | None = None,
+        registries: dict[str, GameRegistry] | None = None,
         clock: Clock | None = None,
     ) -> None:
         if registry is None:
@@ -59,6 +66,7 @@ class GameExtension:
             )
             registry = GameRegistry(limits)
         self.registry = registry
+        self._registries = registries
         self.limits = registry.limits
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._state: GameState | None = None
@@ -72,9 +80,18 @@ class GameExtension:
         """Register the methods on ``bridge``; raises ``RuntimeError`` when already installed."""
         if self._state is not None:
             raise RuntimeError("a GameExtension serves one bridge; create one per connection")
+        if bridge.shared and self._registries is not None:
+            self.registry = self._registries.setdefault(bridge.namespace, self.registry)
         state = self._state = GameState(bridge, self.registry, self.clock)
+        durable = bridge.durability is not None
         for name, handler in GAME_METHODS.items():
-            bridge.registry.register(name, functools.partial(handler, state))
+            # With a store an NPC may have to be revived: its world's document comes first.
+            wrap = _reviving if durable and name != "npc/list" else functools.partial
+            bridge.registry.register(name, wrap(handler, state))
+        if durable:
+            state.load_stored()
+            bridge.revivers[NPC_KIND] = functools.partial(revive_npc, state)
+            bridge.revivers[WORLD_KIND] = functools.partial(revive_world, state)
         for notification in GAME_NOTIFICATIONS:
             bridge.registry.add_notification(notification)
 
@@ -82,3 +99,13 @@ class GameExtension:
         # A sharing bridge leaves the namespace's objects (and so their index) to the others.
         if self._state is not None and not self._state.bridge.shared:
             self.registry.clear()
+
+
+def _reviving(handler: Callable[[GameState, Call], Awaitable[Any]], state: GameState) -> Callable[[Call], Awaitable[Any]]:
+    """``handler`` for ``state``, first preparing the revival of the NPC its params name."""
+
+    async def handle(call: Call) -> Any:
+        await state.prepare_npc(call.params.raw("npc"))
+        return await handler(state, call)
+
+    return handle

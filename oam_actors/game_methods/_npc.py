@@ -7,6 +7,7 @@ in the handler, so a bad request never takes a queue slot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,19 +16,22 @@ import msgspec
 from ..agent import ToolChoice
 from ..agent.transcript import Entry
 from ..agent.tools import too_many_tools_warning
-from ..bridge import Call, Deferred
+from ..bridge import Bridge, Call, Deferred
 from ..bridge.core import ModelSpec
 from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
 from ..objects import NPCActor
-from ..objects.npc import Bark, DescribeNPC, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout
-from ..runtime import ActorStopped
+from ..objects.npc import (
+    Bark, DescribeNPC, NPCCheckpoint, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout,
+)
+from ..runtime import ActorStopped, StoreRecord
 from ._common import deadline_seconds, tools_array, tools_param
 from ._state import NPC as NPC_KIND
-from ._state import GameState
+from ._state import WORLD as WORLD_KIND
+from ._state import GameState, NPCRecipe
 
-__all__ = ["NPC_METHODS"]
+__all__ = ["NPC_METHODS", "revive_npc"]
 
 _CREATE_KEYS = ("npc", "persona", "tools", "world", "memory", "options", "model")
 _RESTORE_KEYS = ("state", "npc", "tools", "options", "world", "model")
@@ -125,11 +129,11 @@ async def _build(
     options: NPCOptions,
     world: str | None,
     model_spec: Any,
-) -> dict[str, Any]:
-    """Create and register the NPC actor; the steps after the params of create and restore, in
-    Android's order (model spec, tool definitions, world, the model itself and its availability,
-    NPC checks, limit), so a malformed create is ``-32602`` even without a system model. Nothing
-    is created when one fails."""
+) -> Any:
+    """Create and register the NPC actor (its answer: ``Bridge.created``); the steps after the
+    params of create and restore, in Android's order (model spec, tool definitions, world, the
+    model itself and its availability, NPC checks, limit), so a malformed create is ``-32602``
+    even without a system model. Nothing is created when one fails."""
     bridge = game.bridge
     spec = ModelSpec(bridge, model_spec)
     tools, tool_warnings = tools_param(tools_raw, tools_path)
@@ -148,17 +152,34 @@ async def _build(
     if (many := too_many_tools_warning(len(npc.tool_names))) is not None:
         warnings.append(many)
     game.check_npc_room()
-    bridge.system.spawn(
-        bridge.address(NPC_KIND, npc_id),
-        lambda: NPCActor(
-            npc, bridge, model_name=model_name, world=world, tools_wire=tools_raw,
-            default_tool_timeout=bridge.config.default_tool_timeout,
-        ),
-        max_queue=bridge.config.max_queue,
+    actor = NPCActor(
+        npc, bridge, model_name=model_name, world=world, tools_wire=tools_raw,
+        default_tool_timeout=bridge.config.default_tool_timeout,
     )
+    ref = bridge.system.spawn(bridge.address(NPC_KIND, npc_id), lambda: actor, max_queue=bridge.config.max_queue)
     game.add_npc(npc_id, world)
-    return {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings}
+    if world is not None:
+        bridge.shares(ref.address, bridge.address(WORLD_KIND, world))
+    recipe = msgspec.json.encode(NPCRecipe(model_spec, world, game.npcs[npc_id].created_at))
+    return bridge.created(ref, actor, recipe, {"npc": npc_id, "tools": npc.tool_names, "warnings": warnings},
+                          undo=functools.partial(game.npcs.pop, npc_id, None))
 
+
+def revive_npc(game: GameState, bridge: Bridge, record: StoreRecord) -> NPCActor:
+    """A stored NPC built again: its model and world from the recipe, then its checkpoint."""
+    recipe = msgspec.json.decode(record.recipe, type=NPCRecipe)
+    spec = ModelSpec(bridge, recipe.model)
+    model, model_name = spec.rebuild(), spec.name
+    saved = msgspec.json.decode(record.state, type=NPCCheckpoint)
+    persona = NPCSaveState.from_wire(saved.state, "checkpoint.state").persona
+    shared = game.revived_document(recipe.world) if recipe.world is not None else None
+    if shared is not None and recipe.world is not None:
+        bridge.shares(bridge.address(NPC_KIND, record.id), bridge.address(WORLD_KIND, recipe.world))
+    npc = NPC(persona, model, world=shared, owner=record.id)
+    actor = NPCActor(npc, bridge, model_name=model_name, world=recipe.world, tools_wire=[],
+                     default_tool_timeout=bridge.config.default_tool_timeout)
+    actor.restore(record.state)
+    return actor
 
 async def npc_talk(game: GameState, call: Call) -> Any:
     params = call.params
@@ -251,13 +272,15 @@ async def npc_delete(game: GameState, call: Call) -> Any:
         reply.cancel()
     ref.cancel_all()
     await game.bridge.system.stop(ref.address)
+    await game.bridge.delete_durable(ref.address)
     return {"npc": npc, "deleted": True}
 
 
 async def npc_list(game: GameState, call: Call) -> Any:
     entries = []
     for npc, record in list(game.npcs.items()):
-        ref = game.bridge.system.lookup(game.bridge.address(NPC_KIND, npc))
+        await game.prepare_npc(npc)
+        ref = game.bridge.lookup(NPC_KIND, npc)
         if ref is None:
             continue
         try:

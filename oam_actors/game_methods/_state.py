@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..game import WorldState
     from ..game import ContentGenerator, DecisionEngine
 
-__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecord", "SubscriptionRecord", "WorldRecord"]
+__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecipe", "NPCRecord", "SubscriptionRecord", "WorldRecipe", "WorldRecord"]
 
 NPC = "npc"
 WORLD = "world"
@@ -62,6 +62,21 @@ class WorldRecord:
 class SubscriptionRecord:
     world: str
     path: str
+
+
+class NPCRecipe(msgspec.Struct, frozen=True):
+    """What a stored NPC is built again from, besides its checkpoint (``NPCCheckpoint``)."""
+
+    model: Any = None  # the model spec as npc/create or npc/restore had it
+    world: str | None = None
+    created_at: str = ""
+
+
+class WorldRecipe(msgspec.Struct, frozen=True):
+    """What a stored world is built again from, besides its checkpoint (its document; its
+    subscriptions deliver to connections and end with them)."""
+
+    created_at: str = ""
 
 
 @dataclasses.dataclass
@@ -155,7 +170,7 @@ class GameState:
 
     def npc_by_id(self, npc: str) -> tuple[NPCRecord, ActorRef]:
         record = self.npcs.get(npc)
-        ref = self.bridge.system.lookup(self.bridge.address(NPC, npc)) if record is not None else None
+        ref = self.bridge.lookup(NPC, npc) if record is not None else None
         if record is None or ref is None:
             raise npc_not_found(npc)
         return record, ref
@@ -167,10 +182,41 @@ class GameState:
         return world, self.world_by_id(world)
 
     def world_by_id(self, world: str) -> ActorRef:
-        ref = self.bridge.system.lookup(self.bridge.address(WORLD, world)) if world in self.worlds else None
+        ref = self.bridge.lookup(WORLD, world) if world in self.worlds else None
         if ref is None:
             raise world_not_found(world)
         return ref
+
+    # --- durable objects (a state store) -------------------------------------------------------
+
+    async def prepare_npc(self, npc: Any) -> None:
+        """Before a stored NPC on a world is revived (on its first use): ask its world for the
+        document (reviving the world if need be), so the NPC shares it as at its creation, on
+        every runtime. Nothing for an NPC in memory, without a world or without a store."""
+        bridge = self.bridge
+        record = self.npcs.get(npc) if isinstance(npc, str) else None
+        if record is None or record.world is None or record.world not in self.worlds:
+            return
+        if bridge.system.lookup(bridge.address(NPC, npc)) is None:
+            await self.world_document(record.world)
+
+    def revived_document(self, world: str) -> WorldState | None:
+        """The document of ``world`` for an NPC being revived on it (asked by ``prepare_npc``);
+        ``None`` if the world is gone."""
+        known = self.registry.documents.get(world) if world in self.worlds else None
+        return None if known is None else known[1]
+
+    def load_stored(self) -> None:
+        """Index the tenant's stored NPCs and worlds (not built: each is revived on first use)."""
+        bridge = self.bridge
+        assert bridge.durability is not None
+        for record in bridge.durability.store.records(bridge.tenant, kind=WORLD):
+            if record.id not in self.worlds:
+                self.worlds[record.id] = WorldRecord(msgspec.json.decode(record.recipe, type=WorldRecipe).created_at)
+        for record in bridge.durability.store.records(bridge.tenant, kind=NPC):
+            if record.id not in self.npcs:
+                recipe = msgspec.json.decode(record.recipe, type=NPCRecipe)
+                self.npcs[record.id] = NPCRecord(recipe.world, recipe.created_at)
 
     async def world_document(self, world: str) -> WorldState:
         """The world's document, which NPCs on it read and write themselves (``WorldShare``).

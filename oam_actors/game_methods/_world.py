@@ -7,9 +7,12 @@ before its response. Unknown params are ignored silently (as the reference bridg
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from ..bridge import Call
+import msgspec
+
+from ..bridge import Bridge, Call
 from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import WorldPath, WorldState, WorldStateError
@@ -26,9 +29,10 @@ from ..objects.world import (
     WorldUnsubscribe,
 )
 from ._common import subscription_not_found
-from ._state import WORLD, GameState, SubscriptionRecord
+from ..runtime import StoreRecord
+from ._state import WORLD, GameState, SubscriptionRecord, WorldRecipe
 
-__all__ = ["WORLD_METHODS"]
+__all__ = ["WORLD_METHODS", "revive_world"]
 
 
 async def world_create(game: GameState, call: Call) -> Any:
@@ -40,9 +44,19 @@ async def world_create(game: GameState, call: Call) -> Any:
     game.check_world_room()
     bridge = game.bridge
     document = WorldState(state)
-    bridge.system.spawn(bridge.address(WORLD, world), lambda: WorldActor(document), max_queue=bridge.config.max_queue)
+    actor = WorldActor(document)
+    ref = bridge.system.spawn(bridge.address(WORLD, world), lambda: actor, max_queue=bridge.config.max_queue)
     game.add_world(world)
-    return {"world": world, "version": document.version}
+    recipe = msgspec.json.encode(WorldRecipe(game.worlds[world].created_at))
+    return bridge.created(ref, actor, recipe, {"world": world, "version": document.version},
+                          undo=functools.partial(game.worlds.pop, world, None))
+
+
+def revive_world(game: GameState, bridge: Bridge, record: StoreRecord) -> WorldActor:
+    """A stored world built again from its checkpoint (NPCs ask it for the document they share)."""
+    actor = WorldActor(WorldState(None))
+    actor.restore(record.state)
+    return actor
 
 
 async def world_get(game: GameState, call: Call) -> Any:
@@ -90,13 +104,14 @@ async def world_delete(game: GameState, call: Call) -> Any:
     game.registry.documents.pop(world, None)
     # NPCs created with the world keep its document; only the id stops working.
     await game.bridge.system.stop(ref.address)
+    await game.bridge.delete_durable(ref.address)
     return {"world": world, "deleted": True, "endedSubscriptions": ended}
 
 
 async def world_list(game: GameState, call: Call) -> Any:
     entries = []
     for world, record in list(game.worlds.items()):
-        ref = game.bridge.system.lookup(game.bridge.address(WORLD, world))
+        ref = game.bridge.lookup(WORLD, world)
         if ref is None:
             continue
         described = await ref.ask(WorldDescribe())

@@ -86,17 +86,15 @@ class DeviceBackends:
     def from_wire(self, value: dict[str, Any], path: str = "model") -> LanguageModel:
         """The model of a ``{"type": "device", "urls": […]}`` object; raises ``invalid_params``
         naming the field (or ``limit_reached`` past :data:`MAX_DEVICE_POOLS` sets). No address
-        check: see :meth:`from_wire_checked`."""
+        check: see :meth:`check_wire`."""
         return self._model_of(self._allowed_urls(value, path))
 
-    async def from_wire_checked(self, value: dict[str, Any], path: str = "model") -> LanguageModel:
-        """:meth:`from_wire`, and with ``refuse_private`` every host the operator did not allow
-        must resolve to public addresses only (``invalid_params`` naming ``<path>.urls``)."""
-        urls = self._allowed_urls(value, path)
+    async def check_wire(self, value: dict[str, Any], path: str = "model") -> None:
+        """With ``refuse_private``: every host of ``value`` the operator did not allow must
+        resolve to public addresses only (``invalid_params`` naming ``<path>.urls``)."""
         if self._guard is not None:
-            for url in urls:
+            for url in self._allowed_urls(value, path):
                 await self._guard.check(url, f"{path}.urls")
-        return self._model_of(urls)
 
     def _allowed_urls(self, value: dict[str, Any], path: str) -> tuple[str, ...]:
         from .pool import PoolConfigError, canonical_urls
@@ -136,10 +134,13 @@ class DeviceBackends:
             model = self._models[normalized] = SharedDeviceModel(normalized, config, self._open, guard=self._guard)
         return model
 
-    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], LanguageModel | Awaitable[LanguageModel]]]:
-        """``BridgeConfig.model_types`` entries: ``device`` (with ``refuse_private``, a coroutine
-        that checks the addresses)."""
-        return {DEVICE_TYPE: self.from_wire if self._guard is None else self.from_wire_checked}
+    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], LanguageModel]]:
+        """``BridgeConfig.model_types`` entries: ``device``."""
+        return {DEVICE_TYPE: self.from_wire}
+
+    def model_checks(self) -> dict[str, Callable[[dict[str, Any], str], Awaitable[None]]]:
+        """``BridgeConfig.model_checks`` entries: ``device`` with ``refuse_private``, else none."""
+        return {} if self._guard is None else {DEVICE_TYPE: self.check_wire}
 
     def _open(self, model: SharedDeviceModel) -> None:
         if self._tasks is None:

@@ -46,7 +46,7 @@ import functools
 import math
 import re
 from urllib.parse import urlsplit
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -176,6 +176,12 @@ class ModelSetup:
     pool: PoolHost | None = None
     cluster: HostedModel | None = None
     status_model: Callable[[], ModelWithStatistics] | None = None
+
+    @property
+    def model_checks(self) -> dict[str, Callable[[dict[str, Any], str], Awaitable[None]]]:
+        """``BridgeConfig.model_checks``: the address checks of the proxy and device types, when
+        the server refuses private addresses."""
+        return {**self.backends.model_checks(), **self.devices.model_checks()}
 
     @property
     def resources(self) -> AbstractAsyncContextManager[object]:

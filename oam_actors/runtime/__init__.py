@@ -42,6 +42,19 @@ from oam_actors.runtime._errors import (
     RuntimeErrorBase,
 )
 from oam_actors.runtime._local import LocalSystem
+from oam_actors.runtime._durable import CheckpointFailed, Durability, StaleVersion
+from oam_actors.runtime._store import (
+    SCHEMA_VERSION,
+    SqliteStore,
+    StoreCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreMissing,
+    StoreRecord,
+    StoreTooNew,
+    StoreTooOld,
+    open_store,
+)
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
 from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, ExcInfo, SystemBase, SystemState
@@ -49,6 +62,7 @@ from oam_actors.runtime._tuning import tune_gc_for_servers
 
 __all__ = [
     "DEFAULT_MAX_QUEUE",
+    "SCHEMA_VERSION",
     "Actor",
     "ActorExists",
     "ActorRef",
@@ -59,6 +73,8 @@ __all__ = [
     "Admission",
     "AdmissionGate",
     "Arrival",
+    "CheckpointFailed",
+    "Durability",
     "EndpointKind",
     "EndpointReferences",
     "ExcInfo",
@@ -73,6 +89,15 @@ __all__ = [
     "Relay",
     "Reply",
     "RuntimeErrorBase",
+    "SqliteStore",
+    "StaleVersion",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreLocked",
+    "StoreMissing",
+    "StoreRecord",
+    "StoreTooNew",
+    "StoreTooOld",
     "SystemBase",
     "SystemState",
     "current_flow",
@@ -83,8 +108,9 @@ __all__ = [
     "fair_yield",
     "flow",
     "held_by_reference",
-    "loads_state",
     "hosting_of",
+    "loads_state",
+    "open_store",
     "register_endpoint",
     "register_hosted",
     "register_shared",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -23,8 +23,10 @@ from oam_actors.runtime._mailbox import Mailbox
 
 __all__ = ["ActorCell", "Checkpoint", "new_cancel_scope"]
 
-Checkpoint = Callable[[Address, bytes], None]
-"""Where a checkpointing system puts an actor's ``snapshot`` (a state store's ``put``)."""
+Checkpoint = Callable[[Address, bytes], Awaitable[None] | None]
+"""Where a checkpointing system puts an actor's ``snapshot`` (a state store's ``put``); an
+awaitable it returns is awaited before the message's reply resolves (the write is durable), and
+if it raises, the message fails with that error and the actor is evicted (see ``_finish``)."""
 
 logger = logging.getLogger("oam_actors.runtime")
 
@@ -201,7 +203,9 @@ class ActorCell:
 
     async def _finish(self, envelope: Envelope, value: Any, error: Exception | None) -> None:
         if envelope.committed and self._checkpoint is not None:
-            self._save_state(self._checkpoint)
+            durable = self._save_state(self._checkpoint)
+            if durable is not None and (failure := await self._made_durable(durable)) is not None:
+                value, error = None, failure
         # A message whose cancel returned True resolves as cancelled, whatever the handler did.
         if envelope.aborted is not None:
             self.mailbox.drop(envelope, envelope.aborted(self.address))
@@ -213,14 +217,27 @@ class ActorCell:
         else:
             self.mailbox.succeed(envelope, value)
 
-    def _save_state(self, checkpoint: Checkpoint) -> None:
+    def _save_state(self, checkpoint: Checkpoint) -> Awaitable[None] | None:
         # Before the reply resolves, so whoever sees the reply can rely on the checkpoint.
         try:
             state = self.actor.snapshot()
             if state is not None:
-                checkpoint(self.address, state)
+                return checkpoint(self.address, state)
         except Exception as exc:  # the change stands; only its checkpoint is lost
             logger.error("%s: checkpoint failed", self.address, exc_info=exc)
+        return None
+
+    async def _made_durable(self, durable: Awaitable[None]) -> Exception | None:
+        """Wait for the checkpoint's write; its error, after which the actor stops: its memory is
+        ahead of its last durable state, and its next use must start from that state, not from
+        this one. (Only the system's closing cancels this wait: the write goes on without it,
+        and the message is left unanswered as a crash would leave it.)"""
+        try:
+            await durable
+        except Exception as exc:  # noqa: BLE001 - this message fails with it (the store logged the cause)
+            self.request_stop()
+            return exc
+        return None
 
     async def _on_failure(self, error: Exception) -> None:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, final
 
 import anyio
@@ -26,6 +27,7 @@ from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._admission import AdmissionGate, GateStatistics
 from oam_actors.runtime._cell import ActorCell, Checkpoint, new_cancel_scope
+from oam_actors.runtime._durable import Durability
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
 from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ExcInfo, SystemBase
@@ -69,8 +71,10 @@ class LocalSystem(SystemBase):
     """An ``ActorSystem`` in this process; ``max_queue`` is the default bound per actor.
 
     ``checkpoint``, when given, receives ``(address, actor.snapshot())`` after every committed
-    ordered message, before its reply resolves (``Actor.snapshot``); without it nothing is
-    snapshotted. ``max_running``, when given, is the admission gate's limit: at most that many
+    ordered message, before its reply resolves (``Actor.snapshot``; an awaitable it returns is
+    awaited first); without it nothing is snapshotted. ``durability`` (a :class:`Durability`,
+    entered and left with this system; its store stays open) makes the checkpoints of its
+    durable objects go to its state store, each written before its reply resolves. ``max_running``, when given, is the admission gate's limit: at most that many
     handlers inside ``Actor.admission()`` at once, admitted flow by flow in turn, each flow's in
     arrival order (``None``: no gate; see ``AdmissionGate``).
     """
@@ -81,9 +85,13 @@ class LocalSystem(SystemBase):
         max_queue: int = DEFAULT_MAX_QUEUE,
         checkpoint: Checkpoint | None = None,
         max_running: int | None = None,
+        durability: Durability | None = None,
     ) -> None:
         super().__init__(max_queue=max_queue)
-        self._checkpoint = checkpoint
+        if checkpoint is not None and durability is not None:
+            raise ValueError("give checkpoint or durability, not both")
+        self.durability = durability
+        self._checkpoint = self._checkpoint_durably if durability is not None else checkpoint
         self._gate = None if max_running is None else AdmissionGate(max_running)
         self._refs: dict[Address, _LocalRef] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,6 +100,8 @@ class LocalSystem(SystemBase):
 
     async def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.durability is not None:
+            await self.durability.__aenter__()
 
     async def _release(self, exc_info: ExcInfo) -> bool | None:
         # Every actor has been asked to stop (aclose); a task still running was cancelled
@@ -102,6 +112,8 @@ class LocalSystem(SystemBase):
                 scope.cancel()
             with anyio.CancelScope(shield=True):
                 await asyncio.wait([task for task, _ in left])
+        if self.durability is not None:  # after every actor stopped: their last commits are written
+            await self.durability.__aexit__(*exc_info)
         if self._crashes:
             raise BaseExceptionGroup("actor tasks failed", self._crashes)
         return None
@@ -129,6 +141,15 @@ class LocalSystem(SystemBase):
     def lookup(self, address: Address) -> ActorRef | None:
         return self._refs.get(address)
 
+    def _checkpoint_durably(self, address: Address, state: bytes) -> Awaitable[None] | None:
+        assert self.durability is not None
+        return self.durability.checkpoint(address, state, self._snapshot_of)
+
+    def _snapshot_of(self, address: Address) -> bytes | None:
+        """The committed state of the live actor at ``address`` (an owner of shared state)."""
+        ref = self._refs.get(address)
+        return None if ref is None else ref._cell.actor.snapshot()
+
     def gate_statistics(self) -> GateStatistics | None:
         """The admission gate's counters (``None`` without a gate)."""
         return None if self._gate is None else self._gate.statistics()
@@ -147,6 +168,8 @@ class LocalSystem(SystemBase):
         ref = self._refs.get(cell.address)
         if ref is not None and ref._cell is cell:
             del self._refs[cell.address]
+            if self.durability is not None:
+                self.durability.forget(cell.address)
 
 
 async def _run_in(scope: anyio.CancelScope, cell: ActorCell) -> None:

@@ -29,6 +29,7 @@ import anyio
 
 from oam_actors.runtime._actor import Actor
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._durable import Durability
 from oam_actors.runtime._errors import ActorExists
 from oam_actors.runtime._ref import ActorRef
 
@@ -45,6 +46,9 @@ class ActorSystem(abc.ABC):
 
     Leaving the ``async with`` block stops every actor (as ``aclose``).
     """
+
+    durability: Durability | None = None
+    """Where this system's durable objects' commits go (``None``: nowhere; see ``Durability``)."""
 
     @abc.abstractmethod
     def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:

@@ -7,8 +7,9 @@ Contract
   ``max_connections`` open connections ``admit`` refuses (the transport answers
   :meth:`Hub.full_error` and closes). Unauthenticated connections count too.
 - :meth:`Hub.open_bridge` makes the connection's bridge. Objects are private to the connection
-  (namespace ``c<n>``) unless ``share_objects`` is on: then every connection of one tenant uses the
-  tenant's namespace (``t:<name>``) as a sharing bridge (see ``Bridge(shared=True)``).
+  (namespace ``c<n>``) unless ``share_objects`` is on or the system has a state store: then every
+  connection of one tenant uses the tenant's namespace (``t:<name>``) as a sharing bridge (see
+  ``Bridge(shared=True)``).
 - :class:`Watchdog` holds a connection's time rules, on the hub's clock (``Hub(clock=…)``; a
   :class:`~oam_actors.models.scheduler.ManualClock` in tests). Each rule aborts the connection
   (``Bridge.abort``: one log line, output dropped, work cancelled):
@@ -37,7 +38,6 @@ Contract
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import socket
@@ -56,6 +56,7 @@ from ..agent import (
     Usage,
 )
 from ..bridge import Bridge, BridgeConfig, Call, CustomModelFactory, Extension, ModelFactory
+from ..bridge.bridge import tenant_namespace
 from ..bridge.model_status import model_status
 from ..errors import AgentError, ErrorCode
 from ..models import ModelWithStatistics
@@ -161,7 +162,7 @@ class Hub:
         """The bridge of a new connection speaking for ``tenant``; ``peer`` names it in logs."""
         shared = self.policy.share_objects
         serial = next(self._serial)
-        namespace = f"t:{tenant.name}" if shared else f"c{serial}"
+        namespace = tenant_namespace(tenant.name) if shared else f"c{serial}{NAMESPACE_SEPARATOR}"
         # Without tokens, a client written for a server with them may still say ``auth``.
         open_auth = [] if self.policy.tokens else [_OpenAuth()]
         bridge = Bridge(
@@ -170,10 +171,11 @@ class Hub:
             config=self.config,
             system_model=self.system_model,
             extensions=[*self.extensions(), *open_auth],
-            namespace=namespace + NAMESPACE_SEPARATOR,
+            namespace=namespace,
             shared=shared,
             metrics=self.metrics,
             label=f"#{serial} {peer}",
+            tenant=tenant.name,
         )
         self._tenant_opened(bridge, tenant_label(tenant))
         return bridge
@@ -393,9 +395,8 @@ async def _anonymous(call: Call) -> dict[str, Any]:
 
 
 def _timed_type(factory: CustomModelFactory, metrics: ServerMetrics) -> CustomModelFactory:
-    async def timed(spec: dict[str, Any], path: str) -> LanguageModel:
-        made = factory(spec, path)
-        return _TimedModel(await made if inspect.isawaitable(made) else made, metrics)
+    def timed(spec: dict[str, Any], path: str) -> LanguageModel:
+        return _TimedModel(factory(spec, path), metrics)
 
     return timed
 

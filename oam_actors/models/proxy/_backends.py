@@ -144,16 +144,14 @@ class ProxyBackends:
 
     def from_wire(self, value: dict[str, Any], path: str = "model") -> SharedProxyModel:
         """A model for a ``session/create`` ``model`` object; raises ``invalid_params``. No
-        address check: see :meth:`from_wire_checked`."""
+        address check: see :meth:`check_wire`."""
         return self.shared(self._allowed_config(value, path))
 
-    async def from_wire_checked(self, value: dict[str, Any], path: str = "model") -> SharedProxyModel:
-        """:meth:`from_wire`, and with ``refuse_private`` a host the operator did not allow must
-        resolve to public addresses only (``invalid_params`` naming ``<path>.baseUrl``)."""
-        config = self._allowed_config(value, path)
+    async def check_wire(self, value: dict[str, Any], path: str = "model") -> None:
+        """With ``refuse_private``: a host the operator did not allow must resolve to public
+        addresses only (``invalid_params`` naming ``<path>.baseUrl``)."""
         if self._guard is not None:
-            await self._guard.check(config.url, f"{path}.baseUrl")
-        return self.shared(config)
+            await self._guard.check(self._allowed_config(value, path).url, f"{path}.baseUrl")
 
     def _allowed_config(self, value: dict[str, Any], path: str) -> ProxyConfig:
         config = config_from_wire(value, path)
@@ -165,11 +163,13 @@ class ProxyBackends:
             )
         return config
 
-    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], SharedProxyModel | Awaitable[SharedProxyModel]]]:
-        """``BridgeConfig.model_types`` entries: ``openai``, ``anthropic``, ``gemini`` (with
-        ``refuse_private``, coroutines that check the addresses)."""
-        factory = self.from_wire if self._guard is None else self.from_wire_checked
-        return {provider.value: factory for provider in Provider}
+    def model_types(self) -> dict[str, Callable[[dict[str, Any], str], SharedProxyModel]]:
+        """``BridgeConfig.model_types`` entries: ``openai``, ``anthropic``, ``gemini``."""
+        return {provider.value: self.from_wire for provider in Provider}
+
+    def model_checks(self) -> dict[str, Callable[[dict[str, Any], str], Awaitable[None]]]:
+        """``BridgeConfig.model_checks`` entries: the providers with ``refuse_private``, else none."""
+        return {} if self._guard is None else {provider.value: self.check_wire for provider in Provider}
 
     async def aclose(self) -> None:
         await self._client.aclose()
