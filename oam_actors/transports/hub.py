@@ -38,7 +38,7 @@ import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -57,6 +57,9 @@ from ..observability.metrics import ServerMetrics
 from ..runtime import ActorSystem
 from .auth import Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from ..models.routing import RouterStatistics
 
 __all__ = ["IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ServePolicy", "Watchdog", "limit_send_buffer", "peer_name", "serve_bridge"]
 
@@ -98,6 +101,7 @@ class Hub:
         extensions: Callable[[], Sequence[Extension]] = tuple,
         metrics: ServerMetrics | None = None,
         clock: Clock | None = None,
+        routing: Callable[[], RouterStatistics] | None = None,
     ) -> None:
         self.system = system
         self.policy = policy
@@ -106,6 +110,7 @@ class Hub:
         self.system_model = system_model
         self.extensions = extensions
         self.metrics = metrics
+        self.routing = routing  # a routed system model's counters, for /metrics
         if metrics is not None:
             self.system_model = _timed(system_model, metrics) if system_model else None
             types = {name: _timed_type(factory, metrics) for name, factory in self.config.model_types.items()}
@@ -178,6 +183,8 @@ class Hub:
         self._queue_kinds.update(depth)
         for kind, queued in depth.items():
             self.metrics.queue_depth.set(queued, kind=kind)
+        if self.routing is not None:
+            self.metrics.observe_routing(self.routing())
         return self.metrics.render()
 
 

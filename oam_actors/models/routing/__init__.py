@@ -18,6 +18,7 @@ from ._table import (
     RouteError,
     RouteTable,
     TenantRoute,
+    describe_routes,
     load_routes,
     parse_routes,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "SpendLedger",
     "StepUse",
     "TenantUse",
+    "describe_routes",
     "load_routes",
     "parse_routes",
     "spill_seconds",

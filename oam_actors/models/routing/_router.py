@@ -46,7 +46,7 @@ from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, DeadlinePassed, ErrorCode
 from .._statistics import SupportsStatistics
 from ._policy import Cooldowns, SpendLedger, spill_seconds
-from ._table import PRIORITIES, BackendRoute, RouteTable
+from ._table import PRIORITIES, WINDOWS, BackendRoute, RouteTable
 
 __all__ = ["BackendUse", "RouterModel", "RouterStatistics", "StepUse", "TenantUse"]
 
@@ -207,19 +207,19 @@ class RouterModel:
                 break
             route = self._table.backends[name]
             model = self._backends[name]()
-            room, hold = self._reserve(route, model, request, tenant.name if tenant else None, now)
-            if not room:
+            sent, hold = self._reserve(route, model, request, tenant.name if tenant else None, now)
+            if sent is None:
                 counts.capped += 1
                 last_error = DeadlinePassed(f"The spend cap of backend {name!r} or of the tenant has no room "
                                             "for the step.", retry_after=60.0)
                 continue
             queue = spill_seconds(left, self._table.spill, last=index == len(row) - 1)
-            if request.queue_seconds is not None:
-                queue = min(queue, request.queue_seconds)
+            if sent.queue_seconds is not None:
+                queue = min(queue, sent.queue_seconds)
             run = _Run()
             finished = failed = False
             try:
-                async with aclosing(model.stream(msgspec.structs.replace(request, queue_seconds=queue))) as pieces:
+                async with aclosing(model.stream(msgspec.structs.replace(sent, queue_seconds=queue))) as pieces:
                     async for piece in pieces:
                         run.saw(piece)
                         yield piece
@@ -246,25 +246,37 @@ class RouterModel:
                                            f"({', '.join(row)}).", retry_after=1.0)
 
     async def statistics(self) -> RouterStatistics:
-        now = self._clock.now()
+        """:meth:`statistics_nowait`, with each backend's own record (``statistics``)."""
+        stats = self.statistics_nowait()
+        backends = []
+        for use in stats.backends:
+            model = self._backends[use.name]()
+            record = await model.statistics() if isinstance(model, SupportsStatistics) else None
+            backends.append(msgspec.structs.replace(
+                use, statistics=None if record is None else msgspec.to_builtins(record)))
+        return msgspec.structs.replace(stats, backends=backends)
+
+    def statistics_nowait(self) -> RouterStatistics:
+        """The router's own counters and spend now (no backend records: those may be remote)."""
+        now, ledger = self._clock.now(), self._ledger
         backends = []
         for name, route in self._table.backends.items():
-            model = self._backends[name]()
-            record = await model.statistics() if isinstance(model, SupportsStatistics) else None
             key, counts = f"backend:{name}", self._counts[name]
             backends.append(BackendUse(
                 name=name, served=counts.served, spilled=counts.spilled, capped=counts.capped, failed=counts.failed,
                 skipped=counts.skipped, cooling_seconds=self._cooldowns.left(name, now),
-                spend=self._ledger.spent(key, now), spend_hour=self._ledger.spent(key, now, 3600.0),
-                spend_day=self._ledger.spent(key, now, 86400.0), reserved=self._ledger.reserved(key),
+                spend=ledger.spent(key, now), spend_hour=ledger.spent(key, now, WINDOWS["hour"]),
+                spend_day=ledger.spent(key, now, WINDOWS["day"]), reserved=ledger.reserved(key),
                 cap_hour=route.cap.hour, cap_day=route.cap.day,
-                statistics=None if record is None else msgspec.to_builtins(record),
             ))
-        tenants = [TenantUse(
-            name=t.name, served=self._tenant_served.get(t.name, 0), spend=self._ledger.spent(f"tenant:{t.name}", now),
-            spend_hour=self._ledger.spent(f"tenant:{t.name}", now, 3600.0),
-            spend_day=self._ledger.spent(f"tenant:{t.name}", now, 86400.0), cap_hour=t.cap.hour, cap_day=t.cap.day,
-        ) for t in self._table.tenants]
+        tenants = []
+        for tenant in self._table.tenants:
+            key = f"tenant:{tenant.name}"
+            tenants.append(TenantUse(
+                name=tenant.name, served=self._tenant_served.get(tenant.name, 0), spend=ledger.spent(key, now),
+                spend_hour=ledger.spent(key, now, WINDOWS["hour"]), spend_day=ledger.spent(key, now, WINDOWS["day"]),
+                cap_hour=tenant.cap.hour, cap_day=tenant.cap.day,
+            ))
         steps = [StepUse(backend=b, priority=p, kind=k, served=int(v[0]), spend=v[1])
                  for (b, p, k), v in sorted(self._steps.items())]
         return RouterStatistics(routing=True, spill=self._table.spill, unrouted=self._unrouted, backends=backends,
@@ -280,16 +292,20 @@ class RouterModel:
         return self._table.row(priority, request.kind.value)
 
     def _reserve(self, route: BackendRoute, model: LanguageModel, request: GenerationRequest, tenant: str | None,
-                 now: float) -> tuple[bool, int | None]:
-        """Whether the caps have room for the step's worst-case cost, and its hold (``None``:
-        a free backend needs none)."""
+                 now: float) -> tuple[GenerationRequest | None, int | None]:
+        """The request to send, with the hold of its worst-case cost (``None``: a free backend
+        needs none); ``(None, None)`` when a cap has no room. A priced step without its own
+        ``max_output_tokens`` is sent with the backend's ``reserve_output_tokens``, the bound
+        its hold covers."""
         if route.price.free:
-            return True, None
-        output = request.max_output_tokens or model.capabilities.max_output_tokens
+            return request, None
+        output = request.max_output_tokens or min(route.reserve_output_tokens, model.capabilities.max_output_tokens)
         worst = route.price.cost(_input_tokens(request), output)
         keys = [f"backend:{route.name}", *([f"tenant:{tenant}"] if tenant is not None else [])]
         hold = self._ledger.reserve(keys, worst, now)
-        return hold is not None, hold
+        if hold is None:
+            return None, None
+        return msgspec.structs.replace(request, max_output_tokens=output), hold
 
     def _settle(self, hold: int | None, route: BackendRoute, request: GenerationRequest, run: _Run) -> float:
         if hold is None:

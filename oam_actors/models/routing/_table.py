@@ -12,6 +12,7 @@ The document::
     model = "openai:http://127.0.0.1:8080/v1#small"
     rpm = 600
     cooldown = 30                    # seconds a failing backend is skipped
+    reserve_output_tokens = 1024     # a priced step's output bound when the request states none
     price = {request = 0.0, input_per_1k = 0.15, output_per_1k = 0.6}
     cap = {hour = 1.0, day = 10.0}
     [routes]
@@ -46,6 +47,7 @@ __all__ = [
     "RouteError",
     "RouteTable",
     "TenantRoute",
+    "describe_routes",
     "load_routes",
     "parse_routes",
 ]
@@ -58,7 +60,8 @@ ending now (a sliding window)."""
 _DEFAULT_COOLDOWN = 30.0
 _DEFAULT_SPILL = 0.5
 _BACKEND_KEYS = {"model", "devices", "base_url", "model_name", "api_key_env", "native_tools", "structured_output",
-                 "context_size", "rpm", "tpm", "max_concurrency", "cooldown", "price", "cap"}
+                 "context_size", "rpm", "tpm", "max_concurrency", "cooldown", "price", "cap",
+                 "reserve_output_tokens"}
 
 
 class RouteError(ValueError):
@@ -97,7 +100,9 @@ class Caps(msgspec.Struct, frozen=True, kw_only=True):
 
 class BackendRoute(msgspec.Struct, frozen=True, kw_only=True):
     """One backend of the table: what ``--model`` (or ``--device``) would say, its own proxy
-    limits, how long it is skipped after a failure, its price and its caps."""
+    limits, how long it is skipped after a failure, its price and its caps.
+    ``reserve_output_tokens`` bounds a priced step's output when its request states no
+    ``max_output_tokens``: the step is sent with that limit, so its reservation covers it."""
 
     name: str
     model: str | None = None
@@ -105,6 +110,7 @@ class BackendRoute(msgspec.Struct, frozen=True, kw_only=True):
     cooldown: float = _DEFAULT_COOLDOWN
     price: Price = Price()
     cap: Caps = Caps()
+    reserve_output_tokens: int = 1024
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
@@ -185,6 +191,26 @@ def parse_routes(data: Any, source: str = "routes") -> RouteTable:
     return RouteTable(backends=backends, rows=rows, tenants=tenants, spill=spill, source=source)
 
 
+def describe_routes(table: RouteTable) -> list[str]:
+    """The table in a few lines (what ``--check-routes`` prints): its rows, then each backend's
+    price, caps and cooldown, then the tenants."""
+    lines = [f"{table.source}: {len(table.backends)} backends, spill {table.spill:g}"]
+    lines += [f"  {key}: {' -> '.join(row)}" for key, row in table.rows.items()]
+    for name, backend in table.backends.items():
+        what = backend.model or "devices " + ",".join(backend.devices)
+        price = backend.price
+        cost = "free" if price.free else (f"{price.request:g}/request, {price.input_per_1k:g}/1k in, "
+                                          f"{price.output_per_1k:g}/1k out")
+        lines.append(f"  backend {name}: {what}; {cost}; {_caps_text(backend.cap)}; cooldown {backend.cooldown:g} s")
+    lines += [f"  tenant {t.name}: owners {', '.join(t.owners)}; {_caps_text(t.cap)}" for t in table.tenants]
+    return lines
+
+
+def _caps_text(caps: Caps) -> str:
+    named = [f"{cap:g}/{name}" for name in WINDOWS if (cap := getattr(caps, name)) is not None]
+    return "cap " + ", ".join(named) if named else "no cap"
+
+
 def _rows(source: str, routes: dict[str, Any], backends: dict[str, BackendRoute]) -> dict[str, tuple[str, ...]]:
     _only(source, "routes", routes, {*PRIORITIES, "default"})
     rows: dict[str, tuple[str, ...]] = {}
@@ -242,7 +268,7 @@ def _backend(source: str, name: str, raw: Any) -> BackendRoute:
             if not isinstance(spec[key], bool):
                 raise RouteError(source, f"{place}.{key}", f"expected true or false, got {_kind(spec[key])}")
             fields[key] = spec[key]
-    for key in ("context_size", "rpm", "tpm", "max_concurrency"):
+    for key in ("context_size", "rpm", "tpm", "max_concurrency", "reserve_output_tokens"):
         if key in spec:
             value = spec[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
