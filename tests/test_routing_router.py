@@ -38,8 +38,9 @@ def table(cloud: dict[str, Any] | None = None, **routes: Any) -> Any:
     })
 
 
-def ask(owner: str = "npc:gorm", priority: str = "dialogue", **fields: Any) -> GenerationRequest:
-    return GenerationRequest(kind=StepKind.RESPOND, system="You are Gorm, the smith.",
+def ask(owner: str = "npc:gorm", priority: str = "dialogue", kind: StepKind = StepKind.RESPOND,
+        **fields: Any) -> GenerationRequest:
+    return GenerationRequest(kind=kind, system="You are Gorm, the smith.",
                              prompt="User: Hello there.\nAssistant:", owner=owner, priority=priority, **fields)
 
 
@@ -157,3 +158,22 @@ async def test_a_backend_that_fails_is_skipped_for_its_cooldown_then_tried_again
     assert isinstance(first, str) and isinstance(second, str)
     assert (cloud.failed, cloud.skipped, asked_while_cooling) == (1, 1, 1)
     assert third == "Back."
+
+
+@pytest.mark.parametrize("native", [True, False])
+async def test_a_turn_on_a_native_tool_calling_backend_stays_there_and_envelope_steps_may_move(native: bool) -> None:
+    routes = table(dialogue={"default": ["phones"], "decide": ["cloud"]})
+    async with farm(phone(), config=CONFIG) as f:
+        with ProviderServer() as server:
+            server.always = stream(openai_text('{"action": "respond", "arguments": {}}'))
+            async with ProxyBackends(environ={"OPENAI_API_KEY": "k"}) as backends:
+                cloud = backends.model(ProxyConfig(provider=Provider.OPENAI, model="m", base_url=server.url + "/v1",
+                                                   native_tools=native))
+                router = RouterModel(routes, {"phones": lambda: f.pool, "cloud": lambda: cloud}, clock=f.clock)
+                decide = ask(kind=StepKind.DECIDE)
+                await generate(router, decide)
+                await generate(router, msgspec.structs.replace(decide, kind=StepKind.RESPOND, follow_up=True))
+                await generate(router, ask(owner="npc:mira"))  # another owner's first step: its own row
+                stats = await router.statistics()
+    served = {b.name: b.served for b in stats.backends}
+    assert served == ({"cloud": 2, "phones": 1} if native else {"cloud": 1, "phones": 2})
