@@ -62,6 +62,7 @@ class BackendUse(msgspec.Struct, frozen=True, rename="camel"):
     cooled down; spend in the last hour and day beside the caps, and what steps in flight hold."""
 
     name: str
+    model: str
     served: int
     spilled: int
     capped: int
@@ -231,7 +232,7 @@ class RouterModel:
                     raise
                 last_error = error
                 if error.code is ErrorCode.RATE_LIMITED:
-                    counts.spilled += 1
+                    counts.spilled += index < len(row) - 1  # the last tier passes the step to nobody
                 elif error.code in _FAILURES:
                     counts.failed += 1
                     self._cooldowns.cool(name, self._clock.now(), route.cooldown)
@@ -263,7 +264,7 @@ class RouterModel:
         for name, route in self._table.backends.items():
             key, counts = f"backend:{name}", self._counts[name]
             backends.append(BackendUse(
-                name=name, served=counts.served, spilled=counts.spilled, capped=counts.capped, failed=counts.failed,
+                name=name, model=route.model or "devices", served=counts.served, spilled=counts.spilled, capped=counts.capped, failed=counts.failed,
                 skipped=counts.skipped, cooling_seconds=self._cooldowns.left(name, now),
                 spend=ledger.spent(key, now), spend_hour=ledger.spent(key, now, WINDOWS["hour"]),
                 spend_day=ledger.spent(key, now, WINDOWS["day"]), reserved=ledger.reserved(key),
