@@ -148,26 +148,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                                      time_scale=scale))
         make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
         async with BridgeClient(make) as client:
-            await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
-            for n in range(args.npcs):
-                persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
-                await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
-                                                    "options": {"replyFormat": args.reply_format}})
-            before = pool.statistics_nowait()
-            started = time.monotonic()
-            until = started + args.seconds
-            during: list[Any] = []
-
-            async def at_the_end() -> None:
-                await anyio.sleep(args.seconds)
-                during.append(pool.statistics_nowait())
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(at_the_end)
-                for n in range(args.npcs):
-                    group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
+            before, at_end = await drive(client, pool, period, args, tally, rng)
             after = pool.statistics_nowait()  # the requests in flight at the end have finished
-    generations = during[0].steps_ok - before.steps_ok  # within the load
+    generations = at_end.steps_ok - before.steps_ok  # within the load
     # The earlier bound: a full window at the start of the load, then the window's rate.
     windows = args.seconds / limits.window_seconds + 1
     burst = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
@@ -179,6 +162,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "generations_in_load": generations, "offered_rate": args.npcs / period,
             "capacity_rate": capacity_rate, "stats": after,
             "coalescing": model.coalescing_statistics() if isinstance(model, CoalescingModel) else None}
+
+
+async def drive(client: BridgeClient, pool: DevicePool, period: float, args: argparse.Namespace, tally: Tally,
+                rng: random.Random) -> tuple[Any, Any]:
+    """Create the world and the NPCs (``replyFormat`` ``args.reply_format``), then let them act
+    for ``args.seconds``; the pool's statistics before the load and at its end."""
+    await client.request("world/create", {"world": "village", "state": {"time": "morning"}})
+    for n in range(args.npcs):
+        persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
+        await client.request("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
+                                            "options": {"replyFormat": args.reply_format}})
+    before = pool.statistics_nowait()
+    until = time.monotonic() + args.seconds
+    during: list[Any] = []
+
+    async def at_the_end() -> None:
+        await anyio.sleep(args.seconds)
+        during.append(pool.statistics_nowait())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(at_the_end)
+        for n in range(args.npcs):
+            group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
+    return before, during[0]
 
 
 def most_admissions(seconds: float, window: float, limit: int, interval: float) -> int:

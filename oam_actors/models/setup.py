@@ -43,6 +43,7 @@ A bad config raises :class:`ModelConfigError` naming the field, before anything 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from urllib.parse import urlsplit
@@ -75,6 +76,7 @@ __all__ = [
     "ModelHosting",
     "ModelSetup",
     "create_model_setup",
+    "open_routed",
     "stated_limits",
 ]
 
@@ -259,8 +261,14 @@ def _routed(config: ModelConfig, table: RouteTable, backends: ProxyBackends, dev
     if config.model or config.devices:
         raise ModelConfigError("routes", "a route table and a system model (model or devices) were both given: "
                                "name the model in the route table")
-    built = {name: _route_backend(config, table, route, backends, devices, host)
-             for name, route in table.backends.items()}
+    # Built (not started) here; on Ray that only checks them: the model actor builds its own.
+    built = {name: _route_backend(config, table, route, backends, devices) for name, route in table.backends.items()}
+    if host is not None:
+        # One router for the cluster, in its own model actor: its caps, cooldowns and spill
+        # decisions hold for every shard and front door (the same table finds the same actor).
+        digest = hashlib.sha256(msgspec.msgpack.encode(config)).hexdigest()[:12]
+        cluster = host(f"system:routes:{digest}", functools.partial(open_routed, config))
+        return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
     router = RouterModel(table, {name: b.model for name, b in built.items()},  # type: ignore[misc]
                          queue_seconds=config.queue_seconds)
     return ModelSetup(lambda: router, types, backends, devices, status_model=lambda: router, router=router,
@@ -268,8 +276,18 @@ def _routed(config: ModelConfig, table: RouteTable, backends: ProxyBackends, dev
                       routed_clusters=tuple(b.cluster for b in built.values() if b.cluster is not None))
 
 
+@asynccontextmanager
+async def open_routed(config: ModelConfig) -> AsyncIterator[RouterModel]:
+    """The router ``config.routes`` describes, its backends running while the block runs (the
+    factory a Ray model actor hosts the routed system model with). Raises :class:`ModelConfigError`."""
+    setup = create_model_setup(config)
+    assert setup.router is not None, "a config with routes"
+    async with setup.backends, setup.resources:
+        yield setup.router
+
+
 def _route_backend(config: ModelConfig, table: RouteTable, route: BackendRoute, backends: ProxyBackends,
-                   devices: DeviceBackends, host: ModelHosting | None) -> _Built:
+                   devices: DeviceBackends) -> _Built:
     own = msgspec.structs.replace(
         config, routes=None, model=route.model, devices=route.devices, base_url=route.base_url,
         model_name=route.model_name, api_key_env=route.api_key_env, native_tools=route.native_tools,
@@ -278,7 +296,7 @@ def _route_backend(config: ModelConfig, table: RouteTable, route: BackendRoute, 
         max_concurrency=route.max_concurrency or config.max_concurrency)
     try:
         _check_numbers(own)
-        return _system_model(own, backends, devices, host)
+        return _system_model(own, backends, devices, None)
     except ModelConfigError as exc:
         place = f"backends.{route.name}.{exc.field}"
         raise ModelConfigError("routes", str(RouteError(table.source, place, str(exc)))) from exc
