@@ -266,8 +266,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
             and jain_served >= 0.95 and quota_met)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The farm, the crowd and its load (shared with ``bench_routing.py``)."""
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load")
@@ -276,6 +276,11 @@ def main() -> int:
     parser.add_argument("--bark-deadline", type=float, default=10.0, help="phone seconds")
     parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
     parser.add_argument("--seed", type=int, default=1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_load_arguments(parser)
     parser.add_argument("--no-coalesce", action="store_true", help="the pool alone, each action its own generation")
     parser.add_argument("--linger", type=float, default=None, metavar="S",
                         help="phone seconds a new batch of barks or decisions always waits for company, 0 never "

@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import bench_crowd_quota  # noqa: E402
-from bench_crowd_quota import Tally, drive, most_admissions  # noqa: E402
+from bench_crowd_quota import Tally, add_load_arguments, drive, most_admissions  # noqa: E402
 from provider_servers import Recorded, Reply, WindowedProvider, openai_text  # noqa: E402
 
 PRICE = {"request": 0.0005, "input_per_1k": 0.15, "output_per_1k": 0.6}
@@ -160,18 +160,11 @@ def report(label: str, args: argparse.Namespace, result: dict[str, Any], provide
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phones", type=int, default=8)
-    parser.add_argument("--npcs", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load, each run")
-    parser.add_argument("--load", type=float, default=3.0, help="offered requests over the farm's generation capacity")
-    parser.add_argument("--time-scale", type=float, default=0.1, help="real seconds per phone second")
-    parser.add_argument("--bark-deadline", type=float, default=10.0, help="phone seconds")
-    parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
+    add_load_arguments(parser)  # --seconds: of each run
     parser.add_argument("--cloud-limit", type=int, default=40, help="requests a second the provider allows")
     parser.add_argument("--cap", type=float, default=200.0, help="the cloud's spend cap per hour")
     parser.add_argument("--mix", default="25,25,50", metavar="TALK,DECIDE,BARK",
                         help="percent of the NPCs' actions that are talks, decisions and barks (default 25,25,50)")
-    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     talk, decide, bark = (int(share) for share in args.mix.split(","))
     bench_crowd_quota.MIX = ["talk"] * talk + ["decide"] * decide + ["bark"] * bark  # each NPC shuffles its own
