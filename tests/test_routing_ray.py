@@ -6,6 +6,8 @@ OpenAI-compatible provider on loopback."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,24 @@ def test_a_spend_cap_holds_for_the_sessions_of_every_shard_together(tmp_path: Pa
     assert texts.count("From the cloud.") == 2 == backends["cloud"]["served"] == len(cloud.requests)
     assert all(texts) and backends["phones"]["served"] == 2 and backends["cloud"]["capped"] == 2
     assert backends["cloud"]["spend"] == pytest.approx(0.02)
+
+
+@pytest.mark.slow
+def test_simulate_on_ray_routes_through_the_one_router_actor(tmp_path: Path) -> None:
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps({
+        "backends": {"phones": {"model": "farm:1"}, "backup": {"model": "scripted", "price": {"request": 0.01}}},
+        "routes": {"dialogue": ["phones", "backup"], "default": ["phones"]},
+    }))
+    completed = subprocess.run(
+        [sys.executable, "-m", "oam_actors", "simulate", "--runtime", "ray", "--routes", str(routes), "--duration", "4",
+         "--sessions", "3", "--npcs", "2", "--cancel-rate", "0", "--tool-timeout-rate", "0", "--no-progress",
+         "--report-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    phones, backup = report["routing"]["backends"]
+    # The router's record came back from its model actor, the farm's own record nested in it.
+    assert phones["name"] == "phones" and phones["served"] > 0 and phones["generating"] is not None
+    assert backup["spend"] == round(0.01 * backup["served"], 6)

@@ -177,3 +177,17 @@ async def test_a_turn_on_a_native_tool_calling_backend_stays_there_and_envelope_
                 stats = await router.statistics()
     served = {b.name: b.served for b in stats.backends}
     assert served == ({"cloud": 2, "phones": 1} if native else {"cloud": 1, "phones": 2})
+
+
+async def test_a_tier_before_a_cooling_one_is_the_last_and_holds_the_step_its_whole_time() -> None:
+    async with routed(table(cloud={"cooldown": 300}, decision=["cloud"])) as s:
+        s.server.push(Reply(status=404, headers={"content-type": "application/json"},
+                            chunks=[b'{"error": {"message": "no such model", "code": "model_not_found"}}']))
+        with pytest.raises(AgentError):
+            await generate(s.router, ask(priority="decision"))  # the cloud fails: it cools down
+        await generate(s.router, ask())  # the phones' one generation this minute
+        [line] = await s.run(ask(owner="npc:mira"))
+        phones = await s.backend("phones")
+    assert isinstance(line, AgentError) and line.code is ErrorCode.RATE_LIMITED
+    assert s.clock.now() == 20.0 and phones.spilled == 0  # all its 20 s on the phones
+    assert len(s.server.requests) == 1  # only the failed decision: the cooling cloud was not asked

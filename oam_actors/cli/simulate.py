@@ -155,10 +155,8 @@ def _check_routes(args: argparse.Namespace) -> None:
     from ..models.setup import create_model_setup
     from ..sim.backends import routed_model_config
 
-    if args.runtime == "ray":
-        raise UsageError("--routes runs its models in this process: use --runtime local")
     try:
-        create_model_setup(routed_model_config(_config(args)))
+        create_model_setup(routed_model_config(_config(args)))  # checks the backends; starts nothing
     except ModelConfigError as exc:
         raise UsageError(f"argument --routes: {exc}") from exc
 

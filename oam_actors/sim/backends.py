@@ -321,24 +321,26 @@ def routed_model_config(config: SimConfig) -> Any:
 
 
 class RoutedBackend(_SystemModelOnly):
-    """The system model routed by a route file (``--routes FILE``), in this process."""
+    """The system model routed by a route file (``--routes FILE``); on ``--runtime ray`` the
+    router is one model actor (its caps hold for every shard), and the live display is empty."""
 
     name = "routes"
 
     def __init__(self, config: SimConfig) -> None:
         from ..models.setup import create_model_setup
 
+        host = None
         if config.runtime == "ray":
-            raise ModelConfigError("routes", "a routed simulation runs its models in this process (--runtime local)")
-        self.setup = create_model_setup(routed_model_config(config))
-        assert self.setup.router is not None
-        self.router = self.setup.router
+            from ..cluster import ClusterModel
+
+            host = ClusterModel
+        self.setup = create_model_setup(routed_model_config(config), host=host)
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self.setup.backends)
-            await stack.enter_async_context(self.setup.resources)
+            for context in (self.setup.backends, self.setup.resources, self.setup.hosted):
+                await stack.enter_async_context(context)
             self._stack = stack.pop_all()
         return self
 
@@ -349,12 +351,15 @@ class RoutedBackend(_SystemModelOnly):
         return self.setup.system_model
 
     def snapshot(self) -> dict[str, Any]:
-        stats = self.router.statistics_nowait()
+        if self.setup.router is None:  # on Ray: the numbers are in the model actor
+            return {}
+        stats = self.setup.router.statistics_nowait()
         return {f"{b.name} served": b.served for b in stats.backends} | {
             "spend": round(sum(b.spend for b in stats.backends), 4)}
 
     async def statistics(self) -> dict[str, Any]:
-        return {"backend": self.name, "routing": msgspec.to_builtins(await self.router.statistics())}
+        assert self.setup.status_model is not None
+        return {"backend": self.name, "routing": msgspec.to_builtins(await self.setup.status_model().statistics())}
 
 
 _BACKENDS: dict[str, type[Any]] = {

@@ -354,6 +354,8 @@ def _settings(report: dict[str, Any]) -> str | None:
         pairs.append(("devices", ", ".join(c["deviceUrls"])))
     if c["proxy"]:
         pairs.append(("proxy", c["proxy"]))
+    if c.get("routes"):
+        pairs += [("route file", c["routes"]), ("time scale of its farms", f"{c['timeScale']:g} real s per phone s")]
     pairs += [
         ("runtime", c["runtime"]),
         ("player sessions", str(c["sessions"])),
@@ -464,8 +466,7 @@ def _routing_section(report: dict[str, Any]) -> str | None:
         return ", ".join(caps) or "—"
 
     table = _rows(
-        ["backend", "model", "steps served", "share", "passed on: not admitted in time", "capped", "failed",
-         "spend", "cap", "quota used", "generating"],
+        ["backend", "model", "steps", "share", "spilled", "capped", "failed", "spend", "cap", "quota", "decoding"],
         [[b["name"], b["model"], b["served"], percent(b["share"]), b["spilled"], b["capped"], b["failed"],
           f"{b['spend']:.4f}", cap(b), percent(b["quotaUsed"]), percent(b["generating"])]
          for b in routing["backends"]],
@@ -474,7 +475,10 @@ def _routing_section(report: dict[str, Any]) -> str | None:
                   [[s["backend"], s["priority"], s["kind"], s["served"], f"{s['spend']:.4f}"] for s in routing["steps"]])
     summary = (f"<p>{routing['served']} steps served, {routing['unrouted']} taken by no backend (degraded or "
                f"failed); spend {routing['spend']:.4f}. A tier that is not its row's last holds a step for "
-               f"{100 * routing['spill']:g}% of the step's queue time left.</p>")
+               f"{100 * routing['spill']:g}% of the step's queue time left; <i>spilled</i>: steps it did not admit "
+               "by then (passed to the next tier), <i>capped</i>: steps a spend cap kept from it, <i>quota</i> and "
+               "<i>decoding</i>: a device pool's share of its quota windows used and of the run spent "
+               "generating.</p>")
     return _section("Routing and spend", summary + chart + table + steps)
 
 

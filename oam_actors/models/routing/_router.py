@@ -214,7 +214,9 @@ class RouterModel:
                 last_error = DeadlinePassed(f"The spend cap of backend {name!r} or of the tenant has no room "
                                             "for the step.", retry_after=60.0)
                 continue
-            queue = spill_seconds(left, self._table.spill, last=index == len(row) - 1)
+            # The last tier that may still take the step (one cooling down will not) gets all its time.
+            last = not any(not self._cooldowns.cooling(later, now) for later in row[index + 1:])
+            queue = spill_seconds(left, self._table.spill, last=last)
             if sent.queue_seconds is not None:
                 queue = min(queue, sent.queue_seconds)
             run = _Run()
@@ -232,7 +234,7 @@ class RouterModel:
                     raise
                 last_error = error
                 if error.code is ErrorCode.RATE_LIMITED:
-                    counts.spilled += index < len(row) - 1  # the last tier passes the step to nobody
+                    counts.spilled += not last  # the last tier passes the step to nobody
                 elif error.code in _FAILURES:
                     counts.failed += 1
                     self._cooldowns.cool(name, self._clock.now(), route.cooldown)
