@@ -8,7 +8,7 @@ Run: ``PYTHONPATH=. python3 benchmarks/bench_routing.py [--phones 8] [--npcs 100
 The system model is what ``oam-actors serve --routes FILE`` builds from this route table (farm and
 provider built by :func:`~oam_actors.models.setup.create_model_setup`)::
 
-    spill = 0.5
+    spill = 0.5                                       (--spill)
     [backends.phones]  model = "farm:8"
     [backends.cloud]   model = "openai:http://127.0.0.1:PORT/v1#paid", rpm, price, cap = {hour = CAP}
     [routes]           dialogue = ["phones", "cloud"], decision = ["phones"], background = ["phones"]
@@ -89,7 +89,7 @@ def route_table(args: argparse.Namespace, cloud_url: str | None) -> Any:
         backends["cloud"] = {"model": f"openai:{cloud_url}/v1#paid", "rpm": int(args.cloud_limit * 60 * 0.95),
                              "price": PRICE, "cap": {"hour": args.cap}, "reserve_output_tokens": 256}
         dialogue.append("cloud")
-    return parse_routes({"spill": 0.5, "backends": backends,
+    return parse_routes({"spill": args.spill, "backends": backends,
                          "routes": {"dialogue": dialogue, "decision": ["phones"], "background": ["phones"]}},
                         "bench")
 
@@ -125,7 +125,8 @@ def report(label: str, args: argparse.Namespace, result: dict[str, Any], provide
     tally: Tally = result["tally"]
     routing = result["routing"]
     talk_failed = sum(n for (kind, _), n in tally.failed.items() if kind == "talk")
-    print(f"\n[{label}: {args.phones} phones, {args.npcs} NPCs, {args.seconds:g} s at time scale {args.time_scale:g}; "
+    print(f"\n[{label}: {args.phones} phones, {args.npcs} NPCs, {args.seconds:g} s at time scale {args.time_scale:g}, "
+          f"spill {args.spill:g}; "
           f"offered {result['offered_rate']:.0f} requests/s against {result['capacity_rate']:.1f} generations/s "
           f"({args.load:g}x)]")
     for kind in ("talk", "decide", "bark"):
@@ -163,6 +164,7 @@ def main() -> int:
     add_load_arguments(parser)  # --seconds: of each run
     parser.add_argument("--cloud-limit", type=int, default=40, help="requests a second the provider allows")
     parser.add_argument("--cap", type=float, default=200.0, help="the cloud's spend cap per hour")
+    parser.add_argument("--spill", type=float, default=0.5, help="the route table's spill share (default 0.5)")
     parser.add_argument("--mix", default="25,25,50", metavar="TALK,DECIDE,BARK",
                         help="percent of the NPCs' actions that are talks, decisions and barks (default 25,25,50)")
     args = parser.parse_args()

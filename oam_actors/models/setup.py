@@ -37,7 +37,14 @@ A pool or proxy system model is coalesced (``coalesce``, on by default;
 generations; on Ray that happens in the model actor. A farm's coalescing runs in phone time (its
 ``time_scale`` is ``farm_time_scale``: barks and decisions linger a phone second while they queue).
 
-A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
+``ModelConfig.routes`` (a :class:`~oam_actors.models.routing.RouteTable`, ``--routes FILE``) makes
+the system model a :class:`~oam_actors.models.routing.RouterModel` over the table's backends,
+each built as ``model``/``devices`` would build it (their pools entered by ``setup.resources``;
+``setup.router`` is the router, for ``/metrics``); with ``host`` the router and its backends run
+in one model actor (:func:`open_routed`), so its caps and spill decisions hold cluster-wide.
+
+A bad config raises :class:`ModelConfigError` naming the field, before anything starts (a route
+table's backend: field ``routes``, the message naming its place in the file).
 """
 
 from __future__ import annotations
