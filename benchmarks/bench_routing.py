@@ -3,12 +3,12 @@ routed system model: a farm of simulated phones offered three times its quota, a
 provider on loopback (rate-limited, with a price and a spend cap) behind it for player dialogue.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_routing.py [--phones 8] [--npcs 1000] [--seconds 60]
-[--load 3] [--time-scale 0.1] [--cap 200] [--mix 25,25,50]``. Not a test.
+[--load 3] [--time-scale 0.1] [--cap 200] [--mix 25,25,50] [--spill 0.25]``. Not a test.
 
 The system model is what ``oam-actors serve --routes FILE`` builds from this route table (farm and
 provider built by :func:`~oam_actors.models.setup.create_model_setup`)::
 
-    spill = 0.5                                       (--spill)
+    spill = 0.25                                      (--spill)
     [backends.phones]  model = "farm:8"
     [backends.cloud]   model = "openai:http://127.0.0.1:PORT/v1#paid", rpm, price, cap = {hour = CAP}
     [routes]           dialogue = ["phones", "cloud"], decision = ["phones"], background = ["phones"]
@@ -164,7 +164,9 @@ def main() -> int:
     add_load_arguments(parser)  # --seconds: of each run
     parser.add_argument("--cloud-limit", type=int, default=40, help="requests a second the provider allows")
     parser.add_argument("--cap", type=float, default=200.0, help="the cloud's spend cap per hour")
-    parser.add_argument("--spill", type=float, default=0.5, help="the route table's spill share (default 0.5)")
+    parser.add_argument("--spill", type=float, default=0.25,
+                        help="the route table's spill share (default 0.25: a talk's steps share its deadline, so "
+                        "each is held on the phones for a quarter of what is left)")
     parser.add_argument("--mix", default="25,25,50", metavar="TALK,DECIDE,BARK",
                         help="percent of the NPCs' actions that are talks, decisions and barks (default 25,25,50)")
     args = parser.parse_args()
