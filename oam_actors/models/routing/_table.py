@@ -154,9 +154,10 @@ class RouteTable(msgspec.Struct, frozen=True, kw_only=True):
     def tenant_of(self, owner: str | None) -> TenantRoute | None:
         """The first tenant one of whose owner prefixes ``owner`` starts with."""
         name = owner or ""
-        name = name.rsplit("/", 1)[-1]  # a Ray front door's job prefix is no part of the owner
+        # On Ray an owner arrives as JOB/OWNER (owners are named per front door): either may match.
+        names = (name, name.split("/", 1)[1]) if "/" in name else (name,)
         for tenant in self.tenants:
-            if any(name.startswith(prefix) for prefix in tenant.owners):
+            if any(n.startswith(prefix) for n in names for prefix in tenant.owners):
                 return tenant
         return None
 
