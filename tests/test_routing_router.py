@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 from provider_servers import ProviderServer, Reply, openai_text, stream
@@ -17,7 +18,7 @@ from oam_actors import AgentError, ErrorCode, GenerationRequest, StepKind
 from oam_actors.models.pool import PoolConfig
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig
 from oam_actors.models.routing import RouterModel, parse_routes
-from oam_actors.models.scheduler import ManualClock, QuotaLimits
+from oam_actors.models.scheduler import ManualClock, Priority, QuotaLimits, QuotaScheduler
 
 from test_coalesce_backends import loopback
 from test_coalesce_model import run_jobs
@@ -60,8 +61,8 @@ class Setup:
 
 
 @asynccontextmanager
-async def routed(routes: Any, config: PoolConfig = ONE_A_MINUTE) -> AsyncIterator[Setup]:
-    async with farm(phone(), config=config) as f:
+async def routed(routes: Any, config: PoolConfig = ONE_A_MINUTE, **phone_fields: Any) -> AsyncIterator[Setup]:
+    async with farm(phone(**phone_fields), config=config) as f:
         with ProviderServer() as server:
             async with ProxyBackends(environ={"OPENAI_API_KEY": "k"}) as backends:
                 cloud = backends.model(ProxyConfig(provider=Provider.OPENAI, model="m", base_url=server.url + "/v1"))
@@ -75,7 +76,7 @@ async def routed(routes: Any, config: PoolConfig = ONE_A_MINUTE) -> AsyncIterato
                 yield setup
 
 
-async def test_a_step_the_phones_cannot_admit_by_its_spill_deadline_goes_to_the_cloud_then() -> None:
+async def test_a_step_the_phones_quota_cannot_admit_by_its_spill_deadline_goes_to_the_cloud_at_once() -> None:
     async with routed(table()) as s:
         assert await generate(s.router, ask()) != ""  # the phones' one generation this minute
         s.server.push(stream(openai_text("From the cloud.")))
@@ -84,7 +85,22 @@ async def test_a_step_the_phones_cannot_admit_by_its_spill_deadline_goes_to_the_
         phones, cloud = await s.backend("phones"), await s.backend("cloud")
     assert line == "From the cloud."
     assert (phones.served, phones.spilled, cloud.served) == (1, 1, 1)
-    assert spilled_at == 10.0  # half of the dialogue's 20 s on the phones, not a second more
+    assert spilled_at == 0.0  # the phones' window frees a slot in 60 s, past the 10 s it may hold the step
+
+
+async def test_a_busy_phone_holds_a_step_until_its_spill_deadline_then_the_cloud_takes_it() -> None:
+    # The phone's quota has room, but its one generation at a time is taken (the phone's own
+    # clock never moves: the first step generates until the test ends).
+    async with routed(table(), CONFIG, first_token_latency_s=1000.0) as s, anyio.create_task_group() as group:
+        group.start_soon(generate, s.router, ask(owner="npc:holder"))
+        await anyio.wait_all_tasks_blocked()
+        s.server.push(stream(openai_text("From the cloud.")))
+        [line] = await s.run(ask())
+        spilled_at = s.cloud_reached[0]
+        phones = await s.backend("phones")
+        group.cancel_scope.cancel()
+    assert line == "From the cloud."
+    assert phones.spilled == 1 and spilled_at == 10.0  # half of the dialogue's 20 s on the phone, not a second more
 
 
 async def test_background_work_stays_on_the_phones_and_waits_its_whole_time_there() -> None:
@@ -191,3 +207,15 @@ async def test_a_tier_before_a_cooling_one_is_the_last_and_holds_the_step_its_wh
     assert isinstance(line, AgentError) and line.code is ErrorCode.RATE_LIMITED
     assert s.clock.now() == 20.0 and phones.spilled == 0  # all its 20 s on the phones
     assert len(s.server.requests) == 1  # only the failed decision: the cooling cloud was not asked
+
+
+async def test_a_scheduler_says_how_long_its_quota_keeps_a_step_out() -> None:
+    clock = ManualClock()
+    scheduler = QuotaScheduler(QuotaLimits(requests_per_window=1, window_seconds=60.0, max_concurrency=1), clock=clock)
+    assert scheduler.admission_wait() == 0.0
+    async with scheduler.admit("npc:gorm", Priority.DIALOGUE):
+        assert scheduler.admission_wait() == 60.0  # the window's one slot is taken (concurrency aside)
+    clock.advance(45.0)
+    assert scheduler.admission_wait() == 15.0
+    scheduler.throttled(retry_after=100.0)
+    assert scheduler.admission_wait() == 100.0  # cooling down after the backend's refusal

@@ -6,7 +6,7 @@ Subpackages are imported by name on first use so that ``import oam_actors`` stay
 :mod:`.setup` (the system model a server runs, from a :class:`ModelConfig`).
 """
 
-from ._statistics import ModelWithStatistics, SupportsQuotaState, SupportsStatistics
+from ._statistics import ModelWithStatistics, SupportsAdmissionWait, SupportsQuotaState, SupportsStatistics
 from .scripted import ScriptCall, ScriptedModel, ScriptStep, ScriptStyle
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "ScriptStep",
     "ScriptStyle",
     "ScriptedModel",
+    "SupportsAdmissionWait",
     "SupportsQuotaState",
     "SupportsStatistics",
 ]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 import msgspec
 
-from ...agent.model import DelegatingModel, LanguageModel
+from ...agent.model import DelegatingModel, GenerationRequest, LanguageModel
 from ...errors import invalid_params
 from ...runtime import Hosting, register_hosted
 from ..scheduler import QuotaLimits, QuotaScheduler, QuotaState
@@ -187,6 +187,10 @@ class SharedProxyModel(DelegatingModel):
     @property
     def scheduler(self) -> QuotaScheduler:
         return self.scheduled.scheduler
+
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """Its scheduler's wait for quota (:class:`~oam_actors.models.SupportsAdmissionWait`)."""
+        return self.scheduled.admission_wait(request)
 
     async def statistics(self) -> msgspec.Struct | None:
         """The scheduler's record (:class:`~oam_actors.models.scheduler.PolicyStatistics`)."""

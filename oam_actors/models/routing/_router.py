@@ -4,10 +4,11 @@
 Contract
 --------
 - A step goes down its row (:meth:`RouteTable.row` of its priority and kind). A tier that is not
-  the row's last holds it at most :func:`spill_seconds` of its queue time: the step is sent with
-  that ``queue_seconds``, so the tier's own scheduler admits it by then or refuses it
-  (``rate_limited``) when the time is up, and the router moves on. A step is never kept on a
-  tier past its spill deadline.
+  the row's last holds it at most :func:`spill_seconds` of its queue time: a tier that can say
+  (:class:`~oam_actors.models.SupportsAdmissionWait`) that its quota cannot admit the step by
+  then is passed at once; otherwise the step is sent with that ``queue_seconds``, so the tier's
+  own scheduler admits it by then or refuses it (``rate_limited``) when the time is up, and the
+  router moves on. A step is never kept on a tier past its spill deadline.
 - A backend that fails before any text (``model_unavailable``, ``generation_failed``, ``busy``)
   is skipped for its ``cooldown``; one that cannot take the step for its size or language
   (``context_size_exceeded``, ``unsupported_language``) is passed over without one. Text already
@@ -44,7 +45,7 @@ from ...agent.model import (
 )
 from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, DeadlinePassed, ErrorCode
-from .._statistics import SupportsStatistics
+from .._statistics import SupportsAdmissionWait, SupportsStatistics
 from ._policy import Cooldowns, SpendLedger, spill_seconds
 from ._table import PRIORITIES, WINDOWS, BackendRoute, RouteTable
 
@@ -208,15 +209,18 @@ class RouterModel:
                 break
             route = self._table.backends[name]
             model = self._backends[name]()
+            # The last tier that may still take the step (one cooling down will not) gets all its time.
+            last = not any(not self._cooldowns.cooling(later, now) for later in row[index + 1:])
+            queue = spill_seconds(left, self._table.spill, last=last)
+            if not last and isinstance(model, SupportsAdmissionWait) and model.admission_wait(request) > queue:
+                counts.spilled += 1  # its quota cannot admit the step by the spill deadline: do not wait for it
+                continue
             sent, hold = self._reserve(route, model, request, tenant.name if tenant else None, now)
             if sent is None:
                 counts.capped += 1
                 last_error = DeadlinePassed(f"The spend cap of backend {name!r} or of the tenant has no room "
                                             "for the step.", retry_after=60.0)
                 continue
-            # The last tier that may still take the step (one cooling down will not) gets all its time.
-            last = not any(not self._cooldowns.cooling(later, now) for later in row[index + 1:])
-            queue = spill_seconds(left, self._table.spill, last=last)
             if sent.queue_seconds is not None:
                 queue = min(queue, sent.queue_seconds)
             run = _Run()
