@@ -79,3 +79,16 @@ def test_simulate_on_ray_routes_through_the_one_router_actor(tmp_path: Path) -> 
     # The router's record came back from its model actor, the farm's own record nested in it.
     assert phones["name"] == "phones" and phones["served"] > 0 and phones["generating"] is not None
     assert backup["spend"] == round(0.01 * backup["served"], 6)
+
+
+def test_front_doors_with_the_same_table_share_one_router_actor(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    names = []
+    for folder in (first, second):
+        setup = models_from_args(parse("--runtime", "ray", "--routes", str(route_file(folder, "http://127.0.0.1:9"))))
+        assert setup.cluster is not None
+        names.append(setup.cluster.name)
+    other = models_from_args(parse("--runtime", "ray", "--farm-time-scale", "0.5",
+                                   "--routes", str(route_file(first, "http://127.0.0.1:9"))))
+    assert names[0] == names[1] != other.cluster.name  # type: ignore[union-attr]

@@ -272,8 +272,10 @@ def _routed(config: ModelConfig, table: RouteTable, backends: ProxyBackends, dev
     built = {name: _route_backend(config, table, route, backends, devices) for name, route in table.backends.items()}
     if host is not None:
         # One router for the cluster, in its own model actor: its caps, cooldowns and spill
-        # decisions hold for every shard and front door (the same table finds the same actor).
-        digest = hashlib.sha256(msgspec.msgpack.encode(config)).hexdigest()[:12]
+        # decisions hold for every shard and front door (the same table, wherever its file lies,
+        # finds the same actor).
+        same = msgspec.structs.replace(config, routes=msgspec.structs.replace(table, source=""))
+        digest = hashlib.sha256(msgspec.msgpack.encode(same)).hexdigest()[:12]
         cluster = host(f"system:routes:{digest}", functools.partial(open_routed, config))
         return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
     router = RouterModel(table, {name: b.model for name, b in built.items()},  # type: ignore[misc]
