@@ -149,26 +149,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                                                      time_scale=scale))
         make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
         async with connect(InProcessEndpoint(make)) as client:
-            await client.call("world/create", {"world": "village", "state": {"time": "morning"}})
-            for n in range(args.npcs):
-                persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
-                await client.call("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
-                                                    "options": {"replyFormat": args.reply_format}})
-            before = pool.statistics_nowait()
-            started = time.monotonic()
-            until = started + args.seconds
-            during: list[Any] = []
-
-            async def at_the_end() -> None:
-                await anyio.sleep(args.seconds)
-                during.append(pool.statistics_nowait())
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(at_the_end)
-                for n in range(args.npcs):
-                    group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
+            before, at_end = await drive(client, pool, period, args, tally, rng)
             after = pool.statistics_nowait()  # the requests in flight at the end have finished
-    generations = during[0].steps_ok - before.steps_ok  # within the load
+    generations = at_end.steps_ok - before.steps_ok  # within the load
     # The earlier bound: a full window at the start of the load, then the window's rate.
     windows = args.seconds / limits.window_seconds + 1
     burst = sum((d.requests_limit or NANO_QUOTA) for d in after.devices) * windows
@@ -180,6 +163,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "generations_in_load": generations, "offered_rate": args.npcs / period,
             "capacity_rate": capacity_rate, "stats": after,
             "coalescing": model.coalescing_statistics() if isinstance(model, CoalescingModel) else None}
+
+
+async def drive(client: Client, pool: DevicePool, period: float, args: argparse.Namespace, tally: Tally,
+                rng: random.Random) -> tuple[Any, Any]:
+    """Create the world and the NPCs (``replyFormat`` ``args.reply_format``), then let them act
+    for ``args.seconds``; the pool's statistics before the load and at its end."""
+    await client.call("world/create", {"world": "village", "state": {"time": "morning"}})
+    for n in range(args.npcs):
+        persona = {"name": f"Villager {n}", "role": ROLES[n % len(ROLES)], "personality": "Friendly."}
+        await client.call("npc/create", {"npc": f"villager{n}", "persona": persona, "world": "village",
+                                         "options": {"replyFormat": args.reply_format}})
+    before = pool.statistics_nowait()
+    until = time.monotonic() + args.seconds
+    during: list[Any] = []
+
+    async def at_the_end() -> None:
+        await anyio.sleep(args.seconds)
+        during.append(pool.statistics_nowait())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(at_the_end)
+        for n in range(args.npcs):
+            group.start_soon(npc_loop, client, n, period, until, random.Random(rng.random()), args, tally)
+    return before, during[0]
 
 
 def most_admissions(seconds: float, window: float, limit: int, interval: float) -> int:
@@ -260,8 +267,8 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> bool:
             and jain_served >= 0.95 and quota_met)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The farm, the crowd and its load (shared with ``bench_routing.py``)."""
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load")
@@ -270,6 +277,11 @@ def main() -> int:
     parser.add_argument("--bark-deadline", type=float, default=10.0, help="phone seconds")
     parser.add_argument("--decision-deadline", type=float, default=30.0, help="phone seconds")
     parser.add_argument("--seed", type=int, default=1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    add_load_arguments(parser)
     parser.add_argument("--no-coalesce", action="store_true", help="the pool alone, each action its own generation")
     parser.add_argument("--linger", type=float, default=None, metavar="S",
                         help="phone seconds a new batch of barks or decisions always waits for company, 0 never "

@@ -17,10 +17,12 @@ import argparse
 import os
 
 from ..models.coalesce import CoalesceSettings
+from ..models.routing import RouteError, RouteTable, describe_routes, load_routes
 from ..models.setup import MODEL_FORMS, ModelConfig, ModelConfigError, ModelSetup, create_model_setup
 from .argtypes import UsageError, non_negative_float, positive_float, positive_int, priority_deadline
 
-__all__ = ["add_model_arguments", "add_quota_arguments", "model_config_from_args", "models_from_args"]
+__all__ = ["add_model_arguments", "add_quota_arguments", "add_route_arguments", "check_routes", "load_routes_arg",
+           "model_config_from_args", "models_from_args"]
 
 # The option behind each ModelConfig field, for error messages.
 _OPTIONS = {
@@ -36,6 +38,7 @@ _OPTIONS = {
     "rpm": "--rpm",
     "tpm": "--tpm",
     "max_concurrency": "--max-concurrency",
+    "routes": "--routes",
 }
 
 
@@ -99,6 +102,43 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "it queues; 0: never (default: adaptive, one second of the backend's time, a phone second "
                         "on a farm, only while their steps have to queue for quota; player dialogue never waits)")
     add_quota_arguments(parser)
+    add_route_arguments(parser)
+
+
+def add_route_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--routes FILE`` and ``--check-routes``: the system model as a router (docs/routing.md)."""
+    parser.add_argument("--routes", default=os.environ.get("OAM_ROUTES"), metavar="FILE",
+                        help="a route file (TOML or JSON): the system model routes each step to the first of its "
+                        "row's backends that admits it before its spill deadline, within spend caps "
+                        "(instead of --model/--device; environment: OAM_ROUTES)")
+    parser.add_argument("--check-routes", action="store_true",
+                        help="check the --routes file (and its backends' settings), print what it routes where, "
+                        "and exit")
+
+
+def load_routes_arg(path: str | None) -> RouteTable | None:
+    """The ``--routes`` file's table; :class:`UsageError` naming the place in the file."""
+    if path is None:
+        return None
+    try:
+        return load_routes(path)
+    except RouteError as exc:
+        raise UsageError(f"argument --routes: {exc}") from exc
+
+
+def check_routes(args: argparse.Namespace) -> int:
+    """``--check-routes``: build the models the options describe (nothing starts), print the table."""
+    if args.routes is None:
+        raise UsageError("--check-routes needs --routes FILE")
+    config = model_config_from_args(args)
+    assert config.routes is not None
+    try:
+        create_model_setup(config)
+    except ModelConfigError as exc:
+        raise UsageError(f"argument {_OPTIONS.get(exc.field, exc.field)}: {exc}") from exc
+    table = config.routes
+    print("\n".join(describe_routes(table)))
+    return 0
 
 
 def add_quota_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +175,7 @@ def model_config_from_args(args: argparse.Namespace, *, refuse_private: bool = F
         tpm=args.tpm,
         max_concurrency=args.max_concurrency,
         refuse_private_addresses=refuse_private,
+        routes=load_routes_arg(args.routes),
     )
 
 

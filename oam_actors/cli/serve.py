@@ -42,7 +42,7 @@ from ..transports.hub import IDLE_TIMEOUT, LINE_TIMEOUT, WRITE_TIMEOUT, Hub, Ser
 from ..transports.stdio import MAX_LINE_BYTES, reserve_stdout
 from ..transports.tcp import serve_tcp
 from .argtypes import Endpoint, UsageError, host_port, listen_errors, non_negative_float, positive_int
-from .models import add_model_arguments, models_from_args
+from .models import add_model_arguments, check_routes, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 from .stdio import add_connection_arguments, add_game_arguments, connection_bounds_error, game_limits_from_args
 
@@ -94,6 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check_routes:
+        return check_routes(args)
     endpoints = [e for e in (args.tcp, args.ws, *args.openai, args.console) if e is not None]
     if not endpoints:
         raise UsageError("give --tcp HOST:PORT, --ws HOST:PORT and/or --openai HOST:PORT")
@@ -158,6 +160,7 @@ async def serve_network(
             extensions=lambda: [*_game_extension(game, registries), *model_extensions(models)],
             metrics=ServerMetrics(),
             status_model=models.status_model,
+            routing=None if models.router is None else models.router.statistics_nowait,
         )
         addresses = []
         listener = None

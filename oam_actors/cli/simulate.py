@@ -57,8 +57,12 @@ PROGRESS_INTERVAL = 5.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimConfig()
-    parser.add_argument("--backend", default=defaults.backend, choices=["farm", "scripted", "devices", "proxy"],
-                        help="what the conversations run on (default: a simulated farm of phones)")
+    parser.add_argument("--backend", default=None, choices=["farm", "scripted", "devices", "proxy", "routes"],
+                        help="what the conversations run on (default: a simulated farm of phones; routes with "
+                        "--routes)")
+    parser.add_argument("--routes", metavar="FILE",
+                        help="routes: a route file (TOML or JSON, see docs/routing.md); the conversations' model "
+                        "routes each step between its backends (farms run at --time-scale)")
     parser.add_argument("--phones", metavar="N", type=positive_int, default=defaults.phones,
                         help=f"farm: simulated phones (default {defaults.phones})")
     parser.add_argument("--device", action="append", default=[], metavar="URL",
@@ -106,6 +110,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Raises :class:`UsageError` for options that are each fine alone but do not fit together,
     before anything starts."""
+    if args.backend is None:
+        args.backend = "routes" if args.routes else SimConfig().backend
+    if (args.backend == "routes") != bool(args.routes):
+        raise UsageError("--routes FILE and --backend routes go together" if args.routes
+                         else "--backend routes needs --routes FILE")
+    if args.routes:
+        _check_routes(args)
     if args.backend == "proxy":
         if not args.proxy:
             raise UsageError("--backend proxy needs --proxy URL[#MODEL]")
@@ -140,6 +151,17 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--report-dir {args.report_dir}: cannot create the directory ({exc.strerror or exc})") from exc
 
 
+def _check_routes(args: argparse.Namespace) -> None:
+    from ..models.errors import ModelConfigError
+    from ..models.setup import create_model_setup
+    from ..sim.backends import routed_model_config
+
+    try:
+        create_model_setup(routed_model_config(_config(args)))  # checks the backends; starts nothing
+    except ModelConfigError as exc:
+        raise UsageError(f"argument --routes: {exc}") from exc
+
+
 def _config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         backend=args.backend, phones=args.phones, device_urls=args.device, proxy=args.proxy,
@@ -149,7 +171,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
         runtime=args.runtime, npc_mix=args.npc_mix, bark_deadline_seconds=args.bark_deadline,
         deadlines=list(args.deadline or ()), coalesce=args.coalesce,
-        rpm=args.rpm, tpm=args.tpm, max_concurrency=args.max_concurrency,
+        rpm=args.rpm, tpm=args.tpm, max_concurrency=args.max_concurrency, routes=args.routes,
     )
 
 

@@ -23,7 +23,7 @@ from ..models.setup import ModelSetup
 from ..runtime import LocalSystem
 from ..transports.stdio import MAX_LINE_BYTES, LineSplitter, open_stdio, read_lines, reserve_stdout
 from .argtypes import UsageError, positive_int
-from .models import add_model_arguments, models_from_args
+from .models import add_model_arguments, check_routes, models_from_args
 from .runtime import SystemFactory, add_runtime_arguments, system_from_args
 
 __all__ = [
@@ -112,6 +112,8 @@ async def serve_stdio(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.check_routes:
+        return check_routes(args)
     if (problem := connection_bounds_error(args)) is not None:
         raise UsageError(problem)
     runtime = system_from_args(args)  # first: it sets what Ray reads when it is imported

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
-from ..agent.model import LanguageModel
+from ..agent.model import GenerationRequest, LanguageModel
 
 if TYPE_CHECKING:
     from .scheduler import QuotaState
 
-__all__ = ["ModelWithStatistics", "SupportsQuotaState", "SupportsStatistics"]
+__all__ = ["ModelWithStatistics", "SupportsAdmissionWait", "SupportsQuotaState", "SupportsStatistics"]
 
 
 @runtime_checkable
@@ -53,4 +53,16 @@ class SupportsQuotaState(Protocol):
 
     def restore_quota_state(self, states: dict[str, QuotaState]) -> None:
         """Go on from ``states`` (taken as of now); before any step runs."""
+        ...
+
+
+@runtime_checkable
+class SupportsAdmissionWait(Protocol):
+    """A backend that can say how long a step would wait for its quota at least (a scheduled
+    proxy, a device pool; a coalescing model passes the question on): what a router asks before
+    it sends a step to a tier it may only hold for a while (:mod:`oam_actors.models.routing`)."""
+
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """Seconds from now before ``request``'s step could be admitted at the earliest, from the
+        backend's time-based limits (``math.inf``: no device could take it at all)."""
         ...

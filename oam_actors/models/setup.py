@@ -37,12 +37,20 @@ A pool or proxy system model is coalesced (``coalesce``, on by default;
 generations; on Ray that happens in the model actor. A farm's coalescing runs in phone time (its
 ``time_scale`` is ``farm_time_scale``: barks and decisions linger a phone second while they queue).
 
-A bad config raises :class:`ModelConfigError` naming the field, before anything starts.
+``ModelConfig.routes`` (a :class:`~oam_actors.models.routing.RouteTable`, ``--routes FILE``) makes
+the system model a :class:`~oam_actors.models.routing.RouterModel` over the table's backends,
+each built as ``model``/``devices`` would build it (their pools entered by ``setup.resources``;
+``setup.router`` is the router, for ``/metrics``); with ``host`` the router and its backends run
+in one model actor (:func:`open_routed`), so its caps and spill decisions hold cluster-wide.
+
+A bad config raises :class:`ModelConfigError` naming the field, before anything starts (a route
+table's backend: field ``routes``, the message naming its place in the file).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from urllib.parse import urlsplit
@@ -60,6 +68,7 @@ from .device_backends import DeviceBackends
 from .errors import ModelConfigError
 from .factories import PoolHost
 from .proxy import Provider, ProxyBackends, ProxyConfig, parse_model_spec
+from .routing import BackendRoute, RouteError, RouterModel, RouteTable
 from .scheduler import QuotaLimits
 from .scripted import ScriptedModel
 
@@ -74,6 +83,7 @@ __all__ = [
     "ModelHosting",
     "ModelSetup",
     "create_model_setup",
+    "open_routed",
     "stated_limits",
 ]
 
@@ -122,6 +132,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Set by a server listening beyond loopback: a proxy ``baseUrl`` or device ``urls`` a session
     names must resolve to public addresses unless its host is allowed above
     (:mod:`oam_actors.models.address_guard`)."""
+    routes: RouteTable | None = None
+    """A route table (:mod:`oam_actors.models.routing`): the system model is a router over its
+    backends, each built as ``model`` (or ``devices``) would build it; ``model`` and ``devices``
+    must then be unset."""
 
     def proxy_limits(self) -> QuotaLimits:
         """Where each proxy backend's scheduler starts (:func:`stated_limits`)."""
@@ -176,6 +190,12 @@ class ModelSetup:
     pool: PoolHost | None = None
     cluster: HostedModel | None = None
     status_model: Callable[[], ModelWithStatistics] | None = None
+    routed_pools: tuple[PoolHost, ...] = ()
+    """A routed system model's device pools (its backends that are pools)."""
+    routed_clusters: tuple[HostedModel, ...] = ()
+    """A routed system model's backends hosted elsewhere."""
+    router: RouterModel | None = None
+    """The routed system model (``routes``), whose counters ``/metrics`` reads."""
 
     @property
     def model_checks(self) -> dict[str, Callable[[dict[str, Any], str], Awaitable[None]]]:
@@ -185,29 +205,50 @@ class ModelSetup:
 
     @property
     def resources(self) -> AbstractAsyncContextManager[object]:
-        """The device pool (if the system model is one) and the pools sessions name."""
-        return _entered(self.devices, *([] if self.pool is None else [self.pool]))
+        """The device pool (if the system model is one, or its router's) and the pools sessions name."""
+        return _entered(self.devices, *([] if self.pool is None else [self.pool]), *self.routed_pools)
 
     @property
-    def hosted(self) -> HostedModel | AsyncExitStack:
-        return self.cluster if self.cluster is not None else AsyncExitStack()
+    def hosted(self) -> AbstractAsyncContextManager[object]:
+        if self.cluster is not None:
+            return self.cluster
+        return _entered(*self.routed_clusters)
 
 
 def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None) -> ModelSetup:
     """The models ``config`` describes, not yet started; with ``host``, a pool or proxy system
     model is hosted through it (``setup.hosted``). Raises :class:`ModelConfigError`."""
     _check_numbers(config)
-    pool = _pool_host(config)
-    proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
     backends = ProxyBackends(allowed_hosts=config.proxy_allow_hosts, limits=config.proxy_limits(),
                              queue_seconds=config.queue_seconds, refuse_private=config.refuse_private_addresses)
     devices = _device_backends(config)
     types: dict[str, Callable[[dict[str, Any], str], LanguageModel]] = {**backends.model_types(),
                                                                        **devices.model_types()}
+    if config.routes is not None:
+        return _routed(config, config.routes, backends, devices, types, host)
+    built = _system_model(config, backends, devices, host)
+    return ModelSetup(built.model, types, backends, devices, pool=built.pool, cluster=built.cluster,
+                      status_model=built.status)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """One backend as ``model`` / ``devices`` make it: its model, and what must run for it."""
+
+    model: Callable[[], LanguageModel] | None
+    pool: PoolHost | None = None
+    cluster: HostedModel | None = None
+    status: Callable[[], ModelWithStatistics] | None = None
+
+
+def _system_model(config: ModelConfig, backends: ProxyBackends, devices: DeviceBackends,
+                  host: ModelHosting | None) -> _Built:
+    pool = _pool_host(config)
+    proxy = None if pool is not None or config.model in (None, "", "scripted") else _proxy_config(config)
     if proxy is not None:
         backends.allow_host(proxy.host)  # sessions may name the system model's host too
     if pool is None and proxy is None:
-        return ModelSetup(ScriptedModel if config.model else None, types, backends, devices)
+        return _Built(ScriptedModel if config.model else None)
     if pool is not None:
         coalesce = _pool_coalescing(config)
         if host is not None:
@@ -217,18 +258,67 @@ def create_model_setup(config: ModelConfig, *, host: ModelHosting | None = None)
             cluster = host(f"system:{pool.label}", opener)
             if config.devices:  # sessions naming the same phones use the same pool
                 devices.share(config.devices, cluster.model)
-            return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
+            return _Built(cluster.model, cluster=cluster, status=cluster.model)
         model_of_pool = _coalesced(pool.model, coalesce)
         if config.devices:
             devices.share(config.devices, model_of_pool)
-        return ModelSetup(model_of_pool, types, backends, devices, pool=pool, status_model=model_of_pool)
+        return _Built(model_of_pool, pool=pool, status=model_of_pool)
     assert proxy is not None
     # The backend's one shared model (and quota scheduler), which sessions naming it get too,
     # coalesced where its steps meet (on Ray: in the backend's model actor).
-    model: LanguageModel = backends.shared(proxy, coalesce=config.coalesce)
+    model: LanguageModel = backends.shared(proxy, coalesce=config.coalesce, limits=config.proxy_limits())
     if host is not None:
         model = host.stand_in(model)
-    return ModelSetup(lambda: model, types, backends, devices)
+    return _Built(lambda: model)
+
+
+def _routed(config: ModelConfig, table: RouteTable, backends: ProxyBackends, devices: DeviceBackends,
+            types: dict[str, Callable[[dict[str, Any], str], LanguageModel]], host: ModelHosting | None) -> ModelSetup:
+    """The system model as a router over the table's backends, each built as its own config."""
+    if config.model or config.devices:
+        raise ModelConfigError("routes", "a route table and a system model (model or devices) were both given: "
+                               "name the model in the route table")
+    # Built (not started) here; on Ray that only checks them: the model actor builds its own.
+    built = {name: _route_backend(config, table, route, backends, devices) for name, route in table.backends.items()}
+    if host is not None:
+        # One router for the cluster, in its own model actor: its caps, cooldowns and spill
+        # decisions hold for every shard and front door (the same table, wherever its file lies,
+        # finds the same actor).
+        same = msgspec.structs.replace(config, routes=msgspec.structs.replace(table, source=""))
+        digest = hashlib.sha256(msgspec.msgpack.encode(same)).hexdigest()[:12]
+        cluster = host(f"system:routes:{digest}", functools.partial(open_routed, config))
+        return ModelSetup(cluster.model, types, backends, devices, cluster=cluster, status_model=cluster.model)
+    router = RouterModel(table, {name: b.model for name, b in built.items()},  # type: ignore[misc]
+                         queue_seconds=config.queue_seconds)
+    return ModelSetup(lambda: router, types, backends, devices, status_model=lambda: router, router=router,
+                      routed_pools=tuple(b.pool for b in built.values() if b.pool is not None),
+                      routed_clusters=tuple(b.cluster for b in built.values() if b.cluster is not None))
+
+
+@asynccontextmanager
+async def open_routed(config: ModelConfig) -> AsyncIterator[RouterModel]:
+    """The router ``config.routes`` describes, its backends running while the block runs (the
+    factory a Ray model actor hosts the routed system model with). Raises :class:`ModelConfigError`."""
+    setup = create_model_setup(config)
+    assert setup.router is not None, "a config with routes"
+    async with setup.backends, setup.resources:
+        yield setup.router
+
+
+def _route_backend(config: ModelConfig, table: RouteTable, route: BackendRoute, backends: ProxyBackends,
+                   devices: DeviceBackends) -> _Built:
+    own = msgspec.structs.replace(
+        config, routes=None, model=route.model, devices=route.devices, base_url=route.base_url,
+        model_name=route.model_name, api_key_env=route.api_key_env, native_tools=route.native_tools,
+        structured_output=route.structured_output, context_size=route.context_size,
+        rpm=route.rpm or config.rpm, tpm=route.tpm or config.tpm,
+        max_concurrency=route.max_concurrency or config.max_concurrency)
+    try:
+        _check_numbers(own)
+        return _system_model(own, backends, devices, None)
+    except ModelConfigError as exc:
+        place = f"backends.{route.name}.{exc.field}"
+        raise ModelConfigError("routes", str(RouteError(table.source, place, str(exc)))) from exc
 
 
 def _device_backends(config: ModelConfig) -> DeviceBackends:

@@ -238,6 +238,15 @@ class ServerMetrics:
         )
         self.model = ModelMetrics(registry)
 
+        self._routing: _RoutingMetrics | None = None
+
+    def observe_routing(self, stats: Any) -> None:
+        """Bring the routing metrics (``oam_route_*``) up to a routed system model's counters
+        (a :class:`~oam_actors.models.routing.RouterStatistics`; this module imports nothing)."""
+        if self._routing is None:
+            self._routing = _RoutingMetrics(self.registry)
+        self._routing.observe(stats)
+
     # --- bridge hooks --------------------------------------------------------------------------
 
     def request(self, method: str) -> None:
@@ -342,6 +351,53 @@ class ModelMetrics:
         self.device_generating.set(device["utilisation"], device=name)
         for outcome, key in (("ok", "ok"), ("busy", "busy"), ("error", "errors"), ("rejected", "rejected")):
             self.device_steps.set_total(device[key], device=name, outcome=outcome)
+
+
+class _RoutingMetrics:
+    """``oam_route_*``: steps and spend per backend, priority, step kind and tenant (counters
+    brought up to the router's totals), spend in each window, caps and holds (gauges)."""
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        self.steps = registry.counter("oam_route_steps_total", "Steps the router sent to a backend and it served, "
+                                      "by backend, priority and step kind.", ["backend", "priority", "kind"])
+        self.spend = registry.counter("oam_route_spend_total", "Spend (in the route file's price unit) settled on "
+                                      "served steps, by backend, priority and step kind.", ["backend", "priority", "kind"])
+        self.passed = registry.counter("oam_route_passed_total", "Steps that passed a backend for the next tier, by "
+                                       "backend and reason (spilled, capped, failed, skipped).", ["backend", "reason"])
+        self.unrouted = registry.counter("oam_route_unrouted_total", "Steps no backend of their row took.")
+        self.tenant_steps = registry.counter("oam_route_tenant_steps_total", "Steps served, by tenant.", ["tenant"])
+        self.tenant_spend = registry.counter("oam_route_tenant_spend_total", "Spend settled, by tenant.", ["tenant"])
+        self.window = registry.gauge("oam_route_spend_window", "Spend within the last window, by scope (backend or "
+                                     "tenant), name and window (hour, day).", ["scope", "name", "window"])
+        self.cap = registry.gauge("oam_route_spend_cap", "Spend caps, by scope, name and window.",
+                                  ["scope", "name", "window"])
+        self.reserved = registry.gauge("oam_route_reserved", "Spend held by steps in flight, by backend.", ["backend"])
+
+    def observe(self, stats: Any) -> None:
+        for step in stats.steps:
+            _up_to(self.steps, step.served, backend=step.backend, priority=step.priority, kind=step.kind)
+            _up_to(self.spend, step.spend, backend=step.backend, priority=step.priority, kind=step.kind)
+        _up_to(self.unrouted, stats.unrouted)
+        for use in stats.backends:
+            for reason in ("spilled", "capped", "failed", "skipped"):
+                _up_to(self.passed, getattr(use, reason), backend=use.name, reason=reason)
+            self.reserved.set(use.reserved, backend=use.name)
+        for tenant in stats.tenants:
+            _up_to(self.tenant_steps, tenant.served, tenant=tenant.name)
+            _up_to(self.tenant_spend, tenant.spend, tenant=tenant.name)
+        for scope, entries in (("backend", stats.backends), ("tenant", stats.tenants)):
+            for entry in entries:
+                for window in ("hour", "day"):
+                    self.window.set(getattr(entry, f"spend_{window}"), scope=scope, name=entry.name, window=window)
+                    cap = getattr(entry, f"cap_{window}")
+                    if cap is not None:
+                        self.cap.set(cap, scope=scope, name=entry.name, window=window)
+
+
+def _up_to(counter: Counter, total: float, **labels: str) -> None:
+    """Raise ``counter`` to ``total`` (a total kept elsewhere, which only goes up)."""
+    if (behind := total - counter.value(**labels)) > 0:
+        counter.inc(behind, **labels)
 
 
 def _escape_label(value: str) -> str:

@@ -8,6 +8,9 @@ reports its own counters (quota events, per-device utilisation) for the final re
 - ``devices``: real phones (``--device URL``) behind a device pool.
 - ``proxy``: an OpenAI-compatible server (``--proxy URL[#MODEL]``) behind one quota scheduler.
 - ``scripted``: scripted sessions with latency, no model at all.
+- ``routes``: a route file (``--routes FILE``): the system model is a router over its backends
+  (:mod:`oam_actors.models.routing`), built as a server builds it; the report adds a routing
+  section (steps and spend per backend).
 
 The farm, devices and proxy system models are coalesced as the servers' are (on unless
 ``SimConfig.coalesce`` is off; :mod:`oam_actors.models.coalesce`).
@@ -36,7 +39,8 @@ from .config import SimConfig
 if TYPE_CHECKING:
     from ..models.pool import DevicePool
 
-__all__ = ["Backend", "DevicesBackend", "FarmBackend", "ProxyBackend", "ScriptedBackend", "make_backend"]
+__all__ = ["Backend", "DevicesBackend", "FarmBackend", "ProxyBackend", "RoutedBackend", "ScriptedBackend", "make_backend",
+           "routed_model_config"]
 
 
 class Backend(Protocol):
@@ -116,7 +120,20 @@ class ScriptedBackend:
         return {"backend": self.name}
 
 
-class _PoolBackend:
+class _SystemModelOnly:
+    """A backend whose sessions, NPCs and decisions all use the system model."""
+
+    def session_model(self, index: int) -> Any:
+        return None
+
+    def npc_model(self, index: int) -> Any:
+        return None
+
+    def decision_model(self) -> Any:
+        return None
+
+
+class _PoolBackend(_SystemModelOnly):
     """A device pool as the system model; subclasses say what the pool is made of.
 
     On ``--runtime ray`` the pool (and a farm's phones) is built inside one model actor, so every
@@ -169,15 +186,6 @@ class _PoolBackend:
         model = self._model
         assert model is not None, "enter the backend first"
         return lambda: model
-
-    def session_model(self, index: int) -> Any:
-        return None
-
-    def npc_model(self, index: int) -> Any:
-        return None
-
-    def decision_model(self) -> Any:
-        return None
 
     def snapshot(self) -> dict[str, Any]:
         if self._pool is None:  # on Ray: the numbers are in the model actor
@@ -245,7 +253,7 @@ def demo_phone_config(index: int, config: SimConfig) -> Any:
     return farm_phone_config(config.time_scale, **overrides)
 
 
-class ProxyBackend:
+class ProxyBackend(_SystemModelOnly):
     """An OpenAI-compatible server (``--proxy URL[#MODEL]``) behind its one quota scheduler,
     starting from the stated limits (``--rpm`` …); on Ray, the backend's model actor, shared with
     every front door using it (so :meth:`snapshot` counts this process's scheduler only locally)."""
@@ -286,15 +294,6 @@ class ProxyBackend:
         model = self._model
         return lambda: model
 
-    def session_model(self, index: int) -> Any:
-        return None
-
-    def npc_model(self, index: int) -> Any:
-        return None
-
-    def decision_model(self) -> Any:
-        return None
-
     def snapshot(self) -> dict[str, Any]:
         stats = self._scheduler.statistics()
         return {"proxy queued": sum(stats.queued), "rate limits from the server": stats.throttles}
@@ -306,11 +305,71 @@ class ProxyBackend:
         return stats
 
 
+def routed_model_config(config: SimConfig) -> Any:
+    """The :class:`~oam_actors.models.setup.ModelConfig` of ``config``'s route file, its farms
+    at the simulation's time scale. Raises :class:`ModelConfigError` (field ``routes``)."""
+    from ..models.pool import queue_times
+    from ..models.routing import RouteError, load_routes
+    from ..models.setup import ModelConfig
+
+    if not config.routes:
+        raise ModelConfigError("routes", "the routes backend needs a route file")
+    try:
+        table = load_routes(config.routes)
+    except RouteError as exc:
+        raise ModelConfigError("routes", str(exc)) from exc
+    return ModelConfig(routes=table, farm_time_scale=config.time_scale, queue_seconds=queue_times(config.deadlines),
+                       coalesce=CoalesceSettings() if config.coalesce else None)
+
+
+class RoutedBackend(_SystemModelOnly):
+    """The system model routed by a route file (``--routes FILE``); on ``--runtime ray`` the
+    router is one model actor (its caps hold for every shard), and the live display is empty."""
+
+    name = "routes"
+
+    def __init__(self, config: SimConfig) -> None:
+        from ..models.setup import create_model_setup
+
+        host = None
+        if config.runtime == "ray":
+            from ..cluster import ClusterModel
+
+            host = ClusterModel
+        self.setup = create_model_setup(routed_model_config(config), host=host)
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            for context in (self.setup.backends, self.setup.resources, self.setup.hosted):
+                await stack.enter_async_context(context)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def system_model(self) -> ModelFactory | None:
+        return self.setup.system_model
+
+    def snapshot(self) -> dict[str, Any]:
+        if self.setup.router is None:  # on Ray: the numbers are in the model actor
+            return {}
+        stats = self.setup.router.statistics_nowait()
+        return {f"{b.name} served": b.served for b in stats.backends} | {
+            "spend": round(sum(b.spend for b in stats.backends), 4)}
+
+    async def statistics(self) -> dict[str, Any]:
+        assert self.setup.status_model is not None
+        return {"backend": self.name, "routing": msgspec.to_builtins(await self.setup.status_model().statistics())}
+
+
 _BACKENDS: dict[str, type[Any]] = {
     "farm": FarmBackend,
     "devices": DevicesBackend,
     "proxy": ProxyBackend,
     "scripted": ScriptedBackend,
+    "routes": RoutedBackend,
 }
 
 

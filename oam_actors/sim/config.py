@@ -47,6 +47,8 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     tpm: int | None = None
     max_concurrency: int | None = None
     """``--rpm``, ``--tpm``, ``--max-concurrency``: what the proxy backend allows, as stated."""
+    routes: str | None = None
+    """A route file (``--routes FILE``; backend ``routes``): the system model is a router."""
 
     def __post_init__(self) -> None:
         if len(self.npc_mix) != 3 or min(self.npc_mix) < 0 or sum(self.npc_mix) <= 0:

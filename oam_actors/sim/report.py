@@ -67,7 +67,8 @@ def build_report(run: SimRun, *, startup_seconds: float = 0.0) -> dict[str, Any]
         "actions": _actions(run.samples),
         "actionsPerGeneration": _per_generation(ok, backend),
         "expiry": _expiry(run.samples),
-        "quotaUse": _quota_use(run.config, backend),
+        "quotaUse": _quota_use(backend, _window_scale(run.config.backend == "farm", run.config)),
+        "routing": _routing(run.config, backend),
         "backend": backend,
     }
 
@@ -120,7 +121,12 @@ def _expiry(samples: list[TurnSample]) -> dict[str, dict[str, int]]:
     return expiry
 
 
-def _quota_use(config: Any, backend: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _window_scale(farm: bool, config: Any) -> float:
+    """Real seconds per phone second of a pool: a farm's time scale, 1 for real phones."""
+    return config.time_scale if farm else 1.0
+
+
+def _quota_use(backend: dict[str, Any], scale: float) -> list[dict[str, Any]] | None:
     """Per device: generations against what its quota windows allowed over the pool's life."""
     from ..models.pool import nano_limits
 
@@ -128,7 +134,7 @@ def _quota_use(config: Any, backend: dict[str, Any]) -> list[dict[str, Any]] | N
     elapsed = backend.get("elapsedSeconds")
     if not devices or not elapsed:
         return None
-    window = nano_limits(config.time_scale if config.backend == "farm" else 1.0).window_seconds
+    window = nano_limits(scale).window_seconds
     rows = []
     for d in devices:
         allowed = (d["requestsLimit"] or 0) * elapsed / window
@@ -136,6 +142,31 @@ def _quota_use(config: Any, backend: dict[str, Any]) -> list[dict[str, Any]] | N
                      "share": round(min(1.0, d["ok"] / allowed), 4) if allowed else None,
                      "generating": d["utilisation"]})
     return rows
+
+
+def _routing(config: Any, backend: dict[str, Any]) -> dict[str, Any] | None:
+    """A routed model's steps and spend per backend (with its share of the steps, and for a
+    device pool its quota and decode use), per priority and kind, and per tenant."""
+    routing = backend.get("routing")
+    if not routing:
+        return None
+    served = sum(b["served"] for b in routing["backends"])
+    rows = []
+    for b in routing["backends"]:
+        record = b.get("statistics") or {}
+        use = _quota_use(record, _window_scale(b["model"].startswith("farm:"), config)) or []
+        generations, allowed = sum(r["generations"] for r in use), sum(r["allowed"] for r in use)
+        rows.append({
+            "name": b["name"], "model": b["model"], "served": b["served"],
+            "share": round(b["served"] / served, 4) if served else 0.0,
+            "spilled": b["spilled"], "capped": b["capped"], "failed": b["failed"], "skipped": b["skipped"],
+            "spend": round(b["spend"], 6), "capHour": b["capHour"], "capDay": b["capDay"],
+            "quotaUsed": round(min(1.0, generations / allowed), 4) if allowed else None,
+            "generating": round(sum(r["generating"] for r in use) / len(use), 4) if use else None,
+        })
+    return {"spill": routing["spill"], "unrouted": routing["unrouted"], "served": served,
+            "spend": round(sum(b["spend"] for b in routing["backends"]), 6), "backends": rows,
+            "steps": routing["steps"], "tenants": routing["tenants"]}
 
 
 def _load_seconds(run: SimRun) -> float:
@@ -337,6 +368,8 @@ def _settings(report: dict[str, Any]) -> str | None:
         pairs.append(("devices", ", ".join(c["deviceUrls"])))
     if c["proxy"]:
         pairs.append(("proxy", c["proxy"]))
+    if c.get("routes"):
+        pairs += [("route file", c["routes"]), ("time scale of its farms", f"{c['timeScale']:g} real s per phone s")]
     pairs += [
         ("runtime", c["runtime"]),
         ("player sessions", str(c["sessions"])),
@@ -431,8 +464,41 @@ def _quota_use_section(report: dict[str, Any]) -> str | None:
     return _section("Quota utilisation per device", chart + table)
 
 
+def _routing_section(report: dict[str, Any]) -> str | None:
+    routing = report.get("routing")
+    if not routing:
+        return None
+    bars = [Bar(b["name"], [round(100 * b["share"], 1)]) for b in routing["backends"]]
+    chart = bar_chart(bars, axis_label="share of the steps served, %", axis_max=100, unit="%",
+                      value_format=lambda v: f"{v:.1f}")
+
+    def percent(value: float | None) -> str:
+        return "—" if value is None else f"{100 * value:.1f}%"
+
+    def cap(b: dict[str, Any]) -> str:
+        caps = [f"{b[key]:g}/{window}" for key, window in (("capHour", "hour"), ("capDay", "day")) if b[key] is not None]
+        return ", ".join(caps) or "—"
+
+    table = _rows(
+        ["backend", "model", "steps", "share", "spilled", "capped", "failed", "spend", "cap", "quota", "decoding"],
+        [[b["name"], b["model"], b["served"], percent(b["share"]), b["spilled"], b["capped"], b["failed"],
+          f"{b['spend']:.4f}", cap(b), percent(b["quotaUsed"]), percent(b["generating"])]
+         for b in routing["backends"]],
+    )
+    steps = _rows(["backend", "priority", "step kind", "steps", "spend"],
+                  [[s["backend"], s["priority"], s["kind"], s["served"], f"{s['spend']:.4f}"] for s in routing["steps"]])
+    summary = (f"<p>{routing['served']} steps served, {routing['unrouted']} taken by no backend (degraded or "
+               f"failed); spend {routing['spend']:.4f}. A tier that is not its row's last holds a step for "
+               f"{100 * routing['spill']:g}% of the step's queue time left; <i>spilled</i>: steps it did not admit "
+               "by then (passed to the next tier), <i>capped</i>: steps a spend cap kept from it, <i>quota</i> and "
+               "<i>decoding</i>: a device pool's share of its quota windows used and of the run spent "
+               "generating.</p>")
+    return _section("Routing and spend", summary + chart + table + steps)
+
+
 SECTIONS: list[Callable[[dict[str, Any]], str | None]] = [
-    _throughput, _outcomes, _kinds, _generations, _expiry_section, _quota_use_section, _utilisation, _queue_wait,
+    _throughput, _outcomes, _kinds, _generations, _routing_section, _expiry_section, _quota_use_section, _utilisation,
+    _queue_wait,
     _latency, _tools, _settings,
 ]
 """The page's sections in order; each returns its HTML, or None to leave itself out."""

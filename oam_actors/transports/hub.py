@@ -44,7 +44,7 @@ import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -66,6 +66,9 @@ from ..observability.metrics import ServerMetrics
 from ..runtime import ActorSystem
 from .auth import ANONYMOUS, Tenant, TokenTable
 from .stdio import MAX_LINE_BYTES
+
+if TYPE_CHECKING:
+    from ..models.routing import RouterStatistics
 
 __all__ = [
     "ANONYMOUS_LABEL", "IDLE_TIMEOUT", "LINE_TIMEOUT", "WRITE_TIMEOUT", "Hub", "ObjectCount", "ServePolicy", "Watchdog",
@@ -113,6 +116,7 @@ class Hub:
         metrics: ServerMetrics | None = None,
         clock: Clock | None = None,
         status_model: Callable[[], ModelWithStatistics] | None = None,
+        routing: Callable[[], RouterStatistics] | None = None,
     ) -> None:
         self.system = system
         self.status_model = status_model
@@ -122,6 +126,7 @@ class Hub:
         self.system_model = system_model
         self.extensions = extensions
         self.metrics = metrics
+        self.routing = routing  # a routed system model's counters, for /metrics
         if metrics is not None:
             self.system_model = _timed(system_model, metrics) if system_model else None
             types = {name: _timed_type(factory, metrics) for name, factory in self.config.model_types.items()}
@@ -242,6 +247,8 @@ class Hub:
         self.metrics.sessions.set(len(self.system.addresses("session")))
         for kind, count in self.objects().items():
             self.metrics.queue_depth.set(count.queued, kind=kind)
+        if self.routing is not None:
+            self.metrics.observe_routing(self.routing())
         return self.metrics.render()
 
     def objects(self) -> dict[str, ObjectCount]:

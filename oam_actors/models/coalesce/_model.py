@@ -189,6 +189,11 @@ class CoalescingModel:
             return msgspec.structs.replace(record, coalescing=self.coalescing_statistics())
         return record
 
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """The backend's wait for quota, where it can say (0 where it cannot)."""
+        wait = getattr(self.backend, "admission_wait", None)
+        return 0.0 if wait is None else float(wait(request))
+
     def coalescing_statistics(self) -> CoalescingStatistics:
         counts = dict(self._counts)
         if counts["generations"]:

@@ -38,6 +38,11 @@ class ScheduledModel(DelegatingModel):
         """The scheduler's numbers (:class:`~oam_actors.models.SupportsStatistics`)."""
         return self.scheduler.statistics()
 
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """The scheduler's :meth:`~QuotaScheduler.admission_wait` for ``request``'s step
+        (:class:`~oam_actors.models.SupportsAdmissionWait`)."""
+        return self.scheduler.admission_wait(estimate_tokens(request.system) + estimate_tokens(request.prompt))
+
     def service(self, owner: str) -> float:
         """``owner``'s place in fair queuing (the seam :class:`~oam_actors.models.coalesce.DefersRequest`)."""
         return self.scheduler.service(owner)

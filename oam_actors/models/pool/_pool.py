@@ -5,6 +5,7 @@ is in the package docstring). Pure decisions live beside it: fault classes and d
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, aclosing, contextmanager
@@ -201,6 +202,15 @@ class DevicePool:
         """The pool's ``model/availability`` from the last probes (no I/O)."""
         now = self._clock.now()
         return pool_availability([(d.health.state(now), d.availability) for d in self._devices])
+
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """The shortest wait for quota on a device that is not dead: its cool-down or its
+        scheduler's :meth:`~oam_actors.models.scheduler.QuotaScheduler.admission_wait`
+        (``math.inf`` when every device is dead; :class:`~oam_actors.models.SupportsAdmissionWait`)."""
+        now = self._clock.now()
+        tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+        return min((max(device.health.cool_until - now, device.scheduler.admission_wait(tokens))
+                    for device in self._devices if device.health.state(now) is not DeviceState.DEAD), default=math.inf)
 
     def service(self, owner: str) -> float:
         """``owner``'s place in the pool's fair queuing (lower: less served), the seam

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 import msgspec
 
-from ...agent.model import DelegatingModel, LanguageModel
+from ...agent.model import DelegatingModel, GenerationRequest, LanguageModel
 from ...errors import invalid_params
 from ...runtime import Hosting, register_hosted
 from ..address_guard import AddressGuard
@@ -95,30 +95,33 @@ class ProxyBackends:
         """A model on the shared client (no host check: the operator's own configuration)."""
         return ProxyModel(config, client=self._client, environ=self._environ, on_rate_limit=self._on_rate_limit)
 
-    def scheduler(self, quota_key: str) -> QuotaScheduler:
-        """The scheduler of the quota ``quota_key`` (made on first use)."""
+    def scheduler(self, quota_key: str, limits: QuotaLimits | None = None) -> QuotaScheduler:
+        """The scheduler of the quota ``quota_key`` (made on first use, from ``limits`` or
+        these backends')."""
         scheduler = self._schedulers.get(quota_key)
         if scheduler is None:
-            scheduler = self._schedulers[quota_key] = QuotaScheduler(self.limits)
+            scheduler = self._schedulers[quota_key] = QuotaScheduler(limits or self.limits)
         return scheduler
 
     def shared(self, config: ProxyConfig, queue_seconds: tuple[float, float, float] | None = None,
-               coalesce: CoalesceSettings | None = None) -> SharedProxyModel:
+               coalesce: CoalesceSettings | None = None, limits: QuotaLimits | None = None) -> SharedProxyModel:
         """``config``'s model behind its quota's scheduler, its steps queueing at most
         ``queue_seconds`` by priority (default: these backends'), and with ``coalesce`` its
         combinable steps answered together (one coalescer per config, as the steps that meet
-        there share one prompt format). No host check: see :meth:`from_wire`."""
+        there share one prompt format); ``limits`` are where its scheduler starts when this
+        backend's are stated apart (a route file's). No host check: see :meth:`from_wire`."""
         queue_seconds = queue_seconds or self.queue_seconds
-        key = msgspec.json.encode((config, queue_seconds, coalesce))
+        limits = limits or self.limits
+        key = msgspec.json.encode((config, queue_seconds, coalesce, limits))
         model = self._shared.get(key)
         if model is None:
             from ..pool import ScheduledModel  # loaded with the first proxy model
 
-            scheduler = self.scheduler(config.quota_key)
+            scheduler = self.scheduler(config.quota_key, limits)
             proxy = self.model(config)
             proxy.on_rate_limit = _both(scheduler_hook(scheduler), self._on_rate_limit)
             queue = {} if queue_seconds is None else {"queue_seconds": queue_seconds}
-            model = SharedProxyModel(ScheduledModel(proxy, scheduler, **queue), self.limits, queue_seconds, coalesce)
+            model = SharedProxyModel(ScheduledModel(proxy, scheduler, **queue), limits, queue_seconds, coalesce)
             if self._guard is not None:  # a model actor hosting it pins its connections the same way
                 model.guard_exempt = tuple(sorted(self._explicit))
             self._shared[key] = model
@@ -210,6 +213,10 @@ class SharedProxyModel(DelegatingModel):
     @property
     def scheduler(self) -> QuotaScheduler:
         return self.scheduled.scheduler
+
+    def admission_wait(self, request: GenerationRequest) -> float:
+        """Its scheduler's wait for quota (:class:`~oam_actors.models.SupportsAdmissionWait`)."""
+        return self.scheduled.admission_wait(request)
 
     async def statistics(self) -> msgspec.Struct | None:
         """The scheduler's record (:class:`~oam_actors.models.scheduler.PolicyStatistics`)."""

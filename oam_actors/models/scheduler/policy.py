@@ -527,6 +527,15 @@ class QuotaPolicy:
 
     # -- admission -------------------------------------------------------------------------
 
+    def earliest_start(self, tokens: int, now: float) -> float:
+        """An estimate of the earliest moment a step of ``tokens`` submitted now could start, from
+        the time-based limits alone (the quota window, pacing, cool-down, tokens, the provider's
+        headers) as they stand, as for dialogue (nothing kept back): concurrency and the queue
+        are left out, so a router asking whether to wait here learns only what must pass first."""
+        now = self._advance(now)
+        probe = Ticket(id=0, owner="", priority=Priority.DIALOGUE, tokens=tokens, enqueued_at=now, deadline=None)
+        return max(now, self._ready_at(probe, now))
+
     def _advance(self, now: float) -> float:
         now = max(now, self._now)
         self._now = now

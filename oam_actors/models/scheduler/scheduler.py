@@ -183,6 +183,12 @@ class QuotaScheduler:
         )
         self._pump()
 
+    def admission_wait(self, tokens: int = 0) -> float:
+        """Seconds from now before the quota could admit a step of ``tokens`` at the earliest
+        (:meth:`QuotaPolicy.earliest_start`: concurrency and the queue aside)."""
+        now = self._clock.now()
+        return self._policy.earliest_start(tokens, now) - now
+
     def service(self, owner: str) -> float:
         """``owner``'s place in fair queuing (lower: less served)."""
         return self._policy.service(owner)
