@@ -53,6 +53,8 @@ BENCHMARKS: list[Entry] = [
      "the same over TCP, next to stdio"),
     ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "10000", "--stdio"],
      "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
+    ("burst", "bench_burst.py", [], ["--npcs", "10000"],
+     "10,000 pipelined npc/talk with a client grounding tool over stdio and TCP: when the median response arrives"),
     ("cluster", "bench_cluster.py", [], ["--latency-turns", "100", "--asks", "1000", "--naive", "4"],
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline", 1),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),

@@ -72,7 +72,8 @@ class LocalSystem(SystemBase):
     ordered message, before its reply resolves (``Actor.snapshot``); without it nothing is
     snapshotted. ``max_running``, when given, is the admission gate's limit: at most that many
     handlers inside ``Actor.admission()`` at once, admitted flow by flow in turn, each flow's in
-    arrival order (``None``: no gate; see ``AdmissionGate``).
+    arrival order, and at most ``OPEN_PER_SLOT`` times that many of one flow's started and
+    unfinished, paused ones included (``None``: no gate; see ``AdmissionGate``).
     """
 
     def __init__(
