@@ -67,6 +67,9 @@ BENCHMARKS: list[Entry] = [
     ("crowd_quota_linger", "bench_crowd_quota.py", ["--linger", "1"],
      ["--phones", "8", "--npcs", "1000", "--seconds", "60", "--linger", "1"],
      "the same with `--coalesce-linger` of one phone second for barks and decisions (player dialogue never lingers)"),
+    ("fair_phones", "bench_fair_phones.py", [], ["--quick"],
+     "simulate on 8 decode-bound phones, 3,000 NPCs, mix 0.1,0.25,0.65, 40 s (--quick: 1,000 NPCs, 20 s): "
+     "Jain over conversations and the dialogue's queue wait p99"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -79,7 +82,7 @@ BENCHMARKS: list[Entry] = [
 ]
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
-ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors"}
+ONCE_WHEN_QUICK = {"cluster", "farm", "fair_phones", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors"}
 
 # The same, on a real local model: when it is ready (or --base-url), one run each.
 # coalesce_live starts no round after 400 s: a round of 6 items takes 1-3 minutes on 2 cores, up to 9
