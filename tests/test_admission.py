@@ -416,6 +416,7 @@ async def test_a_burst_with_client_tools_answers_its_first_turns_before_it_start
                 await anyio.sleep(0)
     open_limit = 4  # OPEN_PER_SLOT per slot
     responses = tool_calls = 0
+    answered_order = []
     for message in wire.log:
         if message.get("method") == "tool/call":
             tool_calls += 1
@@ -423,7 +424,10 @@ async def test_a_burst_with_client_tools_answers_its_first_turns_before_it_start
             assert responses >= tool_calls - open_limit, (tool_calls, responses)
         elif message.get("id") in ids:
             responses += 1
+            answered_order.append(ids.index(message["id"]))
     assert (tool_calls, responses) == (12, 12)
+    # Completion follows arrival within the open limit: the p-th answer is of one of the first p + open_limit turns.
+    assert all(arrived < position + open_limit for position, arrived in enumerate(answered_order)), answered_order
 
 
 # --- fair yields ------------------------------------------------------------------------------------
