@@ -8,6 +8,7 @@ from __future__ import annotations
 from oam_actors.models.device import PhoneConfig
 from oam_actors.models.device.protocol import GenerateRequest
 from oam_actors.models.device.simulator import Admission, PhoneState
+from oam_actors.models.pool._status import WaitSamples, summarize_waits
 
 from test_pool_errors import ask, farm, generate, phone
 
@@ -39,3 +40,14 @@ async def test_the_pool_keeps_bounded_state_after_many_sessions_have_gone() -> N
         remembered = [p.statistics().remembered for p in f.phones]
     assert sum(p.statistics().admitted for p in f.phones) == stats.steps_ok == 800
     assert remembered == [0, 0]
+
+
+def test_queue_wait_samples_keep_the_latest_ones_up_to_their_size() -> None:
+    samples = WaitSamples(3)
+    for seconds in (1.0, 2.0):
+        samples.append(seconds)
+    assert sorted(samples) == [1.0, 2.0]
+    for seconds in (3.0, 4.0, 5.0):
+        samples.append(seconds)
+    assert (len(samples), sorted(samples)) == (3, [3.0, 4.0, 5.0])
+    assert summarize_waits(samples).count == 3
