@@ -55,9 +55,11 @@ BENCHMARKS: list[Entry] = [
      "the Python client (oam_actors.client) over TCP, next to a raw JSON-lines client"),
     ("crowd", "bench_crowd.py", ["--stdio"], ["--npcs", "10000", "--stdio"],
      "10,000 NPCs on one world, one grounded turn each, in process and over stdio"),
-    ("durability", "bench_durability.py", [], ["--kills", "5", "--npcs", "10000"],
+    ("durability", "bench_durability.py", [], ["--kills", "20", "--npcs", "10000"],
      "--state-store: SIGKILLs under load (acknowledged vs recovered commits), tool-round turns with vs without a "
      "store (100 sessions x 10), a 10,000-NPC crowd with a store"),
+    ("burst", "bench_burst.py", [], ["--npcs", "10000"],
+     "10,000 pipelined npc/talk with a client grounding tool over stdio and TCP: when the median response arrives"),
     ("cluster", "bench_cluster.py", [], ["--latency-turns", "100", "--asks", "1000", "--naive", "4"],
      "LocalSystem vs RaySystem (1 and 2 shards), Ray boundary overhead, naive one-actor-per-object baseline", 1),
     ("scheduler", "bench_scheduler.py", [], ["--seconds", "1200"], "QuotaScheduler policy: admissions/s and the farm simulation"),
@@ -73,6 +75,9 @@ BENCHMARKS: list[Entry] = [
     ("routing", "bench_routing.py", [], ["--seconds", "20"],
      "8 phones and a paid provider behind a router, 1,000 NPCs at 3x the farm's quota: player dialogue degraded "
      "with and without the cloud tier, farm use, cloud spend against its cap, share of steps per backend"),
+    ("fair_phones", "bench_fair_phones.py", [], [],
+     "simulate on 8 decode-bound phones, 3,000 NPCs, mix 0.1,0.25,0.65, 40 s (--quick: 1,000 NPCs, 20 s): "
+     "Jain over conversations and the dialogue's queue wait p99"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -85,8 +90,8 @@ BENCHMARKS: list[Entry] = [
 ]
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
-ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors",
-                   "routing"}
+ONCE_WHEN_QUICK = {"cluster", "farm", "fair_phones", "crowd_quota", "crowd_quota_text", "crowd_quota_linger",
+                   "quota_frontdoors", "routing"}
 
 # The same, on a real local model: when it is ready (or --base-url), one run each.
 # coalesce_live starts no round after 400 s: a round of 6 items takes 1-3 minutes on 2 cores, up to 9

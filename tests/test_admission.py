@@ -237,6 +237,48 @@ async def test_a_turn_cancelled_before_its_actor_runs_it_does_not_hold_its_conne
 def test_the_limit_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         AdmissionGate(0)
+    with pytest.raises(ValueError, match="at least the admission limit 2"):
+        AdmissionGate(2, open_limit=1)
+
+
+async def test_a_flow_at_its_open_limit_resumes_its_paused_messages_and_holds_its_new_ones() -> None:
+    gate = AdmissionGate(1, open_limit=2)
+    opened: list[tuple[str, int]] = []
+
+    async def open_(ticket: int, flow_name: str) -> None:
+        await gate.acquire(ticket, flow_name, opening=True)
+        opened.append((flow_name, ticket))
+
+    await gate.acquire(0, "burst", opening=True)
+    gate.release()  # paused (waiting for its client): still open
+    await gate.acquire(1, "burst", opening=True)
+    gate.release()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(open_, 2, "burst")  # a third message of the flow: held ...
+        tasks.start_soon(open_, 3, "other")  # ... another flow is not
+        await anyio.wait_all_tasks_blocked()
+        assert opened == [("other", 3)]
+        assert gate.statistics().waiting == 1
+        gate.release()
+        await gate.acquire(0, "burst")  # a paused message takes a slot again past the held one
+        assert gate.statistics().running == 1
+        gate.release()
+        gate.finish("burst")  # ... and ends: the held one is admitted
+        await anyio.wait_all_tasks_blocked()
+    assert opened == [("other", 3), ("burst", 2)]
+
+
+async def test_a_message_held_at_the_open_limit_and_cancelled_leaves_nothing_open() -> None:
+    gate = AdmissionGate(1, open_limit=1)
+    await gate.acquire(0, "burst", opening=True)
+    gate.release()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await gate.acquire(1, "burst", opening=True)
+    assert gate.statistics().waiting == 0
+    gate.finish("burst")
+    await gate.acquire(2, "burst", opening=True)  # nothing open: no wait
+    assert gate.statistics().running == 1
 
 
 # --- turns over a bridge ---------------------------------------------------------------------------
@@ -351,6 +393,41 @@ async def test_a_turn_waiting_for_its_client_gives_its_slot_up() -> None:
         await wire.answer(call["id"], {"opened": True})
         assert (await wire.result(waiting))["text"] == 'Done: {"opened":true}'
         assert system.gate_statistics().running == 0
+
+
+GROUNDED = [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]}, {"template": "Done: {toolOutput}"}]
+
+
+async def test_a_burst_with_client_tools_answers_its_first_turns_before_it_starts_them_all() -> None:
+    """Twelve turns sent before any tool answer (a client whose answers queue behind its burst):
+    a connection keeps at most its open limit of turns started and unfinished, so the first
+    answers come before the later turns call their tools, not after every turn has."""
+    async with LocalSystem(max_running=1) as system, open_wire(system) as wire:
+        for n in range(12):
+            await wire.result(await wire.request("session/create", {"session": f"g{n}", "tools": [OPEN_GATE],
+                                                                    "model": {"type": "scripted", "steps": GROUNDED}}))
+        ids = [await wire.request("session/respond", {"session": f"g{n}", "prompt": "Open it."}) for n in range(12)]
+        answered: set[str] = set()
+        with anyio.fail_after(HANG_GUARD):
+            while not all(any(m.get("id") == i and "result" in m for m in wire.log) for i in ids):
+                for message in [m for m in wire.log if m.get("method") == "tool/call" and m["id"] not in answered]:
+                    answered.add(message["id"])
+                    await wire.answer(message["id"], {"opened": True})
+                await anyio.sleep(0)
+    open_limit = 4  # OPEN_PER_SLOT per slot
+    responses = tool_calls = 0
+    answered_order = []
+    for message in wire.log:
+        if message.get("method") == "tool/call":
+            tool_calls += 1
+            # The k-th tool call (from 1) of the burst is written once k - open_limit turns have answered.
+            assert responses >= tool_calls - open_limit, (tool_calls, responses)
+        elif message.get("id") in ids:
+            responses += 1
+            answered_order.append(ids.index(message["id"]))
+    assert (tool_calls, responses) == (12, 12)
+    # Completion follows arrival within the open limit: the p-th answer is of one of the first p + open_limit turns.
+    assert all(arrived < position + open_limit for position, arrived in enumerate(answered_order)), answered_order
 
 
 # --- fair yields ------------------------------------------------------------------------------------

@@ -237,6 +237,52 @@ def test_an_owner_arriving_late_gets_bounded_credit_for_idle_time() -> None:
     assert served == ["a"] * 5 + ["b"] * 4 + ["a", "b"] * 3
 
 
+def test_among_owners_served_alike_the_ticket_that_can_wait_least_goes_first() -> None:
+    # Three NPCs served alike: a bark that must start within 5 s goes before decisions that may
+    # wait 60 s (and one with no deadline last), whatever their classes; then the decisions.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    policy.submit(ticket("weaver", M, id=1, deadline=60.0))
+    policy.submit(ticket("smith", M, id=2))
+    policy.submit(ticket("baker", B, id=3, deadline=5.0))
+    served = []
+    for now in range(3):
+        (admitted,) = policy.poll(float(now)).admitted
+        served.append(admitted.id)
+        policy.release(admitted.id, float(now))
+    assert served == [3, 1, 2]
+
+
+def test_an_owner_served_more_waits_even_with_the_shorter_deadline() -> None:
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    for n in range(3):
+        policy.submit(ticket("busy", B, id=n, deadline=100.0))
+    for now in range(3):
+        (admitted,) = policy.poll(float(now)).admitted
+        policy.release(admitted.id, float(now))
+    policy.submit(ticket("busy", B, id=10, at=3.0, deadline=3.0 + 5.0))
+    policy.submit(ticket("fresh", M, id=11, at=3.0, deadline=3.0 + 60.0))
+    assert [t.id for t in policy.poll(3.0).admitted] == [11]
+
+
+def test_a_follow_up_step_goes_before_owners_served_less() -> None:
+    # "talker" was served three times (its own turn's first step among them); the next step of
+    # that turn (a follow-up) goes before a fresh owner's decision: half an action serves nobody.
+    policy = QuotaPolicy(QuotaLimits(max_concurrency=1))
+    for n in range(3):
+        policy.submit(ticket("talker", M, id=n))
+    for now in range(3):
+        (admitted,) = policy.poll(float(now)).admitted
+        policy.release(admitted.id, float(now))
+    policy.submit(ticket("fresh", M, id=10, at=3.0))
+    policy.submit(Ticket(id=11, owner="talker", priority=M, tokens=0, enqueued_at=3.0, follow_up=True))
+    served = []
+    for now in (3.0, 4.0):
+        (admitted,) = policy.poll(now).admitted
+        served.append(admitted.id)
+        policy.release(admitted.id, now)
+    assert served == [11, 10]
+
+
 def test_many_owners_come_and_go_and_each_ticket_is_served_once() -> None:
     # Enough idle owners pile up that the next new owner triggers a sweep of idle owners.
     policy = QuotaPolicy(QuotaLimits(max_concurrency=1))

@@ -13,6 +13,14 @@ message of each other waiting flow, not behind their whole backlog. A holder can
 up while it waits for something outside this process (``Admission.pause``) and take one again
 with its ticket (``Admission.resume``), so waiting on a slow peer does not keep anyone else out.
 
+A flow may have at most ``open_limit`` messages *open* at once: admitted and not yet finished,
+paused ones included. A paused holder (waiting for its client's tool answer) takes a slot again
+with its ticket, ahead of the flow's later tickets, but a new message of a flow at its limit waits
+until one of the flow's open messages finishes. Why: without it a connection that pipelines a
+burst of turns with client tools had every turn started and paused at its tool call before the
+answers, which its client wrote behind the rest of the burst, could even be read: every turn then
+finished at the end together, instead of the first ones first. Other flows are never held by it.
+
 A flow's arrival order holds on the way to the gate too. A message queued for an idle actor is
 *arriving* (:meth:`AdmissionGate.expect`) until its handler reaches :meth:`AdmissionGate.acquire`,
 first waits, or the message resolves or is cancelled; a later ticket *of the same flow* is held
@@ -41,7 +49,10 @@ import msgspec
 from oam_actors.runtime._fair import FairQueue
 from oam_actors.runtime._yielding import fair_pause
 
-__all__ = ["Admission", "AdmissionGate", "Arrival", "GateStatistics", "current_flow", "flow"]
+__all__ = ["OPEN_PER_SLOT", "Admission", "AdmissionGate", "Arrival", "GateStatistics", "current_flow", "flow"]
+
+OPEN_PER_SLOT = 4
+"""A flow's open messages (admitted and not finished, paused ones included) per slot of the gate."""
 
 _FLOW: ContextVar[str] = ContextVar("oam_actors_flow", default="")
 
@@ -79,13 +90,15 @@ class GateStatistics(msgspec.Struct, frozen=True):
 
 
 class _Waiter:
-    __slots__ = ("event", "gone", "granted", "held")
+    __slots__ = ("event", "gone", "granted", "held", "opening", "reserved")
 
-    def __init__(self, held: bool) -> None:
+    def __init__(self, held: bool, opening: bool) -> None:
         self.event = anyio.Event()
         self.granted = False
         self.gone = False
-        self.held = held  # behind an earlier ticket of its flow still arriving, not yet queued
+        self.held = held  # behind an earlier ticket of its flow still arriving, or its flow at its open limit
+        self.opening = opening  # a message's first admission (not a resume after a pause)
+        self.reserved = False  # counted among its flow's open messages (queued or granted)
 
 
 class _Arrivals:
@@ -130,12 +143,19 @@ class Arrival:
 
 class AdmissionGate:
     """At most ``limit`` holders at once; waiting flows are admitted in turn, each flow's lowest
-    ticket (earliest arrival) first, and never past an earlier ticket of its flow still arriving."""
+    ticket (earliest arrival) first, never past an earlier ticket of its flow still arriving, and
+    a flow's new message only while fewer than ``open_limit`` of its messages are open."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, open_limit: int | None = None) -> None:
+        """``open_limit``: messages of one flow open at once (``None``: :data:`OPEN_PER_SLOT` per slot)."""
         if limit < 1:
             raise ValueError(f"the admission limit must be at least 1, got {limit}")
         self.limit = limit
+        self.open_limit = OPEN_PER_SLOT * limit if open_limit is None else open_limit
+        if self.open_limit < limit:
+            raise ValueError(f"the open limit must be at least the admission limit {limit}, got {self.open_limit}")
+        self._open: dict[str, int] = {}  # flows with messages open (admitted or queued for a slot, not finished)
+        self._capped: dict[str, list[tuple[int, _Waiter]]] = {}  # new messages of flows at their open limit
         self._tickets = itertools.count()
         self._running = 0
         self._waiting: FairQueue[_Waiter] = FairQueue()
@@ -159,32 +179,36 @@ class AdmissionGate:
         arrivals.live.add(ticket)
         return Arrival(self, ticket, flow)
 
-    async def acquire(self, ticket: int, flow: str = "") -> None:
-        """Take a slot for ``flow``; waits while all are held or an earlier ticket of ``flow`` is
-        still arriving. Returns at once, without yielding, when one is free and neither holds it
-        (then nobody waits in the queue: a freed slot goes straight to a waiter).
-        Cancellation while waiting leaves no slot taken."""
+    async def acquire(self, ticket: int, flow: str = "", *, opening: bool = False) -> None:
+        """Take a slot for ``flow``; waits while all are held, an earlier ticket of ``flow`` is
+        still arriving, or (``opening``: a message's first admission, which counts among its
+        flow's open messages until :meth:`finish`; :class:`Admission` does both) ``flow`` has
+        ``open_limit`` messages open. Returns at once, without yielding, when one is free and
+        none of these holds it (then nobody waits in the queue: a freed slot goes straight to a
+        waiter). Cancellation while waiting leaves no slot taken and nothing open."""
         arrivals = self._arriving.get(flow)
         behind = False
         if arrivals is not None:
             arrivals.live.discard(ticket)
             first = arrivals.first()
             behind = first is not None and first < ticket
-        if not behind and self._running < self.limit and not self._queued:
+        capped = opening and self._open.get(flow, 0) >= self.open_limit
+        if not behind and not capped and self._running < self.limit and not self._queued:
             self._running += 1
             self._admitted += 1
+            if opening:
+                self._open[flow] = self._open.get(flow, 0) + 1
             if arrivals is not None:  # its arrival may free later tickets of its flow
                 self._settle(flow, arrivals)
                 self._dispatch()
             return
-        waiter = _Waiter(behind)
+        waiter = _Waiter(behind, opening)
         if behind:
             assert arrivals is not None
             heapq.heappush(arrivals.held, (ticket, waiter))
             self._held += 1
         else:
-            self._waiting.push(flow, ticket, waiter)
-            self._queued += 1
+            self._queue(flow, ticket, waiter)
             if arrivals is not None:
                 self._settle(flow, arrivals)
             self._dispatch()
@@ -202,7 +226,41 @@ class AdmissionGate:
                     self._held -= 1
                 else:
                     self._queued -= 1
+            if waiter.reserved:
+                self.finish(flow)
             raise
+
+    def finish(self, flow: str = "") -> None:
+        """One of ``flow``'s open messages (admitted with ``opening``) is over: a new one of the
+        flow held at its open limit may queue for a slot."""
+        left = self._open[flow] - 1
+        if left:
+            self._open[flow] = left
+        else:
+            del self._open[flow]
+        capped = self._capped.get(flow)
+        while capped and self._open.get(flow, 0) < self.open_limit:
+            ticket, waiter = heapq.heappop(capped)
+            if not waiter.gone:
+                self._held -= 1
+                self._queue(flow, ticket, waiter)
+        if capped is not None and not capped:
+            del self._capped[flow]
+        self._dispatch()
+
+    def _queue(self, flow: str, ticket: int, waiter: _Waiter) -> None:
+        """Queue a waiter no arrival holds for a slot, or hold it while its flow is at its open limit."""
+        if waiter.opening and not waiter.reserved:
+            if self._open.get(flow, 0) >= self.open_limit:
+                waiter.held = True
+                self._held += 1
+                heapq.heappush(self._capped.setdefault(flow, []), (ticket, waiter))
+                return
+            waiter.reserved = True
+            self._open[flow] = self._open.get(flow, 0) + 1
+        waiter.held = False
+        self._waiting.push(flow, ticket, waiter)
+        self._queued += 1
 
     def release(self) -> None:
         """Give a slot back; the flow whose turn it is gets it for its earliest waiter."""
@@ -227,10 +285,8 @@ class AdmissionGate:
         while held and (first is None or held[0][0] < first):
             ticket, waiter = heapq.heappop(held)
             if not waiter.gone:
-                waiter.held = False
                 self._held -= 1
-                self._waiting.push(flow, ticket, waiter)
-                self._queued += 1
+                self._queue(flow, ticket, waiter)
         if first is None and not held:
             del self._arriving[flow]
 
@@ -254,13 +310,14 @@ class Admission:
     Leaving the block gives back the slot if it is held.
     """
 
-    __slots__ = ("_flow", "_gate", "_held", "_ticket")
+    __slots__ = ("_flow", "_gate", "_held", "_opened", "_ticket")
 
     def __init__(self, gate: AdmissionGate | None, ticket: int, flow: str = "") -> None:
         self._gate = gate
         self._ticket = ticket
         self._flow = flow
         self._held = False
+        self._opened = False  # admitted once: open at the gate until the block is left
 
     @property
     def held(self) -> bool:
@@ -269,8 +326,8 @@ class Admission:
     async def resume(self) -> None:
         """Hold a slot (a no-op if held already)."""
         if self._gate is not None and not self._held:
-            await self._gate.acquire(self._ticket, self._flow)
-            self._held = True
+            await self._gate.acquire(self._ticket, self._flow, opening=not self._opened)
+            self._held = self._opened = True
 
     def pause(self) -> None:
         """Give the slot back while waiting (a no-op if not held)."""
@@ -286,3 +343,7 @@ class Admission:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.pause()
+        if self._opened:
+            self._opened = False
+            assert self._gate is not None
+            self._gate.finish(self._flow)

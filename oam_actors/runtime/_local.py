@@ -76,7 +76,8 @@ class LocalSystem(SystemBase):
     entered and left with this system; its store stays open) makes the checkpoints of its
     durable objects go to its state store, each written before its reply resolves. ``max_running``, when given, is the admission gate's limit: at most that many
     handlers inside ``Actor.admission()`` at once, admitted flow by flow in turn, each flow's in
-    arrival order (``None``: no gate; see ``AdmissionGate``).
+    arrival order, and at most ``OPEN_PER_SLOT`` times that many of one flow's started and
+    unfinished, paused ones included (``None``: no gate; see ``AdmissionGate``).
     """
 
     def __init__(

@@ -195,6 +195,8 @@ class Admission(msgspec.Struct, frozen=True):
 class PhoneStatistics(msgspec.Struct, frozen=True):
     admitted: int
     refused: dict[str, int]
+    remembered: int = 0
+    """Request times the quota windows keep now (at most their limits: memory stays bounded)."""
 
 
 class _Window:
@@ -214,7 +216,9 @@ class _Window:
         return self.times[0] + self.window - now
 
     def record(self, now: float) -> None:
-        self.times.append(now)
+        # Without a limit nothing is counted: a day-long battery window kept every request's time.
+        if self.limit:
+            self.times.append(now)
 
 
 class PhoneState:
@@ -358,7 +362,8 @@ class PhoneState:
         return refusal
 
     def statistics(self) -> PhoneStatistics:
-        return PhoneStatistics(admitted=self._admitted, refused=dict(self._refused))
+        return PhoneStatistics(admitted=self._admitted, refused=dict(self._refused),
+                               remembered=len(self._quota.times) + len(self._battery.times))
 
 
 def _tokens(system: str | None, prompt: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, aclosing, contextmanager
 from types import TracebackType
@@ -25,7 +24,7 @@ from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, Quot
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit, spent_before_the_model
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
-from ._status import DeviceStatistics, PoolStatistics, pool_availability, summarize_waits
+from ._status import DeviceStatistics, PoolStatistics, WaitSamples, pool_availability, summarize_waits
 
 __all__ = ["DevicePool"]
 
@@ -130,7 +129,7 @@ class DevicePool:
         self._started = self._clock.now()
         self._turn = 0
         self._homes: dict[str, int] = {}  # owner → the device its last step went to
-        self._waits: dict[Priority, deque[float]] = {p: deque(maxlen=_WAIT_SAMPLES) for p in Priority}
+        self._waits = {p: WaitSamples(_WAIT_SAMPLES) for p in Priority}
         self._steps_ok = self._steps_failed = self._rerouted = 0
         self._absorbed = self._surfaced = 0
         self._tasks: anyio.abc.TaskGroup | None = None

@@ -5,7 +5,8 @@ so they travel as they are in a protocol result or a Ray message."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -13,7 +14,7 @@ from ...agent.model import Availability
 from ..coalesce import CoalescingStatistics
 from ._health import DeviceState
 
-__all__ = ["DeviceStatistics", "PoolStatistics", "WaitSummary", "pool_availability", "summarize_waits"]
+__all__ = ["DeviceStatistics", "PoolStatistics", "WaitSamples", "WaitSummary", "pool_availability", "summarize_waits"]
 
 _STATUS_RANK = {"available": 0, "downloading": 1, "downloadable": 2, "unavailable": 3}
 
@@ -71,6 +72,31 @@ class PoolStatistics(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
 def _percentile(ordered: Sequence[float], q: float) -> float:
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+class WaitSamples:
+    """The latest ``size`` queue waits, oldest overwritten first: 8 bytes a wait (a deque of
+    floats took 32, which a server filled over its first turns and kept)."""
+
+    __slots__ = ("_next", "_size", "_values")
+
+    def __init__(self, size: int) -> None:
+        self._values = array("d")
+        self._size = size
+        self._next = 0  # where the next wait goes once the samples are full
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self._values)
+
+    def append(self, seconds: float) -> None:
+        if len(self._values) < self._size:
+            self._values.append(seconds)
+            return
+        self._values[self._next] = seconds
+        self._next = (self._next + 1) % self._size
 
 
 def summarize_waits(seconds: Iterable[float]) -> WaitSummary:

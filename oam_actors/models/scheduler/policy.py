@@ -19,15 +19,17 @@ Contract
   budget is spent. A ticket is never admitted after its deadline (the deadline itself counts).
 - **Priority.** Dialogue is strict: while a dialogue ticket waits, nothing else starts, not even
   a smaller ticket that would fit (no priority inversion, no starvation by size). Decisions and
-  background work share one fair queue in which a decision goes first among owners served alike,
-  and an owner's own decision always before its own background work (:mod:`.ordering`).
+  background work share one fair queue in which, among owners served alike, the ticket that may wait least goes
+  first (a decision before background work when they may wait alike), and an owner's own
+  decision always before its own background work (:mod:`.ordering`).
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it, and the free slots the
   dialogue expected before the window next frees one needs (less those that free within the
   pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
-  classes, with a bounded credit for idle owners; earliest deadline first among owners within one
-  request of service of each other and within an owner, and among dialogue once a line's slack
+  classes, with a bounded credit for idle owners; among owners within one request of service of
+  each other the shortest queue budget first, then earliest deadline; follow-ups before every
+  band; earliest deadline first within an owner, and among dialogue once a line's slack
   nears what the lines due before it need at the backend's expected admission interval (the
   pace, the window's rate, or the time an admission runs per slot of concurrency, whichever is
   longest). The cost of a ticket is its dominant
@@ -108,7 +110,7 @@ _HOLD_SMOOTHING = 0.2
 
 class Priority(enum.IntEnum):
     """A scheduling class: dialogue always first; a decision before background work among owners
-    served alike (see the module docstring)."""
+    served alike that may wait alike (see the module docstring)."""
 
     DIALOGUE = 0  # a player is waiting for this line
     DECISION = 1  # NPC decisions and tool rounds
