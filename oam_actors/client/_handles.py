@@ -15,7 +15,7 @@ from ._results import Bark, NpcReply, SessionReply, decode
 from ._turn import Turn
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from ._link import ClientLink
 
 __all__ = ["Npc", "Owner", "Session", "Subscription", "World"]
 
@@ -29,7 +29,7 @@ class Owner:
 
     kind = ""
 
-    def __init__(self, client: Client, owner: str, warnings: list[str] | None = None) -> None:
+    def __init__(self, client: ClientLink, owner: str, warnings: list[str] | None = None) -> None:
         self.client = client
         self.id = owner
         self.warnings = warnings or []
@@ -109,7 +109,7 @@ class Npc(Owner):
 
     kind = "npc"
 
-    def __init__(self, client: Client, npc: str, warnings: list[str] | None = None,
+    def __init__(self, client: ClientLink, npc: str, warnings: list[str] | None = None,
                  tools: list[Any] | None = None) -> None:
         super().__init__(client, npc, warnings)
         self.tools = tools or []
@@ -148,7 +148,7 @@ class Npc(Owner):
 class World:
     """A world's handle: ``id`` and its methods (results as the protocol sends them)."""
 
-    def __init__(self, client: Client, world: str) -> None:
+    def __init__(self, client: ClientLink, world: str) -> None:
         self.client = client
         self.id = world
 
@@ -198,7 +198,7 @@ class Subscription:
     ``world/subscribe`` answer is read. Ends after :meth:`unsubscribe`; raises
     ``ConnectionLost`` when the connection ends."""
 
-    def __init__(self, client: Client, subscription: str, stream: EventStream) -> None:
+    def __init__(self, client: ClientLink, subscription: str, stream: EventStream) -> None:
         self.client = client
         self.id = subscription
         self._stream = stream

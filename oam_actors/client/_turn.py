@@ -15,7 +15,7 @@ from ._errors import ClientError, ConnectionLost, RequestTimeout
 from ._params import UNSET
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from ._link import ClientLink
 
 __all__ = ["CANCEL_GRACE", "Turn"]
 
@@ -31,7 +31,7 @@ class Turn(Generic[R]):
     turn is first awaited or iterated. The timeout counts from then, for events and result alike.
     Cancelling the task that awaits or iterates it sends the turn's cancel notification."""
 
-    def __init__(self, client: Client, method: str, params: Mapping[str, Any] | None, decode_as: Callable[[Any], R],
+    def __init__(self, client: ClientLink, method: str, params: Mapping[str, Any] | None, decode_as: Callable[[Any], R],
                  *, cancel: tuple[str, dict[str, Any]] | None, timeout: float | None, events: bool = False) -> None:
         self._client = client
         self.method = method
