@@ -193,7 +193,8 @@ def _openai_listeners(
 
 def _game_extension(limits: GameLimits) -> list[Extension]:
     extension = GameExtension(
-        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+        max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions,
+        max_conversations=limits.max_conversations,
     )
     return [extension]
 

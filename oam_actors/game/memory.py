@@ -35,6 +35,10 @@ __all__ = [
     "secret_visibility",
 ]
 
+HEARD_LINES = 24
+"""Conversation lines an NPC keeps verbatim (:attr:`NPCMemory.heard`); compaction folds them
+into its summary, and beyond this many the oldest go."""
+
 RELATIONSHIP_MIN = -100
 RELATIONSHIP_MAX = 100
 
@@ -62,14 +66,17 @@ def _fact_key(fact: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class NPCMemory:
-    """Facts (oldest first), the relationship (clamped on construction) and a summary."""
+    """Facts (oldest first), the relationship (clamped on construction), a summary, and the
+    conversation lines heard among other NPCs (oldest first, at most ``HEARD_LINES``)."""
 
     facts: tuple[str, ...] = ()
     relationship: int = 0
     summary: str | None = None
+    heard: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "facts", tuple(self.facts))
+        object.__setattr__(self, "heard", tuple(self.heard)[-HEARD_LINES:])
         object.__setattr__(self, "relationship", _clamp(self.relationship))
 
     @property
@@ -90,6 +97,17 @@ class NPCMemory:
             facts = facts[len(facts) - limit :]
         return dataclasses.replace(self, facts=facts)
 
+    def hearing(self, lines: tuple[str, ...]) -> NPCMemory:
+        """With ``lines`` heard (the oldest beyond ``HEARD_LINES`` go)."""
+        return dataclasses.replace(self, heard=(*self.heard, *lines))
+
+    def compaction_seed(self) -> str | None:
+        """What the summarizer starts from: the summary and the lines heard since."""
+        parts = [s for s in (trimmed_or_none(self.summary),) if s is not None]
+        if self.heard:
+            parts.append("Heard in conversations among others:\n" + "\n".join(self.heard))
+        return "\n".join(parts) or None
+
     def adjusting_relationship(self, delta: int) -> NPCMemory:
         return dataclasses.replace(self, relationship=self.relationship + delta)
 
@@ -104,6 +122,8 @@ class NPCMemory:
             lines.append(f"- You remember: {facts}")
         if (summary := trimmed_or_none(self.summary)) is not None:
             lines.append(f"- Earlier conversation: {summary}")
+        if self.heard:
+            lines.append("- You heard (who said what, to whom):\n" + "\n".join(f"  {h}" for h in self.heard))
         return "Memory:\n" + "\n".join(lines) if lines else None
 
     def to_wire(self) -> dict[str, Any]:
@@ -111,11 +131,13 @@ class NPCMemory:
         wire: dict[str, Any] = {"facts": list(self.facts), "relationship": self.relationship}
         if self.summary is not None:
             wire["summary"] = self.summary
+        if self.heard:
+            wire["heard"] = list(self.heard)
         return wire
 
     @classmethod
     def from_wire(cls, value: Any, path: str = "memory") -> NPCMemory:
-        """Decode ``{"facts"?, "relationship"?, "summary"?}``; ``None`` is empty memory."""
+        """Decode ``{"facts"?, "relationship"?, "summary"?, "heard"?}``; ``None`` is empty memory."""
         if value is None:
             return cls()
         if not isinstance(value, dict):
@@ -125,6 +147,7 @@ class NPCMemory:
             facts=wire.string_list("facts", ()),
             relationship=wire.integer("relationship", 0),
             summary=wire.optional_string("summary"),
+            heard=wire.string_list("heard", ()),
         )
 
 

@@ -238,17 +238,14 @@ async def npc_reset(game: GameState, call: Call) -> Any:
 async def npc_cancel(game: GameState, call: Call) -> Any:
     npc, record, _ = game.npc(call.params)
     # Only the requests queued by the protocol count; the NPC's own background work goes on.
-    cancelled = sum(reply.cancel() for reply in list(record.pending))
-    return {"npc": npc, "cancelled": cancelled}
+    return {"npc": npc, "cancelled": game.cancel_pending(record)}
 
 
 async def npc_delete(game: GameState, call: Call) -> Any:
     npc, record, ref = game.npc(call.params)
     del game.npcs[npc]
-    for reply in list(record.pending):
-        reply.cancel()
-    ref.cancel_all()
-    await game.bridge.system.stop(ref.address)
+    await game.stop(record, ref)
+    game.forget_member(npc)
     return {"npc": npc, "deleted": True}
 
 

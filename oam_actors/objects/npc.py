@@ -3,8 +3,10 @@
 Contract
 --------
 - Ordered lane (arrival order, one at a time): :class:`Talk`, :class:`UpdateNPC`,
-  :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``) and the actor's own
-  :class:`RunCompaction`. A talk commits when its turn is complete (it is then in the history);
+  :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``), a conversation's :class:`Converse`
+  (one line) and :class:`Hear` (what was said in its presence, a commit of its own), and the
+  actor's own :class:`RunCompaction`. A conversation asks for one line at a time, so a talk
+  with the player waits for at most the line in progress, never for a whole conversation. A talk commits when its turn is complete (it is then in the history);
   an update or reset commits right before it applies; a settled save never commits. Until its
   commit an item can be cancelled and leaves no trace (protocol-game §7).
 - After a talk that makes compaction due, the actor queues :class:`RunCompaction` on its own
@@ -36,6 +38,7 @@ from ..agent import ToolChoice, parse_tool_definitions
 from ..agent.tools import too_many_tools_warning
 from ..clock import Budget
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
+from ..game.conversation import ConversationView, LineReply
 from ..runtime import Actor, ActorStopped, MailboxFull
 from .messages import ToolResult
 from .outlet import Outlet, RequestId
@@ -44,6 +47,8 @@ from .session import model_progress, object_id, resume_model
 
 __all__ = [
     "Bark",
+    "Converse",
+    "Hear",
     "DescribeNPC",
     "GetPersona",
     "NPCActor",
@@ -109,6 +114,26 @@ class Bark(msgspec.Struct, frozen=True):
     coalesce: bool = True  # may share a generation with other barks (a coalescing backend)
 
 
+class Converse(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of this NPC in a conversation (:meth:`~oam_actors.game.NPC.converse`); its
+    streamed events go to ``outlet`` as ``conversation/event`` with ``head`` when ``stream``.
+    Answered with a :class:`~oam_actors.game.conversation.LineReply`."""
+
+    view: ConversationView
+    head: dict[str, Any]
+    request_id: RequestId
+    outlet: Outlet | None = None
+    stream: bool = False
+    budget: Budget | None = None
+    coalesce: bool = True
+
+
+class Hear(msgspec.Struct, frozen=True):
+    """Lines said in the NPC's presence, as it remembers them (notes)."""
+
+    lines: tuple[str, ...]
+
+
 class DescribeNPC(msgspec.Struct, frozen=True):
     """The ``npc/list`` entry as far as the NPC knows it (``npc`` … ``relationship``)."""
 
@@ -160,6 +185,12 @@ class NPCActor(Actor):
                 return await self._talk(message)
             case SaveNPC():
                 return self._state(await self.npc.settled_state())
+            case Converse():
+                return await self._converse(message)
+            case Hear(lines=lines):
+                self.commit()
+                self.npc.hear(lines)
+                return None
             case RunCompaction():
                 if await self.npc.run_pending_compaction():
                     self.commit()  # checkpoint the compacted history and the summary
@@ -243,6 +274,15 @@ class NPCActor(Actor):
         if self.npc.compaction_pending:
             self._queue_compaction()
         return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
+
+    async def _converse(self, message: Converse) -> LineReply:
+        async with self.admission() as admission:
+            relay = TurnRelay(
+                message.outlet if message.outlet is not None else self.outlet, head=message.head,
+                request_id=message.request_id, stream=True, target=self.address,
+                event_method="conversation/event", admission=admission,
+            ) if message.stream else None
+            return await self.npc.converse(message.view, budget=message.budget, coalesce=message.coalesce, emit=relay)
 
     def _queue_compaction(self) -> None:
         ref = self.system.lookup(self.address)

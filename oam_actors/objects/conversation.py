@@ -1,0 +1,265 @@
+"""ConversationActor: a conversation among NPCs (and optionally the player) behind an ordered mailbox.
+
+Contract
+--------
+- Ordered lane (arrival order, one at a time): :class:`Advance` (one or more lines),
+  :class:`PlayerSays`, :class:`JoinConversation`, :class:`LeaveConversation`. Control lane:
+  :class:`DescribeConversation` (the state as wire values).
+- A line is asked of its speaker's NPC actor (:class:`~oam_actors.objects.npc.Converse`, on that
+  NPC's ordered lane): the conversation orders its lines, each NPC orders its own work, so a talk
+  with the player waits for at most the line in progress, never for a whole conversation. The
+  conversation holds no admission slot while it waits (the NPC's line takes one).
+- An :class:`Advance` commits when its last line is in: then the lines join the conversation and
+  every member hears them (:class:`~oam_actors.objects.npc.Hear`, as notes in its memory; the
+  audience as overheard). Cancelled before that, it leaves no trace: no line, no memory (the line
+  in progress is cancelled on its NPC's lane too).
+- Events (``stream``) go to the request's outlet as ``conversation/event`` with
+  ``{"conversation", "requestId", "event"}`` (a speaker's deltas and emotion also carry ``npc``),
+  all before the response.
+- Checkpoints: the conversation state and its members' addresses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from ..clock import Budget
+from ..errors import ErrorCode, ProtocolError, invalid_params
+from ..game.conversation import (
+    PLAYER,
+    ConversationLine,
+    ConversationState,
+    LineReply,
+    Member,
+    addressee_of,
+    heard_note,
+    next_speaker,
+    spoken,
+    view_for,
+)
+from ..runtime import Actor, ActorStopped, Address, MailboxFull
+from .npc import Converse, Hear
+from .outlet import Outlet, RequestId
+from .session import object_id
+
+__all__ = [
+    "Advance",
+    "ConversationActor",
+    "ConversationCheckpoint",
+    "DescribeConversation",
+    "JoinConversation",
+    "LeaveConversation",
+    "PlayerSays",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class Advance(msgspec.Struct, frozen=True, kw_only=True):
+    """Up to ``count`` lines (fewer when the conversation ends or it is the player's turn);
+    ``speaker`` (a member) says the first of them."""
+
+    request_id: RequestId
+    count: int = 1
+    stream: bool = False
+    outlet: Outlet | None = None
+    speaker: str | None = None
+    budget: Budget | None = None
+    coalesce: bool = True
+
+
+class PlayerSays(msgspec.Struct, frozen=True):
+    line: str
+    addressee: str | None = None
+
+
+class JoinConversation(msgspec.Struct, frozen=True):
+    member: Member
+    address: Address
+
+
+class LeaveConversation(msgspec.Struct, frozen=True):
+    npc: str
+
+
+class DescribeConversation(msgspec.Struct, frozen=True):
+    pass
+
+
+class ConversationCheckpoint(msgspec.Struct, frozen=True):
+    state: ConversationState
+    addresses: dict[str, Address]
+
+
+def member_gone(npc: str) -> ProtocolError:
+    """A member's NPC was deleted while its line was asked for."""
+    return ProtocolError(ErrorCode.NPC_NOT_FOUND, f"The member NPC '{npc}' was deleted.", npc=npc)
+
+
+class ConversationActor(Actor):
+    """See the module docstring. ``addresses``: each member's and bystander's NPC actor."""
+
+    def __init__(self, state: ConversationState, outlet: Outlet, addresses: dict[str, Address]) -> None:
+        self.state = state
+        self.outlet = outlet
+        self.addresses = dict(addresses)
+
+    @property
+    def conversation_id(self) -> str:
+        return object_id(self.address)
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case Advance():
+                return await self._advance(message)
+            case PlayerSays():
+                return self._player_says(message)
+            case JoinConversation(member=member, address=address):
+                self.commit()
+                self.addresses[member.npc] = address
+                self.state = msgspec.structs.replace(self.state, members=(*self.state.members, member),
+                                                     audience=tuple(a for a in self.state.audience if a != member.npc))
+                return self._summary()
+            case LeaveConversation(npc=npc):
+                self.commit()
+                state = self.state
+                self.state = msgspec.structs.replace(
+                    state, members=tuple(m for m in state.members if m.npc != npc),
+                    audience=tuple(a for a in state.audience if a != npc),
+                    sequence=tuple(s for s in state.sequence if s != npc),
+                )
+                self.addresses.pop(npc, None)
+                return self._summary()
+        raise TypeError(f"ConversationActor cannot handle {type(message).__name__}")
+
+    async def handle_control(self, message: Any) -> Any:
+        match message:
+            case DescribeConversation():
+                return {"conversation": self.conversation_id, **self.state.to_wire()}
+        raise TypeError(f"ConversationActor cannot handle {type(message).__name__} on the control lane")
+
+    def snapshot(self) -> bytes:
+        return msgspec.json.encode(ConversationCheckpoint(self.state, self.addresses))
+
+    def restore(self, state: bytes) -> None:
+        saved = msgspec.json.decode(state, type=ConversationCheckpoint)
+        self.state, self.addresses = saved.state, dict(saved.addresses)
+
+    # --- lines -----------------------------------------------------------------------------------
+
+    async def _advance(self, message: Advance) -> dict[str, Any]:
+        state = self.state
+        outlet = message.outlet if message.outlet is not None else self.outlet
+        said: list[ConversationLine] = []
+        player_turn = False
+        forced = message.speaker
+        while len(said) < message.count and not state.ended:
+            speaker = forced or next_speaker(state)
+            forced = None
+            if speaker == PLAYER:
+                player_turn = True
+                break
+            name = state.name_of(speaker)
+            self._event(outlet, message, {"type": "speaker", "npc": speaker, "name": name})
+            reply = await self._line_of(speaker, state, message)
+            line = ConversationLine(
+                speaker=speaker, name=name, line=reply.line, emotion=reply.emotion,
+                addressee=addressee_of(reply.line, speaker, state), is_fallback=reply.is_fallback,
+                degraded=reply.degraded,
+            )
+            self._event(outlet, message, {"type": "line", **line.to_wire()})
+            said.append(line)
+            state = spoken(state, line)
+        self.commit()
+        self.state = state
+        self._tell_heard(said)
+        result = self._summary()
+        if player_turn:
+            self._event(outlet, message, {"type": "playerTurn"})
+        if state.ended:
+            self._event(outlet, message, {"type": "ended"})
+        return {**result, "lines": [line.to_wire() for line in said]}
+
+    async def _line_of(self, speaker: str, state: ConversationState, message: Advance) -> LineReply:
+        ref = self.system.lookup(self.addresses[speaker])
+        if ref is None:
+            raise member_gone(speaker)
+        converse = Converse(
+            view=view_for(state, speaker), head={"conversation": self.conversation_id, "npc": speaker},
+            request_id=message.request_id, outlet=message.outlet, stream=message.stream, budget=message.budget,
+            coalesce=message.coalesce,
+        )
+        try:
+            reply = ref.ask_nowait(converse)
+        except (ActorStopped, MailboxFull) as error:
+            if isinstance(error, MailboxFull):
+                raise ProtocolError(ErrorCode.BUSY, f"The member NPC '{speaker}' has too much queued work.",
+                                    npc=speaker) from error
+            raise member_gone(speaker) from error
+        try:
+            value: LineReply = await reply.wait()
+        except ActorStopped as error:
+            raise member_gone(speaker) from error
+        except BaseException:
+            reply.cancel()  # this request was cancelled: so is the line in progress
+            raise
+        return value
+
+    def _player_says(self, message: PlayerSays) -> dict[str, Any]:
+        state = self.state
+        if state.player is None:
+            raise invalid_params("This conversation has no player: create it with 'player' to speak in it.")
+        if state.ended:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST, "The conversation has ended.")
+        addressee = message.addressee if message.addressee is not None else addressee_of(message.line, PLAYER, state)
+        line = ConversationLine(speaker=PLAYER, name=state.player, line=message.line, addressee=addressee)
+        self.commit()
+        # The player's line counts against the budget but does not move roundRobin past its turn
+        # unless it was the player's turn.
+        turn = next_speaker(state) == PLAYER
+        after = spoken(state, line)
+        self.state = after if turn else msgspec.structs.replace(after, position=state.position)
+        self._tell_heard([line])
+        return {**self._summary(), "line": line.to_wire()}
+
+    def _tell_heard(self, lines: list[ConversationLine]) -> None:
+        """Every member hears the lines, the audience overhears them. A member whose mailbox is
+        full misses them (logged): the conversation does not wait for its listeners."""
+        if not lines:
+            return
+        state = self.state
+        listeners = [(m.npc, False) for m in state.members] + [(a, True) for a in state.audience]
+        for npc, overheard in listeners:
+            address = self.addresses.get(npc)
+            ref = self.system.lookup(address) if address is not None else None
+            if ref is None:
+                continue
+            notes = tuple(heard_note(state, line, npc, overheard=overheard) for line in lines)
+            try:
+                ref.tell_nowait(Hear(notes))
+            except MailboxFull:
+                _log.warning("NPC %s missed %d conversation lines: its mailbox is full", npc, len(notes))
+            except ActorStopped:
+                continue
+
+    def _summary(self) -> dict[str, Any]:
+        state = self.state
+        ended = state.ended
+        following = None if ended else next_speaker(state)
+        return {
+            "conversation": self.conversation_id,
+            "members": state.ids,
+            "next": following,
+            "playerTurn": following == PLAYER,
+            "ended": ended,
+            "lineCount": len(state.lines),
+        }
+
+    def _event(self, outlet: Outlet, message: Advance, event: dict[str, Any]) -> None:
+        if message.stream:
+            outlet.notify("conversation/event", {
+                "conversation": self.conversation_id, "requestId": message.request_id, "event": event,
+            })
