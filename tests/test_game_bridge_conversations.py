@@ -248,3 +248,25 @@ def test_members_remember_bystanders_overhear_absent_npcs_know_nothing(bridge: B
     assert dena == ["(overheard) Bran to Cora: The bridge is out, Cora.",
                     "(overheard) Cora: Then the miller cannot come."]
     assert "heard" not in bridge.call("npc/state", {"npc": "finn"})["state"]["memory"]
+
+
+def test_a_player_talk_waits_for_at_most_one_line_never_for_the_whole_conversation(bridge: BridgeProcess) -> None:
+    gate = {"name": "open_gate", "description": "Open a gate.",
+            "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}}}
+    # Bran is busy with the player (a client tool is out): the conversation's first line waits.
+    npc(bridge, "bran", [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]},
+                         {"json": {"emotion": "neutral", "line": "Done.", "player_options": [],
+                                   "ends_conversation": False}}, {"text": "Rain."}, {"text": "Yes."}],
+        tools=[gate])
+    npc(bridge, "cora", [{"json": {"emotion": "happy", "line": "Fresh bread!", "player_options": [],
+                                   "ends_conversation": False}}, {"text": "Bread."}, {"text": "More."}])
+    bridge.call("conversation/create", {"conversation": "p", "world": WORLD, "members": ["bran", "cora"]})
+    bran_talk = bridge.request("npc/talk", {"npc": "bran", "line": "Open the north gate."})
+    tool = bridge.tool_call(bran_talk)
+    run = bridge.request("conversation/run", {"conversation": "p", "lines": 4})
+    # Cora is a member of the running conversation, yet her talk with the player is answered now.
+    assert bridge.call("npc/talk", {"npc": "cora", "line": "Any bread?"})["line"] == "Fresh bread!"
+    assert not any(m.get("id") == run for m in bridge.since(0))  # the conversation still waits for Bran
+    bridge.reply(tool["id"], {"opened": True})
+    assert bridge.result(bran_talk)["line"] == "Done."
+    assert [line["line"] for line in bridge.result(run)["lines"]] == ["Rain.", "Bread.", "Yes.", "More."]
