@@ -270,3 +270,18 @@ def test_a_player_talk_waits_for_at_most_one_line_never_for_the_whole_conversati
     bridge.reply(tool["id"], {"opened": True})
     assert bridge.result(bran_talk)["line"] == "Done."
     assert [line["line"] for line in bridge.result(run)["lines"]] == ["Rain.", "Bread.", "Yes.", "More."]
+
+
+def test_an_ambient_line_in_progress_gives_way_to_a_player_talk(bridge: BridgeProcess) -> None:
+    # Bran's line would take ten seconds; the player's talk does not wait for it.
+    npc(bridge, "bran", [{"text": "Slow words.", "delayMs": 10_000},
+                         {"json": {"emotion": "neutral", "line": "At your service.", "player_options": [],
+                                   "ends_conversation": False}}], options={"fallbackLines": ["Bran nods."]})
+    npc(bridge, "cora", text("Quick words."))
+    bridge.call("conversation/create", {"conversation": "g", "world": WORLD, "members": ["bran", "cora"]})
+    run = bridge.request("conversation/run", {"conversation": "g", "lines": 2, "stream": True})
+    bridge.wait_for(lambda m: m.get("method") == "conversation/event" and m["params"]["event"]["type"] == "speaker")
+    assert bridge.call("npc/talk", {"npc": "bran", "line": "Hello?"})["line"] == "At your service."
+    lines = bridge.result(run)["lines"]
+    assert [(l["line"], l["isFallback"], l.get("degraded")) for l in lines] == [
+        ("Bran nods.", True, "preempted"), ("Quick words.", False, None)]

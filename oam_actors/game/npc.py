@@ -693,8 +693,7 @@ class NPC:
             try:
                 result = await one_off.respond(prompt, emit=forward if emit is not None else None, step_events=False)
             except DeadlinePassed:
-                reply = LineReply(line=self._next_fallback_line(options), emotion=persona.default_emotion.value,
-                                  is_fallback=True, degraded=prompting.DEADLINE)
+                reply = self.fallback_line(prompting.DEADLINE)
                 break
             except AgentError as error:
                 if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
@@ -706,12 +705,16 @@ class NPC:
                 reply = LineReply(line=line, emotion=parsed.emotion.value, retried=attempt > 0)
                 break
         if reply is None:
-            reply = LineReply(line=self._next_fallback_line(options), emotion=persona.default_emotion.value,
-                              is_fallback=True)
+            reply = self.fallback_line()
         if emit is not None:
             with anyio.CancelScope(shield=True):
                 await _send(emit, tracker.finish(reply.line, Emotion(reply.emotion)))
         return reply
+
+    def fallback_line(self, degraded: str | None = None) -> LineReply:
+        """The NPC's next fallback line as a conversation line (``degraded``: why it stands in)."""
+        return LineReply(line=self._next_fallback_line(self._options), emotion=self._persona.default_emotion.value,
+                         is_fallback=True, degraded=degraded)
 
     def hear(self, lines: Sequence[str]) -> None:
         """Remember conversation lines said in this NPC's presence (or overheard), as notes."""

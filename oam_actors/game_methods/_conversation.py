@@ -196,6 +196,7 @@ async def conversation_join(game: GameState, call: Call) -> Any:
         raise game.member_limit(len(record.members) + 1)
     member = Member(npc, await _name_of(game, npc, "npc"))
     record.members.append(npc)
+    game.enlist(conversation, [npc])
     if npc in record.audience:
         record.audience.remove(npc)
     return game.enqueue(record, ref, JoinConversation(member, game.bridge.address(NPC, npc)))
@@ -209,6 +210,7 @@ async def conversation_leave(game: GameState, call: Call) -> Any:
     if npc not in record.members:
         raise invalid_params(f"Parameter 'npc': '{npc}' is not a member of conversation '{conversation}'.")
     record.members.remove(npc)
+    game.delist(conversation, [npc])
     return game.enqueue(record, ref, LeaveConversation(npc))
 
 
@@ -260,6 +262,7 @@ async def conversation_cancel(game: GameState, call: Call) -> Any:
 async def conversation_delete(game: GameState, call: Call) -> Any:
     conversation, record, ref = game.conversation(call.params)
     del game.conversations[conversation]
+    game.delist(conversation, record.members)
     await game.stop(record, ref)
     return {"conversation": conversation, "deleted": True}
 

@@ -27,6 +27,7 @@ from ..game.conversation import MAX_MEMBERS, MIN_MEMBERS
 from ..objects import RequestActor
 from ..objects.world import WorldShare
 from ..objects.conversation import LeaveConversation
+from ..objects.npc import YieldLine
 from ..runtime import ActorRef, ActorStopped, MailboxFull, Reply
 from ._common import (
     client_id,
@@ -74,6 +75,7 @@ class NPCRecord:
     world: str | None  # the id it was created with (kept after the world is deleted)
     created_at: str
     pending: set[Reply] = dataclasses.field(default_factory=set)  # ordered-lane requests not answered yet
+    conversations: set[str] = dataclasses.field(default_factory=set)  # those it is a member of
 
 
 @dataclasses.dataclass
@@ -264,6 +266,16 @@ class GameState:
 
     def add_conversation(self, conversation: str, record: ConversationRecord) -> None:
         self.conversations[conversation] = record
+        self.enlist(conversation, record.members)
+
+    def enlist(self, conversation: str, npcs: list[str]) -> None:
+        for npc in npcs:
+            self.npcs[npc].conversations.add(conversation)
+
+    def delist(self, conversation: str, npcs: list[str]) -> None:
+        for npc in npcs:
+            if (record := self.npcs.get(npc)) is not None:
+                record.conversations.discard(conversation)
 
     def conversations_of(self, npc: str) -> list[str]:
         """The conversations ``npc`` is a member or a bystander of."""
@@ -289,6 +301,15 @@ class GameState:
         return [sub for sub, record in self.subscriptions.items() if record.world == world]
 
     # --- work --------------------------------------------------------------------------------
+
+    async def enqueue_talk(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
+        """:meth:`enqueue` a player's talk; an ambient conversation line the NPC is saying gives
+        way to it (``YieldLine``), so the talk waits for no line."""
+        deferred = self.enqueue(record, ref, message)
+        if record.conversations:
+            with contextlib.suppress(ActorStopped):
+                await ref.ask_control(YieldLine())
+        return deferred
 
     def enqueue(self, record: NPCRecord | ConversationRecord, ref: ActorRef, message: Any) -> Deferred:
         """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it.

@@ -13,6 +13,9 @@ Contract
   ordered lane, so the summary runs in the background after the response. Work queued earlier
   still sees compaction first: the library runs a pending compaction before a talk or a settled
   save.
+- An ambient conversation line in progress, or queued, gives way to a player's talk queued behind
+  it (:class:`YieldLine`, control lane): it becomes the NPC's fallback line, marked ``degraded:
+  "preempted"``, without a model step, and the talk runs next.
 - Control lane (served at once): :class:`~oam_actors.objects.messages.ToolResult`,
   :class:`SaveNPC` with ``settle=False`` (completed turns only), :class:`Bark` (a one-off
   request beside any turn), :class:`DescribeNPC` and :class:`GetPersona`.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import anyio
 import msgspec
 
 from ..agent import ToolChoice, parse_tool_definitions
@@ -49,6 +53,8 @@ __all__ = [
     "Bark",
     "Converse",
     "Hear",
+    "PREEMPTED",
+    "YieldLine",
     "DescribeNPC",
     "GetPersona",
     "NPCActor",
@@ -64,6 +70,8 @@ __all__ = [
 
 
 _ENCODE = msgspec.json.Encoder().encode
+PREEMPTED = "preempted"
+"""The ``degraded`` reason of an ambient conversation line that gave way to a player's talk."""
 
 
 class Talk(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,6 +136,11 @@ class Converse(msgspec.Struct, frozen=True, kw_only=True):
     coalesce: bool = True
 
 
+class YieldLine(msgspec.Struct, frozen=True):
+    """A player's talk has just been queued: an ambient conversation line in progress gives way
+    (it becomes the NPC's fallback line, ``degraded: "preempted"``), so the talk is next."""
+
+
 class Hear(msgspec.Struct, frozen=True):
     """Lines said in the NPC's presence, as it remembers them (notes)."""
 
@@ -174,6 +187,8 @@ class NPCActor(Actor):
         self.tools_wire = tools_wire
         self.default_tool_timeout = default_tool_timeout
         self._options_wire: tuple[NPCOptions, dict[str, Any]] | None = None  # options seldom change
+        self._ambient_line: anyio.CancelScope | None = None  # an ambient conversation line in progress
+        self._yielding = False  # a player's talk is queued: ambient lines queued before it give way
 
     @property
     def npc_id(self) -> str:
@@ -238,6 +253,11 @@ class NPCActor(Actor):
             case Bark(situation=situation, budget=budget, coalesce=coalesce):
                 said = await self.npc.bark(situation, budget=budget, coalesce=coalesce)
                 return said.to_wire(self.npc_id)
+            case YieldLine():
+                self._yielding = True
+                if self._ambient_line is not None:
+                    self._ambient_line.cancel()
+                return None
             case DescribeNPC():
                 return self._describe()
             case GetPersona():
@@ -245,6 +265,7 @@ class NPCActor(Actor):
         raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
 
     async def _talk(self, message: Talk) -> msgspec.Raw:
+        self._yielding = False  # lines queued from now on wait for this talk as usual
         async with self.admission() as admission:
             # A request that does not stream and has no client tool to call needs no events.
             follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
@@ -276,13 +297,23 @@ class NPCActor(Actor):
         return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
 
     async def _converse(self, message: Converse) -> LineReply:
-        async with self.admission() as admission:
-            relay = TurnRelay(
-                message.outlet if message.outlet is not None else self.outlet, head=message.head,
-                request_id=message.request_id, stream=True, target=self.address,
-                event_method="conversation/event", admission=admission,
-            ) if message.stream else None
-            return await self.npc.converse(message.view, budget=message.budget, coalesce=message.coalesce, emit=relay)
+        if self._yielding and message.view.background:
+            return self.npc.fallback_line(PREEMPTED)
+        with anyio.CancelScope() as scope:
+            if message.view.background:
+                self._ambient_line = scope
+            try:
+                async with self.admission() as admission:
+                    relay = TurnRelay(
+                        message.outlet if message.outlet is not None else self.outlet, head=message.head,
+                        request_id=message.request_id, stream=True, target=self.address,
+                        event_method="conversation/event", admission=admission,
+                    ) if message.stream else None
+                    return await self.npc.converse(message.view, budget=message.budget, coalesce=message.coalesce,
+                                                   emit=relay)
+            finally:
+                self._ambient_line = None
+        return self.npc.fallback_line(PREEMPTED)  # it gave way to a player's talk (YieldLine)
 
     def _queue_compaction(self) -> None:
         ref = self.system.lookup(self.address)

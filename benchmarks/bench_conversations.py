@@ -1,0 +1,256 @@
+"""Conversations among NPCs on a farm: 1,000 NPCs in 250 ambient conversations of 4, with player
+talks and barks beside them, through the real bridge, over simulated phones offered beyond their
+quota.
+
+Run: ``PYTHONPATH=. python3 benchmarks/bench_conversations.py [--phones 8] [--npcs 1000]
+[--size 4] [--seconds 60] [--time-scale 0.1] [--players 40]``. Not a test.
+
+Two runs of ``--seconds`` each on a fresh farm (``farm:N`` as the servers build it: a device pool
+of simulated Pixels, coalesced): with the ambient conversations (``roundRobin``, each advanced
+one line after another with a ``deadlineSeconds`` of ``--line-deadline`` phone seconds), and
+without them, the same player talks and barks in both. ``--players`` players each talk to a
+random NPC (``npc/talk``), then think ``--think`` phone seconds; every NPC barks every
+``--bark-period`` phone seconds (deadline 10 phone s).
+
+Printed (with the goals of issue 32):
+
+- conversation lines answered by the model per generation that answered conversation lines
+  (goal >= 4), counted at the backend: a generation is a conversation one when it is a batch of
+  conversation lines or one line asked alone;
+- output tokens those generations wrote per delivered line, over the line's own tokens (goal
+  <= 1.3x: no verbose wrappers);
+- player dialogue (``npc/talk``) p99 latency with conversations over without (goal <= 1.2x);
+- lines attributed to the wrong speaker: a speaker not the member whose turn it was, or a line
+  that speaks as another member (goal 0);
+- Jain's index over NPCs of conversation lines answered by the model (goal >= 0.95).
+
+Exit status 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from oam_actors.agent.model import DelegatingModel, GenerationRequest, Usage, estimate_tokens
+from oam_actors.bridge import Bridge
+from oam_actors.game.conversation import check_line
+from oam_actors.game_methods import GameExtension
+from oam_actors.models.coalesce import REPLY_TASK, CoalesceSettings, CoalescingModel
+from oam_actors.models.pool import DevicePool, SimulatedFarm, farm_phone_config, scaled_config
+from oam_actors.runtime import LocalSystem
+from oam_actors.sim.client import BridgeClient, RpcError
+from oam_actors.sim.stats import jain_index, percentile
+
+ROLES = ("the village blacksmith", "the innkeeper", "a gate guard", "the herbalist", "a merchant")
+SETTINGS = ("Gossip by the well.", "A quarrel about grain prices.", "Waiting out the rain.")
+_ALONE_LINE = "Say your next line as"  # game.conversation.line_prompt
+
+
+def conversation_step(request: GenerationRequest) -> bool:
+    """A batch of ambient conversation lines (reply items at background priority: player talks
+    are dialogue), or one line asked alone."""
+    return (request.priority == "background" and REPLY_TASK in request.prompt) or _ALONE_LINE in request.prompt
+
+
+class Meter(DelegatingModel):
+    """The pool, counting the generations that answered conversation lines and what they wrote."""
+
+    def __init__(self, pool: DevicePool) -> None:
+        super().__init__(pool)
+        self.pool = pool
+        self.generations = 0
+        self.output_tokens = 0
+
+    def service(self, owner: str) -> float:
+        return self.pool.service(owner)
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        return self._metered(self.pool.stream(request), lambda: request)
+
+    def stream_when_admitted(self, request: GenerationRequest, build: Callable[[], GenerationRequest],
+                             seat: Any) -> AsyncIterator[str | Usage]:
+        built: list[GenerationRequest] = []
+
+        def metered_build() -> GenerationRequest:
+            built.append(build())
+            return built[-1]
+
+        return self._metered(self.pool.stream_when_admitted(request, metered_build, seat),
+                             lambda: built[-1] if built else request)
+
+    async def _metered(self, pieces: AsyncIterator[str | Usage],
+                       request: Callable[[], GenerationRequest]) -> AsyncIterator[str | Usage]:
+        text: list[str] = []
+        async for piece in pieces:
+            if isinstance(piece, str):
+                text.append(piece)
+            yield piece
+        if conversation_step(request()):
+            self.generations += 1
+            self.output_tokens += estimate_tokens("".join(text))
+
+
+@dataclass
+class Tally:
+    lines: int = 0  # answered by the model
+    degraded: int = 0
+    fallback: int = 0
+    line_tokens: int = 0  # the delivered lines' own tokens
+    wrong_speaker: int = 0
+    conversation_errors: Counter[str] = field(default_factory=Counter)
+    lines_by_npc: Counter[str] = field(default_factory=Counter)
+    talk_latency: list[float] = field(default_factory=list)
+    talk_errors: Counter[str] = field(default_factory=Counter)
+    barks: int = 0
+
+
+async def converse(client: BridgeClient, conversation: str, members: list[tuple[str, str]], until: float,
+                   args: argparse.Namespace, tally: Tally) -> None:
+    turn = 0
+    while time.monotonic() < until:
+        expected = members[turn % len(members)]
+        try:
+            result = await client.request("conversation/advance", {
+                "conversation": conversation, "deadlineSeconds": args.line_deadline * args.time_scale})
+        except RpcError as error:
+            tally.conversation_errors[error.code] += 1
+            continue
+        for line in result["lines"]:
+            turn += 1
+            others = [name for npc, name in members if npc != line["speaker"]]
+            if line["speaker"] != expected[0] or check_line(line["line"], line["name"], others) != line["line"]:
+                tally.wrong_speaker += 1
+            if line.get("degraded") is not None:
+                tally.degraded += 1
+            elif line["isFallback"]:
+                tally.fallback += 1
+            else:
+                tally.lines += 1
+                tally.line_tokens += estimate_tokens(line["line"])
+                tally.lines_by_npc[line["speaker"]] += 1
+
+
+async def player(client: BridgeClient, npcs: int, until: float, rng: random.Random, args: argparse.Namespace,
+                 tally: Tally) -> None:
+    await anyio.sleep(rng.uniform(0, args.think * args.time_scale))
+    while time.monotonic() < until:
+        started = time.monotonic()
+        try:
+            await client.request("npc/talk", {"npc": f"villager{rng.randrange(npcs)}", "line": "Any news today?"})
+            tally.talk_latency.append(time.monotonic() - started)
+        except RpcError as error:
+            tally.talk_errors[error.code] += 1
+        await anyio.sleep(rng.expovariate(1 / (args.think * args.time_scale)))
+
+
+async def barker(client: BridgeClient, npc: str, until: float, rng: random.Random, args: argparse.Namespace,
+                 tally: Tally) -> None:
+    period = args.bark_period * args.time_scale
+    await anyio.sleep(rng.uniform(0, period))
+    while time.monotonic() < until:
+        try:
+            await client.request("npc/bark", {"npc": npc, "situation": "A cart rattles past.",
+                                              "deadlineSeconds": 10 * args.time_scale})
+            tally.barks += 1
+        except RpcError:
+            pass
+        await anyio.sleep(period * rng.uniform(0.9, 1.1))
+
+
+async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Meter]:
+    scale = args.time_scale
+    config = scaled_config(scale, queue_seconds=(20.0 * scale, 30.0 * scale, 10.0 * scale))
+    phone = farm_phone_config(scale, tokens_per_s=0.0, seed=args.seed)
+    tally = Tally()
+    rng = random.Random(args.seed)
+    groups = args.npcs // args.size if conversations else 0
+    async with SimulatedFarm(args.phones, phone) as farm, DevicePool(farm.urls, config=config) as pool, \
+            LocalSystem() as system:
+        meter = Meter(pool)
+        model = CoalescingModel(meter, CoalesceSettings(time_scale=scale))
+        extension = GameExtension(max_npcs=args.npcs, max_conversations=max(1, groups))
+        make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
+        async with BridgeClient(make) as client:
+            await client.request("world/create", {"world": "village"})
+            names = []
+            for n in range(args.npcs):
+                names.append(f"Villager {n}")
+                await client.request("npc/create", {"npc": f"villager{n}", "world": "village", "persona": {
+                    "name": names[-1], "role": ROLES[n % len(ROLES)], "personality": "Friendly, a little gossipy."}})
+            members = [[(f"villager{n}", names[n]) for n in range(g * args.size, (g + 1) * args.size)]
+                       for g in range(groups)]
+            for g, group in enumerate(members):
+                await client.request("conversation/create", {
+                    "conversation": f"c{g}", "world": "village", "members": [npc for npc, _ in group],
+                    "situation": SETTINGS[g % len(SETTINGS)], "lineBudget": 10_000})
+            until = time.monotonic() + args.seconds
+            async with anyio.create_task_group() as group_tasks:
+                for g, group in enumerate(members):
+                    group_tasks.start_soon(converse, client, f"c{g}", group, until, args, tally)
+                for p in range(args.players):
+                    group_tasks.start_soon(player, client, args.npcs, until, random.Random(rng.random()), args, tally)
+                for n in range(args.npcs):
+                    group_tasks.start_soon(barker, client, f"villager{n}", until, random.Random(rng.random()), args,
+                                           tally)
+    return tally, meter
+
+
+def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, without: Tally) -> bool:
+    t = with_conversations
+    per_generation = t.lines / meter.generations if meter.generations else 0.0
+    tokens_ratio = (meter.output_tokens / t.lines) / (t.line_tokens / t.lines) if t.lines and t.line_tokens else 0.0
+    p99_with = percentile(sorted(t.talk_latency), 99) if t.talk_latency else 0.0
+    p99_without = percentile(sorted(without.talk_latency), 99) if without.talk_latency else 0.0
+    dialogue_ratio = p99_with / p99_without if p99_without else 0.0
+    groups = args.npcs // args.size
+    jain = jain_index([t.lines_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
+    print(f"\n[{args.phones} phones, {args.npcs} NPCs in {groups} conversations of {args.size}, {args.players} players, "
+          f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}]")
+    print(f"  conversation lines: answered by the model {t.lines}, degraded {t.degraded}, other fallback "
+          f"{t.fallback}, failed requests {sum(t.conversation_errors.values())} {dict(t.conversation_errors) or ''}")
+    print(f"  conversation lines per generation {per_generation:.2f} ({meter.generations} generations)   (goal >= 4)")
+    print(f"  output tokens per delivered line {meter.output_tokens / max(1, t.lines):.1f}, the line's own "
+          f"{t.line_tokens / max(1, t.lines):.1f}: {tokens_ratio:.2f}x   (goal <= 1.3x)")
+    print(f"  player dialogue p99 {p99_with * 1000:.0f} ms with conversations, {p99_without * 1000:.0f} ms without: "
+          f"{dialogue_ratio:.2f}x   (goal <= 1.2x); talks {len(t.talk_latency)} / {len(without.talk_latency)}, "
+          f"failed {sum(t.talk_errors.values())} / {sum(without.talk_errors.values())}")
+    print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
+    print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95)")
+    print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")
+    return (per_generation >= 4 and 0 < tokens_ratio <= 1.3 and dialogue_ratio <= 1.2 and t.wrong_speaker == 0
+            and jain >= 0.95)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phones", type=int, default=8)
+    parser.add_argument("--npcs", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=4, help="members per conversation")
+    parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load, each run")
+    parser.add_argument("--time-scale", type=float, default=0.1, help="real seconds per phone second")
+    parser.add_argument("--players", type=int, default=40)
+    parser.add_argument("--think", type=float, default=10.0, help="a player's mean pause, phone seconds")
+    parser.add_argument("--bark-period", type=float, default=300.0, help="phone seconds between an NPC's barks")
+    parser.add_argument("--line-deadline", type=float, default=20.0, help="a line's deadlineSeconds, phone seconds")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with_conversations, meter = anyio.run(run, args, True)
+    without, _ = anyio.run(run, args, False)
+    ok = report(args, with_conversations, meter, without)
+    print("\nall goals met" if ok else "\nGOALS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
