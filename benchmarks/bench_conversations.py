@@ -113,6 +113,7 @@ class Tally:
     talk_latency: list[float] = field(default_factory=list)
     talk_errors: Counter[str] = field(default_factory=Counter)
     barks: int = 0
+    dialogue_wait: Any = None  # the pool's queue wait of dialogue steps
 
 
 async def converse(client: BridgeClient, conversation: str, members: list[tuple[str, str]], until: float,
@@ -203,6 +204,7 @@ async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Met
                 for n in range(args.npcs):
                     group_tasks.start_soon(barker, client, f"villager{n}", until, random.Random(rng.random()), args,
                                            tally)
+        tally.dialogue_wait = pool.statistics_nowait().queue_wait["dialogue"]
     return tally, meter
 
 
@@ -225,6 +227,7 @@ def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, wi
     print(f"  player dialogue p99 {p99_with * 1000:.0f} ms with conversations, {p99_without * 1000:.0f} ms without: "
           f"{dialogue_ratio:.2f}x   (goal <= 1.2x); talks {len(t.talk_latency)} / {len(without.talk_latency)}, "
           f"failed {sum(t.talk_errors.values())} / {sum(without.talk_errors.values())}")
+    print(f"  dialogue steps' wait for quota: {t.dialogue_wait} / {without.dialogue_wait}")
     print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
     print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95)")
     print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")
