@@ -65,6 +65,9 @@ BENCHMARKS: list[Entry] = [
     ("crowd_quota_linger", "bench_crowd_quota.py", ["--linger", "1"],
      ["--phones", "8", "--npcs", "1000", "--seconds", "60", "--linger", "1"],
      "the same with `--coalesce-linger` of one phone second for barks and decisions (player dialogue never lingers)"),
+    ("conversations", "bench_conversations.py", [], ["--npcs", "400", "--seconds", "20", "--players", "20"],
+     "ambient conversations of 4 NPCs on a farm beside player talks and barks: lines per generation, output "
+     "tokens per line, player dialogue p99 with and without them, wrong speakers, Jain over NPCs"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -77,7 +80,8 @@ BENCHMARKS: list[Entry] = [
 ]
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
-ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors"}
+ONCE_WHEN_QUICK = {"cluster", "farm", "crowd_quota", "crowd_quota_text", "crowd_quota_linger", "quota_frontdoors",
+                   "conversations"}
 
 # The same, on a real local model: when it is ready (or --base-url), one run each.
 # coalesce_live starts no round after 400 s: a round of 6 items takes 1-3 minutes on 2 cores, up to 9

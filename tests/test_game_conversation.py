@@ -105,3 +105,20 @@ async def test_a_talk_with_the_player_draws_on_what_the_npc_heard() -> None:
     assert "Bran to you: The bridge is out." in request.system + request.prompt
     assert npc.memory.heard == ("Bran to you: The bridge is out.",)
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
+
+
+async def test_the_memory_tool_changes_how_an_npc_feels_toward_another_npc() -> None:
+    from oam_actors.game import NPCOptions
+
+    steps = [{"toolCalls": [{"name": "change_relationship",
+                             "arguments": {"reason": "he lied", "delta": -8, "toward": "Bran"}}]},
+             {"text": "[angry] Bran lied to me."}, {"text": "[neutral] Hm."}]
+    model = ScriptedModel.from_wire({"type": "scripted", "steps": steps})
+    options = NPCOptions.from_wire({"memoryTools": ["changeRelationship"], "replyFormat": "text"}).value
+    npc = NPC(Persona(name="Cora"), model, options=options)
+    await npc.talk("Bran sold you rotten flour.")
+    assert (npc.memory.relationship, npc.memory.others) == (0, (("Bran", -8),))
+    assert npc.memory.to_wire()["others"] == {"Bran": -8}
+    await npc.talk("How do you feel about Bran?")
+    assert "You feel neutral toward Bran (-8" in model.requests[-1].system + model.requests[-1].prompt
+    assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
