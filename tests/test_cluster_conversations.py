@@ -1,6 +1,8 @@
-"""Conversations among NPCs on a real local Ray instance: the conversation lives on one shard and
-asks its members, on another, for their lines; a shard killed under either loses nothing committed
-(the conversation's lines, the members' memories of them, their scripts' positions)."""
+"""Conversations among NPCs on a real local Ray instance: a conversation lives on its world's shard,
+with the world's NPCs (they share the world's document), whatever shard its id hashes to; the
+shard killed under it loses nothing committed (the conversation's lines, the members' and
+bystanders' memories of them, the members' scripts' positions), and the conversation finds its
+members again at once."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def lines(*texts: str) -> dict[str, object]:
 
 async def test_a_conversation_and_its_members_come_back_from_their_checkpoints(ray_instance: None) -> None:
     village = Address("world", "village")
-    conversation = elsewhere(village, "table")  # not on the shard of the world and its NPCs
+    conversation = elsewhere(village, "table")  # its id hashes to the other shard
     async with RaySystem(shards=2) as system, open_wire(system, game=True) as wire:
         await wire.call("world/create", {"world": "village"})
         for npc, model in (("bran", lines("The bridge is out, Cora.", "Two days.")),

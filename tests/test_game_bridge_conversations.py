@@ -285,3 +285,18 @@ def test_an_ambient_line_in_progress_gives_way_to_a_player_talk(bridge: BridgePr
     lines = bridge.result(run)["lines"]
     assert [(l["line"], l["isFallback"], l.get("degraded")) for l in lines] == [
         ("Bran nods.", True, "preempted"), ("Quick words.", False, None)]
+
+
+def test_npcs_the_world_state_puts_at_the_location_overhear(bridge: BridgeProcess) -> None:
+    npc(bridge, "bran", text("The bridge is out."))
+    npc(bridge, "cora", text("Oh no."))
+    for other in ("dena", "ewan"):
+        npc(bridge, other)
+    bridge.call("world/set", {"world": WORLD, "path": "npcs", "value": {
+        "dena": {"location": "inn"}, "ewan": {"location": "mill"}}})
+    bridge.call("conversation/create", {"conversation": "l", "world": WORLD, "members": ["bran", "cora"],
+                                        "location": "inn"})
+    bridge.call("conversation/run", {"conversation": "l", "lines": 1})
+    assert bridge.call("npc/state", {"npc": "dena"})["state"]["memory"]["heard"] == [
+        "(overheard) Bran: The bridge is out."]
+    assert "heard" not in bridge.call("npc/state", {"npc": "ewan"})["state"]["memory"]

@@ -44,6 +44,7 @@ __all__ = [
     "check_line",
     "heard_note",
     "line_prompt",
+    "located_at",
     "lines_from_wire",
     "next_speaker",
     "spoken",
@@ -115,6 +116,7 @@ class ConversationState(msgspec.Struct, frozen=True, kw_only=True):
     situation: str | None = None
     player: str | None = None  # the player's name when the player takes part
     audience: tuple[str, ...] = ()  # bystanders' NPC ids
+    location: str | None = None  # NPCs the world state puts here overhear too (located_at)
     order: TurnOrder = TurnOrder.ROUND_ROBIN
     sequence: tuple[str, ...] = ()
     line_budget: int = 20
@@ -145,6 +147,7 @@ class ConversationState(msgspec.Struct, frozen=True, kw_only=True):
             "members": [{"npc": m.npc, "name": m.name} for m in self.members],
             "player": self.player,
             "audience": list(self.audience),
+            "location": self.location,
             "situation": self.situation,
             "turnOrder": self.order.value,
             "sequence": list(self.sequence),
@@ -256,6 +259,13 @@ def addressee_of(line: str, speaker: str, state: ConversationState) -> str | Non
         if found is not None and (best is None or found.start() < best[0]):
             best = (found.start(), npc)
     return best[1] if best is not None else None
+
+
+def located_at(npcs: object, location: str) -> list[str]:
+    """The NPC ids the world state's ``npcs`` object puts at ``location`` (``npcs.<id>.location``)."""
+    if not isinstance(npcs, dict):
+        return []
+    return [npc for npc, where in npcs.items() if isinstance(where, dict) and where.get("location") == location]
 
 
 def heard_note(state: ConversationState, line: ConversationLine, listener: str, *, overheard: bool) -> str:

@@ -41,8 +41,8 @@ __all__ = ["CONVERSATION_METHODS", "MAX_LINE_BUDGET", "MAX_RUN_LINES"]
 
 MAX_LINE_BUDGET = 10_000
 MAX_RUN_LINES = 64
-_CREATE_KEYS = ("conversation", "world", "members", "player", "audience", "situation", "turnOrder", "sequence",
-                "lineBudget")
+_CREATE_KEYS = ("conversation", "world", "members", "player", "audience", "location", "situation", "turnOrder",
+                "sequence", "lineBudget")
 
 
 async def conversation_create(game: GameState, call: Call) -> Any:
@@ -50,7 +50,7 @@ async def conversation_create(game: GameState, call: Call) -> Any:
     warnings = params.unknown(_CREATE_KEYS)
     conversation = game.claim_conversation_id(params)
     state = await _new_state(game, params)
-    return _spawn(game, conversation, state, call) | {"warnings": warnings}
+    return await _spawn(game, conversation, state) | {"warnings": warnings}
 
 
 async def _new_state(game: GameState, params: Params) -> ConversationState:
@@ -62,6 +62,7 @@ async def _new_state(game: GameState, params: Params) -> ConversationState:
     if player is not None and not player.strip():
         raise invalid_params("Parameter 'player' must be the player's name (not blank).")
     audience = _audience(game, params, world, ids)
+    location = params.string("location")
     order = _turn_order(params)
     sequence = _sequence(params, ids, player, order)
     budget = params.integer("lineBudget", default=20, minimum=1, maximum=MAX_LINE_BUDGET)
@@ -70,7 +71,7 @@ async def _new_state(game: GameState, params: Params) -> ConversationState:
     return ConversationState(
         world=world, members=tuple(Member(npc, name) for npc, name in zip(ids, names, strict=True)),
         situation=situation_text(params.raw("situation")), player=player, audience=tuple(audience),
-        order=order, sequence=tuple(sequence), line_budget=budget,
+        location=location, order=order, sequence=tuple(sequence), line_budget=budget,
     )
 
 
@@ -137,12 +138,13 @@ async def _name_of(game: GameState, npc: str, path: str) -> str:
     return persona.name.strip()
 
 
-def _spawn(game: GameState, conversation: str, state: ConversationState, call: Call) -> dict[str, Any]:
+async def _spawn(game: GameState, conversation: str, state: ConversationState) -> dict[str, Any]:
     game.check_conversation_room()
     bridge = game.bridge
     addresses = {npc: bridge.address(NPC, npc) for npc in (*state.ids, *state.audience)}
+    world = await game.world_document(state.world)
     bridge.system.spawn(
-        bridge.address(CONVERSATION, conversation), lambda: ConversationActor(state, bridge, addresses),
+        bridge.address(CONVERSATION, conversation), lambda: ConversationActor(state, bridge, addresses, world),
         max_queue=bridge.config.max_queue,
     )
     game.add_conversation(conversation, ConversationRecord(state.world, list(state.ids), list(state.audience)))
@@ -246,12 +248,13 @@ async def conversation_restore(game: GameState, call: Call) -> Any:
     members = [Member(npc, await _name_of(game, npc, f"state.members[{i}]")) for i, npc in enumerate(ids)]
     state = ConversationState(
         world=world, members=tuple(members),
-        situation=wire.string("situation"), player=wire.string("player"), audience=tuple(audience), order=order,
+        situation=wire.string("situation"), player=wire.string("player"), audience=tuple(audience),
+        location=wire.string("location"), order=order,
         sequence=tuple(_sequence(wire, ids, wire.string("player"), order)),
         line_budget=wire.integer("lineBudget", default=20, minimum=1, maximum=MAX_LINE_BUDGET) or 20,
         lines=tuple(lines), position=wire.integer("position", default=len(lines), minimum=0) or 0,
     )
-    return _spawn(game, conversation, state, call)
+    return await _spawn(game, conversation, state)
 
 
 async def conversation_cancel(game: GameState, call: Call) -> Any:

@@ -11,7 +11,7 @@ Contract
   conversation holds no admission slot while it waits (the NPC's line takes one).
 - An :class:`Advance` commits when its last line is in: then the lines join the conversation and
   every member hears them (:class:`~oam_actors.objects.npc.Hear`, as notes in its memory; the
-  audience as overheard). Cancelled before that, it leaves no trace: no line, no memory (the line
+  audience, and the NPCs the world state puts at the conversation's ``location``, as overheard). Cancelled before that, it leaves no trace: no line, no memory (the line
   in progress is cancelled on its NPC's lane too).
 - Events (``stream``) go to the request's outlet as ``conversation/event`` with
   ``{"conversation", "requestId", "event"}`` (a speaker's deltas and emotion also carry ``npc``),
@@ -36,10 +36,12 @@ from ..game.conversation import (
     Member,
     addressee_of,
     heard_note,
+    located_at,
     next_speaker,
     spoken,
     view_for,
 )
+from ..game import WorldState
 from ..runtime import Actor, ActorStopped, Address, MailboxFull
 from .npc import Converse, Hear
 from .outlet import Outlet, RequestId
@@ -56,6 +58,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+NPC_KIND = "npc"
 
 
 class Advance(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,10 +105,14 @@ def member_gone(npc: str) -> ProtocolError:
 class ConversationActor(Actor):
     """See the module docstring. ``addresses``: each member's and bystander's NPC actor."""
 
-    def __init__(self, state: ConversationState, outlet: Outlet, addresses: dict[str, Address]) -> None:
+    def __init__(self, state: ConversationState, outlet: Outlet, addresses: dict[str, Address],
+                 world: WorldState | None = None) -> None:
         self.state = state
         self.outlet = outlet
         self.addresses = dict(addresses)
+        # The world's document, shared with the world and its NPCs (on Ray, so the conversation
+        # lives on their shard): who is at the conversation's location.
+        self.world = world
 
     @property
     def conversation_id(self) -> str:
@@ -232,9 +239,11 @@ class ConversationActor(Actor):
             return
         state = self.state
         listeners = [(m.npc, False) for m in state.members] + [(a, True) for a in state.audience]
+        present = {npc for npc, _ in listeners}
+        listeners += [(npc, True) for npc in self._located() if npc not in present]
         for npc, overheard in listeners:
-            address = self.addresses.get(npc)
-            ref = self.system.lookup(address) if address is not None else None
+            address = self.addresses.get(npc) or self._npc_address(npc)
+            ref = self.system.lookup(address)
             if ref is None:
                 continue
             notes = tuple(heard_note(state, line, npc, overheard=overheard) for line in lines)
@@ -244,6 +253,17 @@ class ConversationActor(Actor):
                 _log.warning("NPC %s missed %d conversation lines: its mailbox is full", npc, len(notes))
             except ActorStopped:
                 continue
+
+    def _located(self) -> list[str]:
+        location = self.state.location
+        if location is None or self.world is None:
+            return []
+        return located_at(self.world.get("npcs"), location)
+
+    def _npc_address(self, npc: str) -> Address:
+        """The address of the NPC ``npc`` of this conversation's connection (its namespace)."""
+        namespace = self.address.id[: len(self.address.id) - len(self.conversation_id)]
+        return Address(NPC_KIND, namespace + npc)
 
     def _summary(self) -> dict[str, Any]:
         state = self.state
