@@ -107,6 +107,7 @@ class Tally:
     degraded: int = 0
     fallback: int = 0
     line_tokens: int = 0  # the delivered lines' own tokens
+    answer_tokens: int = 0  # what each line's step alone writes: "[emotion] line"
     wrong_speaker: int = 0
     conversation_errors: Counter[str] = field(default_factory=Counter)
     lines_by_npc: Counter[str] = field(default_factory=Counter)
@@ -114,6 +115,7 @@ class Tally:
     talk_errors: Counter[str] = field(default_factory=Counter)
     barks: int = 0
     dialogue_wait: Any = None  # the pool's queue wait of dialogue steps
+    loop_lag: list[float] = field(default_factory=list)  # how late a 10 ms sleep wakes: the event loop's load
 
 
 async def converse(client: BridgeClient, conversation: str, members: list[tuple[str, str]], until: float,
@@ -139,6 +141,7 @@ async def converse(client: BridgeClient, conversation: str, members: list[tuple[
             else:
                 tally.lines += 1
                 tally.line_tokens += estimate_tokens(line["line"])
+                tally.answer_tokens += estimate_tokens(f"[{line['emotion']}] {line['line']}")
                 tally.lines_by_npc[line["speaker"]] += 1
 
 
@@ -169,6 +172,13 @@ async def barker(client: BridgeClient, npc: str, until: float, rng: random.Rando
         await anyio.sleep(period * rng.uniform(0.9, 1.1))
 
 
+async def lag(until: float, tally: Tally) -> None:
+    while time.monotonic() < until:
+        started = time.monotonic()
+        await anyio.sleep(0.01)
+        tally.loop_lag.append(time.monotonic() - started - 0.01)
+
+
 async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Meter]:
     scale = args.time_scale
     config = scaled_config(scale, queue_seconds=(20.0 * scale, 30.0 * scale, 10.0 * scale))
@@ -197,6 +207,7 @@ async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Met
                     "situation": SETTINGS[g % len(SETTINGS)], "lineBudget": 10_000})
             until = time.monotonic() + args.seconds
             async with anyio.create_task_group() as group_tasks:
+                group_tasks.start_soon(lag, until, tally)
                 for g, group in enumerate(members):
                     group_tasks.start_soon(converse, client, f"c{g}", group, until, args, tally)
                 for p in range(args.players):
@@ -223,11 +234,17 @@ def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, wi
           f"{t.fallback}, failed requests {sum(t.conversation_errors.values())} {dict(t.conversation_errors) or ''}")
     print(f"  conversation lines per generation {per_generation:.2f} ({meter.generations} generations)   (goal >= 4)")
     print(f"  output tokens per delivered line {meter.output_tokens / max(1, t.lines):.1f}, the line's own "
-          f"{t.line_tokens / max(1, t.lines):.1f}: {tokens_ratio:.2f}x   (goal <= 1.3x)")
+          f"{t.line_tokens / max(1, t.lines):.1f}: {tokens_ratio:.2f}x   (goal <= 1.3x); over what the line's "
+          f"step alone writes ([emotion] line, {t.answer_tokens / max(1, t.lines):.1f}): "
+          f"{meter.output_tokens / max(1, t.answer_tokens):.2f}x")
     print(f"  player dialogue p99 {p99_with * 1000:.0f} ms with conversations, {p99_without * 1000:.0f} ms without: "
           f"{dialogue_ratio:.2f}x   (goal <= 1.2x); talks {len(t.talk_latency)} / {len(without.talk_latency)}, "
           f"failed {sum(t.talk_errors.values())} / {sum(without.talk_errors.values())}")
     print(f"  dialogue steps' wait for quota: {t.dialogue_wait} / {without.dialogue_wait}")
+    print(f"  event loop lag p50 / p99: {percentile(sorted(t.loop_lag), 50) * 1000:.0f} / "
+          f"{percentile(sorted(t.loop_lag), 99) * 1000:.0f} ms with conversations, "
+          f"{percentile(sorted(without.loop_lag), 50) * 1000:.0f} / {percentile(sorted(without.loop_lag), 99) * 1000:.0f} "
+          f"ms without (one process: bridge, pool and phones share it)")
     print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
     print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95)")
     print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")

@@ -30,6 +30,7 @@ from ..errors import invalid_params
 from ._text import trimmed_or_none
 
 __all__ = [
+    "LINE_SENTENCES",
     "MAX_LINES_SHOWN",
     "MAX_MEMBERS",
     "MIN_MEMBERS",
@@ -55,6 +56,9 @@ PLAYER = "player"
 """The speaker id of the player (never an NPC id: an NPC's own id cannot be it in a conversation)."""
 MIN_MEMBERS = 2
 MAX_MEMBERS = 8
+LINE_SENTENCES = 1
+"""A conversation line is one sentence: lines come and go quickly, and a short line's reserved answer
+lets more of them share a generation."""
 MAX_LINES_SHOWN = 12
 """The latest lines a speaker's prompt shows; older ones are in its memory already."""
 
@@ -225,7 +229,7 @@ def line_prompt(view: ConversationView, speaker: str) -> str:
     lines = [f"A conversation between you ({speaker}) and {', '.join(view.others)}."]
     lines.extend(view.earlier)
     lines.append(f"{view.last_label}: {view.last_line}")
-    lines.append(f"Say your next line as {speaker} only, in one or two sentences.")
+    lines.append(f"Say your next line as {speaker} only, in one sentence.")
     return "\n".join(lines)
 
 

@@ -73,7 +73,7 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text
-from .conversation import ConversationView, LineReply, check_line, line_prompt
+from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
@@ -680,6 +680,8 @@ class NPC:
         )
         item = reply_item(persona, options.extra_instructions, note, view.earlier, (), view.last_line, view.last_label) \
             if may_coalesce(self.model, coalesce) else None
+        if item is not None:
+            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES)
         tracker = LineTracker(speaker)
 
         async def forward(event: TurnEvent) -> None:
