@@ -300,3 +300,12 @@ def test_npcs_the_world_state_puts_at_the_location_overhear(bridge: BridgeProces
     assert bridge.call("npc/state", {"npc": "dena"})["state"]["memory"]["heard"] == [
         "(overheard) Bran: The bridge is out."]
     assert "heard" not in bridge.call("npc/state", {"npc": "ewan"})["state"]["memory"]
+
+
+def test_initialize_lists_the_conversation_methods_and_event(bridge: BridgeProcess) -> None:
+    caps = bridge.call("initialize", {"client": {"name": "t", "version": "1"}, "protocolVersion": "1.0"})["capabilities"]
+    assert [m for m in caps["methods"] if m.startswith("conversation/")] == [
+        "conversation/advance", "conversation/cancel", "conversation/create", "conversation/delete",
+        "conversation/join", "conversation/leave", "conversation/list", "conversation/restore",
+        "conversation/run", "conversation/say", "conversation/state"]
+    assert "conversation/event" in caps["notifications"]
