@@ -309,3 +309,20 @@ def test_initialize_lists_the_conversation_methods_and_event(bridge: BridgeProce
         "conversation/join", "conversation/leave", "conversation/list", "conversation/restore",
         "conversation/run", "conversation/say", "conversation/state"]
     assert "conversation/event" in caps["notifications"]
+
+
+def test_a_member_deleted_mid_line_fails_the_request_and_leaves_no_trace(bridge: BridgeProcess) -> None:
+    npc(bridge, "bran", text("Hello."))
+    npc(bridge, "cora", [{"text": "Slow words.", "delayMs": 10_000}])
+    npc(bridge, "dena", text("Evening."))
+    bridge.call("conversation/create", {"conversation": "d", "world": WORLD, "members": ["bran", "cora", "dena"]})
+    run = bridge.request("conversation/run", {"conversation": "d", "lines": 3, "stream": True})
+    bridge.wait_for(lambda m: m.get("method") == "conversation/event"
+                    and m["params"]["event"] == {"type": "speaker", "npc": "cora", "name": "Cora"})
+    bridge.call("npc/delete", {"npc": "cora"})
+    error = bridge.error(run)
+    assert (error["code"], error["data"]) == (-32050, {"code": "npc_not_found", "npc": "cora"})
+    assert error["message"] == "The member NPC 'cora' was deleted."
+    state = bridge.call("conversation/state", {"conversation": "d"})["state"]
+    assert (state["lines"], [m["npc"] for m in state["members"]]) == ([], ["bran", "dena"])
+    assert "heard" not in bridge.call("npc/state", {"npc": "bran"})["state"]["memory"]

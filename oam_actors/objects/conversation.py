@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from ..clock import Budget
-from ..errors import ErrorCode, ProtocolError, invalid_params
+from ..errors import ErrorCode, ProtocolError, cancelled, invalid_params
 from ..game.conversation import (
     PLAYER,
     ConversationLine,
@@ -42,7 +42,7 @@ from ..game.conversation import (
     view_for,
 )
 from ..game import WorldState
-from ..runtime import Actor, ActorStopped, Address, MailboxFull
+from ..runtime import Actor, ActorStopped, Address, MailboxFull, MessageCancelled
 from .npc import Converse, Hear
 from .outlet import Outlet, RequestId
 from .session import object_id
@@ -210,6 +210,11 @@ class ConversationActor(Actor):
             value: LineReply = await reply.wait()
         except ActorStopped as error:
             raise member_gone(speaker) from error
+        except MessageCancelled as error:
+            # Its NPC cancelled the line (npc/cancel, npc/delete): the request fails, no trace.
+            if self.system.lookup(self.addresses[speaker]) is None:
+                raise member_gone(speaker) from error
+            raise cancelled(f"The line of the member NPC '{speaker}' was cancelled.") from error
         except BaseException:
             reply.cancel()  # this request was cancelled: so is the line in progress
             raise
