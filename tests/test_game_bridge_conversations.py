@@ -326,3 +326,14 @@ def test_a_member_deleted_mid_line_fails_the_request_and_leaves_no_trace(bridge:
     state = bridge.call("conversation/state", {"conversation": "d"})["state"]
     assert (state["lines"], [m["npc"] for m in state["members"]]) == ([], ["bran", "dena"])
     assert "heard" not in bridge.call("npc/state", {"npc": "bran"})["state"]["memory"]
+
+
+def test_restore_names_what_is_wrong_with_the_state(bridge: BridgeProcess) -> None:
+    npc(bridge, "bran")
+    for state, named in (({"state": 3}, "state.world"), ({"world": WORLD}, "state.members"),
+                         ({"world": WORLD, "members": ["bran", "zed"]}, "state.members[1]"),
+                         ({"world": WORLD, "members": ["bran", "bran"], "lines": 1}, "state.members[1]")):
+        error = error_of(bridge, "conversation/restore", {"state": state})
+        assert error["code"] == -32602 and named in error["message"], (state, error)
+    assert error_of(bridge, "conversation/restore", {})["code"] == -32602
+    assert bridge.call("conversation/list") == {"conversations": []}

@@ -227,7 +227,9 @@ async def conversation_restore(game: GameState, call: Call) -> Any:
     params = call.params
     raw = params.object("state", required=True)
     assert raw is not None
-    wire = Params(raw.get("state", raw) if "members" not in raw else raw, "state.")
+    # A whole conversation/state result has its state under "state".
+    saved = raw["state"] if "members" not in raw and isinstance(raw.get("state"), dict) else raw
+    wire = Params(saved, "state.")
     conversation = client_id(params, "conversation")
     if conversation is None:
         saved_id = raw.get("conversation")
