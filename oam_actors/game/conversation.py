@@ -21,6 +21,7 @@ Contract:
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Sequence
 
@@ -246,10 +247,21 @@ def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
         if name.casefold() == speaker.casefold():
             text = text[label.end():]
     for other in others:
-        found = re.search(rf"(?:^|[\s\"'“])({re.escape(other)})\s*:", text, re.IGNORECASE)
+        found = _label_of(other).search(text)
         if found is not None:
             text = text[:found.start(1)].rstrip()
     return text.strip() or None
+
+
+# A crowd's names are many more than ``re``'s own cache holds: each name's patterns are kept here.
+@functools.lru_cache(maxsize=8192)
+def _label_of(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|[\s\"'“])({re.escape(name)})\s*:", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8192)
+def _naming(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
 
 
 def addressee_of(line: str, speaker: str, state: ConversationState) -> str | None:
@@ -259,7 +271,7 @@ def addressee_of(line: str, speaker: str, state: ConversationState) -> str | Non
     if state.player is not None and speaker != PLAYER:
         candidates.append((PLAYER, state.player))
     for npc, name in candidates:
-        found = re.search(rf"(?<!\w){re.escape(name)}(?!\w)", line, re.IGNORECASE)
+        found = _naming(name).search(line)
         if found is not None and (best is None or found.start() < best[0]):
             best = (found.start(), npc)
     return best[1] if best is not None else None
