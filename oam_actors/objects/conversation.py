@@ -163,6 +163,8 @@ class ConversationActor(Actor):
         said: list[ConversationLine] = []
         player_turn = False
         forced = message.speaker
+        if forced is not None and forced not in state.ids:  # it left after the request was checked
+            raise invalid_params(f"Parameter 'speaker': '{forced}' is not a member of the conversation.")
         while len(said) < message.count and not state.ended:
             speaker = forced or next_speaker(state)
             forced = None
