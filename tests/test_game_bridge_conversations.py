@@ -337,3 +337,20 @@ def test_restore_names_what_is_wrong_with_the_state(bridge: BridgeProcess) -> No
         assert error["code"] == -32602 and named in error["message"], (state, error)
     assert error_of(bridge, "conversation/restore", {})["code"] == -32602
     assert bridge.call("conversation/list") == {"conversations": []}
+
+
+def test_a_talk_cancelled_before_it_started_leaves_later_lines_alone(bridge: BridgeProcess) -> None:
+    gate = {"name": "open_gate", "description": "Open a gate.",
+            "parameters": {"type": "object", "properties": {"gate": {"type": "string"}}}}
+    npc(bridge, "bran", [{"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]},
+                         {"text": "Spoken at last."}], tools=[gate])
+    npc(bridge, "cora", text("Hm."))
+    bridge.call("conversation/create", {"conversation": "q", "world": WORLD, "members": ["bran", "cora"]})
+    first = bridge.request("npc/talk", {"npc": "bran", "line": "Open the gate."})
+    bridge.tool_call(first)
+    second = bridge.request("npc/talk", {"npc": "bran", "line": "And another thing."})  # queued behind
+    assert bridge.call("npc/cancel", {"npc": "bran"}) == {"npc": "bran", "cancelled": 2}
+    for talk in (first, second):
+        assert bridge.error(talk)["code"] == -32009
+    line = bridge.call("conversation/advance", {"conversation": "q"})["lines"][0]
+    assert (line["line"], line["isFallback"]) == ("Spoken at last.", False)

@@ -167,7 +167,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
             request_id=_request_id(call), line=usual.line, context=usual.context, stream=usual.stream,
             tool_choice=None, warnings=[], outlet=call.bridge, budget=game.budget(None), coalesce=usual.coalesce,
         )
-        return await game.enqueue_talk(record, ref, message)
+        return game.enqueue_talk(record, ref, message)
     _, record, ref = game.npc(params)
     line = params.string("line", required=True)
     assert line is not None
@@ -185,7 +185,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         budget=game.budget(deadline_seconds(params)),
         coalesce=bool(params.boolean("coalesce", default=True)),
     )
-    return await game.enqueue_talk(record, ref, message)
+    return game.enqueue_talk(record, ref, message)
 
 
 def _request_id(call: Call) -> Any:

@@ -302,14 +302,14 @@ class GameState:
 
     # --- work --------------------------------------------------------------------------------
 
-    async def enqueue_talk(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
+    def enqueue_talk(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
         """:meth:`enqueue` a player's talk; an ambient conversation line the NPC is saying gives
-        way to it (``YieldLine``), so the talk waits for no line."""
-        deferred = self.enqueue(record, ref, message)
-        if record.conversations:
-            with contextlib.suppress(ActorStopped):
-                await ref.ask_control(YieldLine())
-        return deferred
+        way to it (``YieldLine``), so the talk waits for no line. The bridge reads on meanwhile."""
+        if not record.conversations:
+            return self.enqueue(record, ref, message)
+        self._numbers["talk"] = token = self._numbers.get("talk", 0) + 1
+        deferred = self.enqueue(record, ref, msgspec.structs.replace(message, token=token))
+        return Deferred(_after_yield(ref, deferred, token))
 
     def enqueue(self, record: NPCRecord | ConversationRecord, ref: ActorRef, message: Any) -> Deferred:
         """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it.
@@ -344,3 +344,15 @@ class GameState:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.bridge.system.stop(ref.address)
+
+
+async def _after_yield(ref: ActorRef, talk: Deferred, token: int) -> Any:
+    """Ambient lines give way until the talk ``token`` starts; once it is answered (or cancelled
+    before it started) they wait as usual again."""
+    try:
+        with contextlib.suppress(ActorStopped):
+            await ref.ask_control(YieldLine(token))
+        return await talk.awaitable
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(ActorStopped):
+            await ref.ask_control(YieldLine(token, done=True))

@@ -89,6 +89,7 @@ class Talk(msgspec.Struct, frozen=True, kw_only=True):
     outlet: Outlet | None = None
     budget: Budget | None = None  # its deadline from arrival (relative across processes)
     coalesce: bool = True  # its plain-text reply may share a generation with other NPCs' replies
+    token: int = 0  # the YieldLine sent for it (increasing per namespace; 0: none)
 
 
 class UpdateNPC(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,8 +138,13 @@ class Converse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class YieldLine(msgspec.Struct, frozen=True):
-    """A player's talk has just been queued: an ambient conversation line in progress gives way
-    (it becomes the NPC's fallback line, ``degraded: "preempted"``), so the talk is next."""
+    """The talk with this ``token`` has been queued: until it starts, ambient conversation lines
+    in progress or starting give way (each becomes the NPC's fallback line, ``degraded:
+    "preempted"``). Stale once that talk has started (it may arrive after). ``done``: that talk
+    has been answered, or cancelled before it started: lines wait as usual again."""
+
+    token: int
+    done: bool = False
 
 
 class Hear(msgspec.Struct, frozen=True):
@@ -188,7 +194,8 @@ class NPCActor(Actor):
         self.default_tool_timeout = default_tool_timeout
         self._options_wire: tuple[NPCOptions, dict[str, Any]] | None = None  # options seldom change
         self._ambient_line: anyio.CancelScope | None = None  # an ambient conversation line in progress
-        self._yielding = False  # a player's talk is queued: ambient lines queued before it give way
+        self._talk_started = 0  # the token of the latest talk started
+        self._yield_to = 0  # the token of a talk queued and not started: ambient lines give way
 
     @property
     def npc_id(self) -> str:
@@ -253,10 +260,16 @@ class NPCActor(Actor):
             case Bark(situation=situation, budget=budget, coalesce=coalesce):
                 said = await self.npc.bark(situation, budget=budget, coalesce=coalesce)
                 return said.to_wire(self.npc_id)
-            case YieldLine():
-                self._yielding = True
-                if self._ambient_line is not None:
-                    self._ambient_line.cancel()
+            case YieldLine(token=token, done=True):
+                self._talk_started = max(self._talk_started, token)
+                if self._yield_to <= token:
+                    self._yield_to = 0
+                return None
+            case YieldLine(token=token):
+                if token > self._talk_started:
+                    self._yield_to = max(self._yield_to, token)
+                    if self._ambient_line is not None:
+                        self._ambient_line.cancel()
                 return None
             case DescribeNPC():
                 return self._describe()
@@ -265,7 +278,9 @@ class NPCActor(Actor):
         raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
 
     async def _talk(self, message: Talk) -> msgspec.Raw:
-        self._yielding = False  # lines queued from now on wait for this talk as usual
+        self._talk_started = max(self._talk_started, message.token)
+        if self._yield_to <= self._talk_started:
+            self._yield_to = 0  # the talk lines gave way to has started: lines wait as usual
         async with self.admission() as admission:
             # A request that does not stream and has no client tool to call needs no events.
             follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
@@ -297,7 +312,7 @@ class NPCActor(Actor):
         return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
 
     async def _converse(self, message: Converse) -> LineReply:
-        if self._yielding and message.view.background:
+        if self._yield_to and message.view.background:
             return self.npc.fallback_line(PREEMPTED)
         with anyio.CancelScope() as scope:
             if message.view.background:
