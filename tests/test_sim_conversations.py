@@ -19,7 +19,8 @@ def test_a_simulation_with_ambient_conversations_reports_them(tmp_path) -> None:
     ambient = json.loads((tmp_path / "report.json").read_text())["ambientConversations"]
     assert (ambient["conversations"], ambient["members"]) == (2, 8)
     assert ambient["lines"] == ambient["requests"] > 0 and ambient["failedByCode"] == {}
-    assert ambient["degraded"] == 0  # no quota on the scripted backend
+    # No quota on the scripted backend: no line misses its deadline; some give way to players' talks.
+    assert set(ambient["degradedBy"]) <= {"preempted"} and ambient["degraded"] == sum(ambient["degradedBy"].values())
     excerpt = ambient["excerpt"]
     assert excerpt and {e["name"] for e in excerpt} <= {f"Villager {n}" for n in range(1, 5)}
     page = (tmp_path / "report.html").read_text()

@@ -32,6 +32,7 @@ class AmbientLog:
     requests: int = 0
     lines: int = 0
     degraded: int = 0
+    degraded_by: dict[str, int] = field(default_factory=dict)  # "deadline", "preempted" (by a player's talk)
     fallback: int = 0  # a fallback line for another reason (an unusable or misattributed answer)
     failed: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
@@ -42,8 +43,9 @@ class AmbientLog:
         self.latencies.append(latency)
         for line in result.get("lines", []):
             self.lines += 1
-            if line.get("degraded") is not None:
+            if (why := line.get("degraded")) is not None:
                 self.degraded += 1
+                self.degraded_by[why] = self.degraded_by.get(why, 0) + 1
             elif line.get("isFallback"):
                 self.fallback += 1
             if first and len(self.excerpt) < EXCERPT_LINES:

@@ -115,7 +115,7 @@ def _ambient(run: SimRun, backend: dict[str, Any]) -> dict[str, Any] | None:
     coalescing = backend.get("coalescing") or {}
     return {
         "conversations": log.conversations, "members": log.members, "requests": log.requests,
-        "lines": log.lines, "degraded": log.degraded, "otherFallback": log.fallback, "failedByCode": dict(log.failed),
+        "lines": log.lines, "degraded": log.degraded, "degradedBy": dict(log.degraded_by), "otherFallback": log.fallback, "failedByCode": dict(log.failed),
         "lineLatency": msgspec.to_builtins(summarize(log.latencies)),
         "coalescedItemsPerGeneration": coalescing.get("itemsPerGeneration"),
         "excerpt": list(log.excerpt),
@@ -413,7 +413,8 @@ def _ambient_section(report: dict[str, Any]) -> str | None:
     pairs = _pairs([
         ("conversations (members)", f"{ambient['conversations']} ({ambient['members']})"),
         ("lines spoken", ambient["lines"]),
-        ("degraded at their deadline (the speaker's fallback line)", ambient["degraded"]),
+        ("degraded at their deadline (the speaker's fallback line)", ambient["degradedBy"].get("deadline", 0)),
+        ("gave way to a player's talk (the speaker's fallback line)", ambient["degradedBy"].get("preempted", 0)),
         ("other fallback lines", ambient["otherFallback"]),
         ("failed requests", sum(ambient["failedByCode"].values())),
         ("line latency p50 / p99", f"{_ms(ambient['lineLatency']['p50Ms'])} / {_ms(ambient['lineLatency']['p99Ms'])}"),
