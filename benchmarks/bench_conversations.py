@@ -105,7 +105,7 @@ class Meter(DelegatingModel):
 @dataclass
 class Tally:
     lines: int = 0  # answered by the model
-    degraded: int = 0
+    degraded: Counter[str] = field(default_factory=Counter)  # by reason: deadline, preempted
     fallback: int = 0
     line_tokens: int = 0  # the delivered lines' own tokens
     answer_tokens: int = 0  # what each line's step alone writes: "[emotion] line"
@@ -136,7 +136,7 @@ async def converse(client: BridgeClient, conversation: str, members: list[tuple[
             if line["speaker"] != expected[0] or check_line(line["line"], line["name"], others) != line["line"]:
                 tally.wrong_speaker += 1
             if line.get("degraded") is not None:
-                tally.degraded += 1
+                tally.degraded[line["degraded"]] += 1
             elif line["isFallback"]:
                 tally.fallback += 1
             else:
@@ -231,7 +231,7 @@ def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, wi
     jain = jain_index([t.lines_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
     print(f"\n[{args.phones} phones, {args.npcs} NPCs in {groups} conversations of {args.size}, {args.players} players, "
           f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}]")
-    print(f"  conversation lines: answered by the model {t.lines}, degraded {t.degraded}, other fallback "
+    print(f"  conversation lines: answered by the model {t.lines}, degraded {dict(t.degraded)}, other fallback "
           f"{t.fallback}, failed requests {sum(t.conversation_errors.values())} {dict(t.conversation_errors) or ''}")
     print(f"  conversation lines per generation {per_generation:.2f} ({meter.generations} generations)   (goal >= 4)")
     print(f"  output tokens per delivered line {meter.output_tokens / max(1, t.lines):.1f}, the line's own "
