@@ -111,7 +111,8 @@ class Tally:
     answer_tokens: int = 0  # what each line's step alone writes: "[emotion] line"
     wrong_speaker: int = 0
     conversation_errors: Counter[str] = field(default_factory=Counter)
-    lines_by_npc: Counter[str] = field(default_factory=Counter)
+    lines_by_npc: Counter[str] = field(default_factory=Counter)  # answered by the model
+    spoken_by_npc: Counter[str] = field(default_factory=Counter)  # lines at all: the model's or a fallback
     talk_latency: list[float] = field(default_factory=list)
     talk_errors: Counter[str] = field(default_factory=Counter)
     barks: int = 0
@@ -132,6 +133,7 @@ async def converse(client: BridgeClient, conversation: str, members: list[tuple[
             continue
         for line in result["lines"]:
             turn += 1
+            tally.spoken_by_npc[line["speaker"]] += 1
             others = [name for npc, name in members if npc != line["speaker"]]
             if line["speaker"] != expected[0] or check_line(line["line"], line["name"], others) != line["line"]:
                 tally.wrong_speaker += 1
@@ -229,6 +231,7 @@ def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, wi
     dialogue_ratio = p99_with / p99_without if p99_without else 0.0
     groups = args.npcs // args.size
     jain = jain_index([t.lines_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
+    jain_spoken = jain_index([t.spoken_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
     print(f"\n[{args.phones} phones, {args.npcs} NPCs in {groups} conversations of {args.size}, {args.players} players, "
           f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}]")
     print(f"  conversation lines: answered by the model {t.lines}, degraded {dict(t.degraded)}, other fallback "
@@ -247,7 +250,8 @@ def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, wi
           f"{percentile(sorted(without.loop_lag), 50) * 1000:.0f} / {percentile(sorted(without.loop_lag), 99) * 1000:.0f} "
           f"ms without (one process: bridge, pool and phones share it)")
     print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
-    print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95)")
+    print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95); of lines "
+          f"spoken at all (the model's or a fallback) {jain_spoken:.4f}")
     print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")
     return (per_generation >= 4 and 0 < tokens_ratio <= 1.3 and dialogue_ratio <= 1.2 and t.wrong_speaker == 0
             and jain >= 0.95)
