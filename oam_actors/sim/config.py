@@ -44,8 +44,9 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     """Ambient conversations among the NPCs (``--conversations``), each of ``conversation_size``
     distinct NPCs; ``None`` becomes one per 8 NPCs."""
     conversation_size: int = 4
-    conversation_deadline_seconds: float = 2.0
-    """Each conversation line's ``deadlineSeconds`` (20 phone seconds on the default farm)."""
+    conversation_deadline_seconds: float = 5.0
+    """Each conversation line's ``deadlineSeconds`` (50 phone seconds on the default farm: the
+    crowd's other work takes most of the quota, and a line may wait for a window to roll)."""
     coalesce: bool = True
     """A pool or proxy system model coalesces barks, tool-free decisions and talk steps (``--no-coalesce``
     turns it off), with the servers' default settings."""
