@@ -354,3 +354,20 @@ def test_a_talk_cancelled_before_it_started_leaves_later_lines_alone(bridge: Bri
         assert bridge.error(talk)["code"] == -32009
     line = bridge.call("conversation/advance", {"conversation": "q"})["lines"][0]
     assert (line["line"], line["isFallback"]) == ("Spoken at last.", False)
+
+
+def test_the_player_speaks_into_a_running_conversation_before_its_next_line(bridge: BridgeProcess) -> None:
+    npc(bridge, "bran", [{"text": "Slow words.", "delayMs": 4000}, {"text": "As you say, Aria."}])
+    npc(bridge, "cora", text("Hm.", "Indeed."))
+    bridge.call("conversation/create", {"conversation": "i", "world": WORLD, "members": ["bran", "cora"],
+                                        "player": "Aria", "turnOrder": "sequence", "sequence": ["bran", "cora"]})
+    run = bridge.request("conversation/run", {"conversation": "i", "lines": 4, "stream": True})
+    bridge.wait_for(lambda m: m.get("method") == "conversation/event" and m["params"]["event"]["type"] == "speaker")
+    said = bridge.request("conversation/say", {"conversation": "i", "line": "Wait, Bran!"})
+    lines = bridge.result(run)["lines"]
+    assert [(l["speaker"], l["line"]) for l in lines] == [
+        ("bran", "Slow words."), ("player", "Wait, Bran!"), ("cora", "Hm."), ("bran", "As you say, Aria."),
+        ("cora", "Indeed.")]
+    assert bridge.result(said)["line"]["addressee"] == "bran"
+    heard = bridge.call("npc/state", {"npc": "cora"})["state"]["memory"]["heard"]
+    assert heard[1] == "Aria to Bran: Wait, Bran!"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bridge import Call
+from ..bridge import Call, Deferred
 from ..bridge.params import Params, preview
 from ..errors import invalid_params
 from ..game import Persona
@@ -33,8 +33,8 @@ from ..objects.conversation import (
     PlayerSays,
 )
 from ..objects.npc import GetPersona
-from ..runtime import ActorStopped
-from ._common import client_id, deadline_seconds
+from ..runtime import ActorRef, ActorStopped
+from ._common import client_id, conversation_not_found, deadline_seconds
 from ._state import CONVERSATION, NPC, ConversationRecord, GameState
 
 __all__ = ["CONVERSATION_METHODS", "MAX_LINE_BUDGET", "MAX_RUN_LINES"]
@@ -177,7 +177,7 @@ def _advance(game: GameState, call: Call, *, count: int) -> Any:
 
 async def conversation_say(game: GameState, call: Call) -> Any:
     params = call.params
-    _, record, ref = game.conversation(params)
+    conversation, record, ref = game.conversation(params)
     line = params.string("line", required=True)
     assert line is not None
     if not line.strip():
@@ -185,7 +185,8 @@ async def conversation_say(game: GameState, call: Call) -> Any:
     addressee = params.string("to")
     if addressee is not None and addressee not in record.members:
         raise invalid_params(f"Parameter 'to': '{addressee}' is not a member of the conversation.")
-    return game.enqueue(record, ref, PlayerSays(line.strip(), addressee))
+    call.bridge.admit()
+    return Deferred(_ask(ref, conversation, PlayerSays(line.strip(), addressee)))
 
 
 async def conversation_join(game: GameState, call: Call) -> Any:
@@ -218,8 +219,16 @@ async def conversation_leave(game: GameState, call: Call) -> Any:
 
 async def conversation_state(game: GameState, call: Call) -> Any:
     conversation, _, ref = game.conversation(call.params)
-    described = await ref.ask_control(DescribeConversation())
+    described = await _ask(ref, conversation, DescribeConversation())
     return {"conversation": conversation, "state": described}
+
+
+async def _ask(ref: ActorRef, conversation: str, message: Any) -> Any:
+    """A control message to the conversation; deleted meanwhile, it is not found."""
+    try:
+        return await ref.ask_control(message)
+    except ActorStopped:
+        raise conversation_not_found(conversation) from None
 
 
 async def conversation_restore(game: GameState, call: Call) -> Any:

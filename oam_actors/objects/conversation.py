@@ -3,8 +3,11 @@
 Contract
 --------
 - Ordered lane (arrival order, one at a time): :class:`Advance` (one or more lines),
-  :class:`PlayerSays`, :class:`JoinConversation`, :class:`LeaveConversation`. Control lane:
-  :class:`DescribeConversation` (the state as wire values).
+  :class:`JoinConversation`, :class:`LeaveConversation`, and the actor's own
+  :class:`TakeInterjections`. Control lane: :class:`DescribeConversation` (the state as wire
+  values) and :class:`PlayerSays`: the player speaks at any point; a running :class:`Advance`
+  takes the line before its next one (it is one of that request's lines), else the actor's own
+  :class:`TakeInterjections`, queued at once, commits it; the say is answered once it is committed.
 - A line is asked of its speaker's NPC actor (:class:`~oam_actors.objects.npc.Converse`, on that
   NPC's ordered lane): the conversation orders its lines, each NPC orders its own work, so a talk
   with the player waits for at most the line in progress, never for a whole conversation. The
@@ -21,9 +24,11 @@ Contract
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
+import anyio
 import msgspec
 
 from ..clock import Budget
@@ -55,6 +60,7 @@ __all__ = [
     "JoinConversation",
     "LeaveConversation",
     "PlayerSays",
+    "TakeInterjections",
 ]
 
 _log = logging.getLogger(__name__)
@@ -79,6 +85,10 @@ class PlayerSays(msgspec.Struct, frozen=True):
     addressee: str | None = None
 
 
+class TakeInterjections(msgspec.Struct, frozen=True):
+    """The actor's own: commit the player's lines no running request has taken."""
+
+
 class JoinConversation(msgspec.Struct, frozen=True):
     member: Member
     address: Address
@@ -90,6 +100,15 @@ class LeaveConversation(msgspec.Struct, frozen=True):
 
 class DescribeConversation(msgspec.Struct, frozen=True):
     pass
+
+
+@dataclasses.dataclass(eq=False)
+class _Interjection:
+    """A player's line waiting to be committed; ``error`` when it never will be."""
+
+    line: ConversationLine
+    committed: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    error: Exception | None = None
 
 
 class ConversationCheckpoint(msgspec.Struct, frozen=True):
@@ -113,6 +132,9 @@ class ConversationActor(Actor):
         # The world's document, shared with the world and its NPCs (on Ray, so the conversation
         # lives on their shard): who is at the conversation's location.
         self.world = world
+        # The player's lines said and not committed yet, each with the event its say waits on:
+        # a running request takes them before its next line, else TakeInterjections does.
+        self._interjections: list[_Interjection] = []
 
     @property
     def conversation_id(self) -> str:
@@ -122,8 +144,12 @@ class ConversationActor(Actor):
         match message:
             case Advance():
                 return await self._advance(message)
-            case PlayerSays():
-                return self._player_says(message)
+            case TakeInterjections():
+                taken: list[ConversationLine] = []
+                state = self._interjected(self.state, taken)
+                self.commit()
+                self._commit_lines(state, taken)
+                return None
             case JoinConversation(member=member, address=address):
                 self.commit()
                 self.addresses[member.npc] = address
@@ -146,6 +172,8 @@ class ConversationActor(Actor):
         match message:
             case DescribeConversation():
                 return {"conversation": self.conversation_id, **self.state.to_wire()}
+            case PlayerSays():
+                return await self._player_says(message)
         raise TypeError(f"ConversationActor cannot handle {type(message).__name__} on the control lane")
 
     def snapshot(self) -> bytes:
@@ -161,11 +189,12 @@ class ConversationActor(Actor):
         state = self.state
         outlet = message.outlet if message.outlet is not None else self.outlet
         said: list[ConversationLine] = []
+        spoken_by_npcs = 0
         player_turn = False
         forced = message.speaker
         if forced is not None and forced not in state.ids:  # it left after the request was checked
             raise invalid_params(f"Parameter 'speaker': '{forced}' is not a member of the conversation.")
-        while len(said) < message.count and not state.ended:
+        while spoken_by_npcs < message.count and not (state := self._interjected(state, said, outlet, message)).ended:
             speaker = forced or next_speaker(state)
             forced = None
             if speaker == PLAYER:
@@ -181,10 +210,10 @@ class ConversationActor(Actor):
             )
             self._event(outlet, message, {"type": "line", **line.to_wire()})
             said.append(line)
+            spoken_by_npcs += 1
             state = spoken(state, line)
         self.commit()
-        self.state = state
-        self._tell_heard(said)
+        self._commit_lines(state, said)
         result = self._summary()
         if player_turn:
             self._event(outlet, message, {"type": "playerTurn"})
@@ -222,7 +251,10 @@ class ConversationActor(Actor):
             raise
         return value
 
-    def _player_says(self, message: PlayerSays) -> dict[str, Any]:
+    async def _player_says(self, message: PlayerSays) -> dict[str, Any]:
+        """The player's line, at any point: a running request takes it before its next line (it
+        is then one of that request's lines), else the actor's own TakeInterjections, queued now.
+        Answered once it is committed."""
         state = self.state
         if state.player is None:
             raise invalid_params("This conversation has no player: create it with 'player' to speak in it.")
@@ -230,14 +262,54 @@ class ConversationActor(Actor):
             raise ProtocolError(ErrorCode.INVALID_REQUEST, "The conversation has ended.")
         addressee = message.addressee if message.addressee is not None else addressee_of(message.line, PLAYER, state)
         line = ConversationLine(speaker=PLAYER, name=state.player, line=message.line, addressee=addressee)
-        self.commit()
-        # The player's line counts against the budget but does not move roundRobin past its turn
-        # unless it was the player's turn.
-        turn = next_speaker(state) == PLAYER
-        after = spoken(state, line)
-        self.state = after if turn else msgspec.structs.replace(after, position=state.position)
-        self._tell_heard([line])
+        entry = _Interjection(line)
+        self._interjections.append(entry)
+        ref = self.system.lookup(self.address)
+        try:
+            if ref is None:
+                raise ActorStopped(self.address)
+            ref.tell_nowait(TakeInterjections())
+        except (MailboxFull, ActorStopped):
+            self._interjections.remove(entry)
+            raise
+        await entry.committed.wait()
+        if entry.error is not None:
+            raise entry.error
         return {**self._summary(), "line": line.to_wire()}
+
+    def _interjected(self, state: ConversationState, said: list[ConversationLine], outlet: Outlet | None = None,
+                     message: Advance | None = None) -> ConversationState:
+        """``state`` with the player's lines not yet in ``said`` added (events when streaming).
+        Said on the player's turn, the turn moves on; out of turn, the turn order is unchanged."""
+        for entry in self._interjections:
+            line = entry.line
+            if any(line is other for other in said):
+                continue
+            if state.ended:
+                break
+            turn = next_speaker(state) == PLAYER
+            after = spoken(state, line)
+            state = after if turn else msgspec.structs.replace(after, position=state.position)
+            said.append(line)
+            if outlet is not None and message is not None:
+                self._event(outlet, message, {"type": "line", **line.to_wire()})
+        return state
+
+    def _commit_lines(self, state: ConversationState, lines: list[ConversationLine]) -> None:
+        """After ``commit``: the lines join the conversation, its listeners hear them, and the
+        player's lines among them are answered."""
+        self.state = state
+        self._tell_heard(lines)
+        for entry in list(self._interjections):
+            if any(entry.line is line for line in lines):
+                self._answer(entry)
+            elif state.ended:  # the conversation ended before the player's line could be said
+                self._answer(entry, ProtocolError(ErrorCode.INVALID_REQUEST, "The conversation has ended."))
+
+    def _answer(self, entry: _Interjection, error: Exception | None = None) -> None:
+        self._interjections.remove(entry)
+        entry.error = error
+        entry.committed.set()
 
     def _tell_heard(self, lines: list[ConversationLine]) -> None:
         """Every member hears the lines, the audience overhears them. A member whose mailbox is
