@@ -122,3 +122,17 @@ async def test_the_memory_tool_changes_how_an_npc_feels_toward_another_npc() -> 
     await npc.talk("How do you feel about Bran?")
     assert "You feel neutral toward Bran (-8" in model.requests[-1].system + model.requests[-1].prompt
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
+
+
+async def test_compaction_folds_what_the_npc_heard_into_its_summary() -> None:
+    from oam_actors.game import NPCOptions
+
+    steps = [{"text": "[neutral] Hello."}, {"text": "Cora heard that the bridge is out."}]
+    model = ScriptedModel.from_wire({"type": "scripted", "steps": steps})
+    options = NPCOptions.from_wire({"replyFormat": "text", "compactAfterTurns": 1, "keepRecentTurns": 0}).value
+    npc = NPC(Persona(name="Cora"), model, options=options)
+    npc.hear(["Bran to you: The bridge is out."])
+    await npc.talk("Hi.")
+    assert await npc.run_pending_compaction()
+    assert "Bran to you: The bridge is out." in model.requests[-1].prompt  # the summarizer saw it
+    assert (npc.memory.summary, npc.memory.heard) == ("Cora heard that the bridge is out.", ())
