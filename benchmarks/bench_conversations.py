@@ -7,7 +7,9 @@ Run: ``PYTHONPATH=. python3 benchmarks/bench_conversations.py [--phones 8] [--np
 
 Two runs of ``--seconds`` each on a fresh farm (``farm:N`` as the servers build it: a device pool
 of simulated Pixels, coalesced): with the ambient conversations (``roundRobin``, each advanced
-one line after another with a ``deadlineSeconds`` of ``--line-deadline`` phone seconds), and
+one line after another, ``--line-pause`` phone seconds apart (the time to say a line), with a
+``deadlineSeconds`` of ``--line-deadline`` phone seconds: together far more lines than the farm
+can generate), and
 without them, the same player talks and barks in both. ``--players`` players each talk to a
 random NPC (``npc/talk``), then think ``--think`` phone seconds; every NPC barks every
 ``--bark-period`` phone seconds (deadline 10 phone s).
@@ -123,6 +125,8 @@ class Tally:
 async def converse(client: BridgeClient, conversation: str, members: list[tuple[str, str]], until: float,
                    args: argparse.Namespace, tally: Tally) -> None:
     turn = 0
+    pause = args.line_pause * args.time_scale
+    await anyio.sleep(random.Random(conversation).uniform(0, pause))  # not all in step
     while time.monotonic() < until:
         expected = members[turn % len(members)]
         try:
@@ -130,6 +134,7 @@ async def converse(client: BridgeClient, conversation: str, members: list[tuple[
                 "conversation": conversation, "deadlineSeconds": args.line_deadline * args.time_scale})
         except RpcError as error:
             tally.conversation_errors[error.code] += 1
+            await anyio.sleep(pause)
             continue
         for line in result["lines"]:
             turn += 1
@@ -146,6 +151,7 @@ async def converse(client: BridgeClient, conversation: str, members: list[tuple[
                 tally.line_tokens += estimate_tokens(line["line"])
                 tally.answer_tokens += estimate_tokens(f"[{line['emotion']}] {line['line']}")
                 tally.lines_by_npc[line["speaker"]] += 1
+        await anyio.sleep(pause)  # the line is said (shown, spoken) before the next is asked for
 
 
 async def player(client: BridgeClient, npcs: int, until: float, rng: random.Random, args: argparse.Namespace,
@@ -270,6 +276,8 @@ def main() -> int:
     parser.add_argument("--players", type=int, default=40)
     parser.add_argument("--think", type=float, default=10.0, help="a player's mean pause, phone seconds")
     parser.add_argument("--bark-period", type=float, default=300.0, help="phone seconds between an NPC's barks")
+    parser.add_argument("--line-pause", type=float, default=3.0,
+                        help="phone seconds a conversation waits after a line before asking for the next")
     parser.add_argument("--line-deadline", type=float, default=20.0, help="a line's deadlineSeconds, phone seconds")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
