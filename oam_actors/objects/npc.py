@@ -6,7 +6,8 @@ Contract
   :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``), a conversation's :class:`Converse`
   (one line) and :class:`Hear` (what was said in its presence, a commit of its own), and the
   actor's own :class:`RunCompaction`. A conversation asks for one line at a time, so a talk
-  with the player waits for at most the line in progress, never for a whole conversation. A talk commits when its turn is complete (it is then in the history);
+  with the player is never stuck behind a whole conversation (nor behind an ambient line: below).
+  A talk commits when its turn is complete (it is then in the history);
   an update or reset commits right before it applies; a settled save never commits. Until its
   commit an item can be cancelled and leaves no trace (protocol-game §7).
 - After a talk that makes compaction due, the actor queues :class:`RunCompaction` on its own
@@ -50,13 +51,12 @@ from .relay import TurnRelay
 from .session import model_progress, object_id, resume_model
 
 __all__ = [
+    "PREEMPTED",
     "Bark",
     "Converse",
-    "Hear",
-    "PREEMPTED",
-    "YieldLine",
     "DescribeNPC",
     "GetPersona",
+    "Hear",
     "NPCActor",
     "NPCCheckpoint",
     "ResetNPC",
@@ -64,6 +64,7 @@ __all__ = [
     "SaveNPC",
     "Talk",
     "UpdateNPC",
+    "YieldLine",
     "merge_patch",
     "with_tool_timeout",
 ]
