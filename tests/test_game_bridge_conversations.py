@@ -161,6 +161,10 @@ def test_bad_input_names_the_parameter_and_creates_nothing(bridge: BridgeProcess
     assert (missing["code"], missing["data"]["code"]) == (-32057, "conversation_not_found")
     bad_run = error_of(bridge, "conversation/run", {"conversation": "x", "lines": 0})
     assert bad_run["code"] == -32602 and "lines" in bad_run["message"]
+    for bad, named in (({"coalesce": "no"}, "coalesce"), ({"deadlineSeconds": 0}, "deadlineSeconds"),
+                       ({"stream": 1}, "stream")):
+        error = error_of(bridge, "conversation/advance", {"conversation": "x", **bad})
+        assert error["code"] == -32602 and named in error["message"], bad
     assert bridge.call("conversation/state", {"conversation": "x"})["state"]["lines"] == []
 
 
