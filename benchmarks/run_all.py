@@ -78,6 +78,9 @@ BENCHMARKS: list[Entry] = [
     ("fair_phones", "bench_fair_phones.py", [], [],
      "simulate on 8 decode-bound phones, 3,000 NPCs, mix 0.1,0.25,0.65, 40 s (--quick: 1,000 NPCs, 20 s): "
      "Jain over conversations and the dialogue's queue wait p99"),
+    ("conversations", "bench_conversations.py", [], ["--npcs", "400", "--seconds", "20", "--players", "20"],
+     "ambient conversations of 4 NPCs on a farm beside player talks and barks: lines per generation, output "
+     "tokens per line, player dialogue p99 with and without them, wrong speakers, Jain over NPCs"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
     ("proxy", "bench_proxy.py", [], ["--steps", "100"], "proxy layer overhead per step vs the openai SDK"),
     ("openai", "bench_openai.py", [], ["--turns", "200", "--clients", "1,10", "--requests", "10"],
@@ -91,7 +94,7 @@ BENCHMARKS: list[Entry] = [
 
 # Minutes of simulated load each even at --quick sizes: one run there (three in the full run).
 ONCE_WHEN_QUICK = {"cluster", "farm", "fair_phones", "crowd_quota", "crowd_quota_text", "crowd_quota_linger",
-                   "quota_frontdoors", "routing"}
+                   "quota_frontdoors", "routing", "conversations"}
 
 # The same, on a real local model: when it is ready (or --base-url), one run each.
 # coalesce_live starts no round after 400 s: a round of 6 items takes 1-3 minutes on 2 cores, up to 9

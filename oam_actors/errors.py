@@ -73,6 +73,8 @@ class ErrorCode(enum.Enum):
     WORLD_ERROR = ("world_error", -32054)
     LIMIT_REACHED = ("limit_reached", -32055)
     SUBSCRIPTION_NOT_FOUND = ("subscription_not_found", -32056)
+    CONVERSATION_NOT_FOUND = ("conversation_not_found", -32057)
+    CONVERSATION_EXISTS = ("conversation_exists", -32058)
 
     @property
     def wire(self) -> str:

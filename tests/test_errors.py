@@ -22,7 +22,7 @@ def test_the_error_table_is_pinned() -> None:
         "shut_down": -32023, "timeout": -32024,
         "npc_not_found": -32050, "npc_exists": -32051, "world_not_found": -32052,
         "world_exists": -32053, "world_error": -32054, "limit_reached": -32055,
-        "subscription_not_found": -32056,
+        "subscription_not_found": -32056, "conversation_not_found": -32057, "conversation_exists": -32058,
     }
     assert len(AGENT_CODES) == 12
     assert [c.number for c in AGENT_CODES] == list(range(-32001, -32013, -1))

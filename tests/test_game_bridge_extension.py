@@ -20,8 +20,10 @@ def test_limits_are_at_least_one() -> None:
     assert (limits.max_npcs, limits.max_worlds, limits.max_subscriptions) == (1, 1, 5)
 
 
-def test_the_extension_registers_23_methods_and_serves_one_bridge() -> None:
-    assert len(GAME_METHODS) == 23
+def test_the_extension_registers_34_methods_and_serves_one_bridge() -> None:
+    # protocol-game's 23 and the 11 conversation/* methods (PROTOCOL.md §10.9)
+    assert len(GAME_METHODS) == 34
+    assert sum(name.startswith("conversation/") for name in GAME_METHODS) == 11
 
     async def write(data: bytes) -> None:
         return None

@@ -223,6 +223,7 @@ def _game_extension(limits: GameLimits, registries: dict[str, GameRegistry]) -> 
     extension = GameExtension(
         max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions,
         registries=registries,
+        max_conversations=limits.max_conversations,
     )
     return [extension]
 

@@ -75,6 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"concurrent player sessions (default {defaults.sessions})")
     parser.add_argument("--npcs", metavar="N", type=non_negative_int, default=None,
                         help="NPCs on one shared world, each in its own conversation (default: 16 on the farm, else 0)")
+    parser.add_argument("--conversations", metavar="N", type=non_negative_int, default=None,
+                        help="ambient conversations of 4 NPCs among themselves (default: one per 8 NPCs)")
     parser.add_argument("--duration", metavar="S", type=positive_float, default=defaults.duration_seconds,
                         help=f"seconds of load (default {defaults.duration_seconds:g})")
     parser.add_argument("--think", metavar="S", type=non_negative_float, default=defaults.think_seconds,
@@ -165,7 +167,7 @@ def _check_routes(args: argparse.Namespace) -> None:
 def _config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         backend=args.backend, phones=args.phones, device_urls=args.device, proxy=args.proxy,
-        time_scale=args.time_scale, sessions=args.sessions, npcs=args.npcs,
+        time_scale=args.time_scale, sessions=args.sessions, npcs=args.npcs, conversations=args.conversations,
         duration_seconds=args.duration, think_seconds=args.think,
         cancel_rate=args.cancel_rate, tool_timeout_rate=args.tool_timeout_rate,
         tool_timeout_seconds=args.tool_timeout, seed=args.seed, report_dir=args.report_dir,
@@ -320,7 +322,8 @@ async def _simulate(config: SimConfig, progress: _Progress, runtime: SystemFacto
                 system, write,
                 config=BridgeConfig(max_sessions=max(64, config.sessions)),
                 system_model=backend.system_model(),
-                extensions=[GameExtension(max_npcs=npcs, max_subscriptions=npcs)],
+                extensions=[GameExtension(max_npcs=npcs, max_subscriptions=npcs,
+                                          max_conversations=max(64, config.conversation_count))],
             ))
             return connect(bridge, timeout=None)  # a turn takes what it takes: the report measures it
 

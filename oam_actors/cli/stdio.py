@@ -70,10 +70,13 @@ def add_game_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"worlds per connection (default {defaults.max_worlds})")
     parser.add_argument("--max-subscriptions", type=positive_int, default=defaults.max_subscriptions, metavar="N",
                         help=f"world subscriptions per connection (default {defaults.max_subscriptions})")
+    parser.add_argument("--max-conversations", type=positive_int, default=defaults.max_conversations, metavar="N",
+                        help=f"conversations among NPCs per connection (default {defaults.max_conversations})")
 
 
 def game_limits_from_args(args: argparse.Namespace) -> GameLimits:
-    return GameLimits(max_npcs=args.max_npcs, max_worlds=args.max_worlds, max_subscriptions=args.max_subscriptions)
+    return GameLimits(max_npcs=args.max_npcs, max_worlds=args.max_worlds, max_subscriptions=args.max_subscriptions,
+                      max_conversations=args.max_conversations)
 
 
 async def serve_stdio(
@@ -103,7 +106,8 @@ async def serve_stdio(
             await resources.enter_async_context(models.hosted)
         limits = game or GameLimits()
         extension = GameExtension(
-            max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions
+            max_npcs=limits.max_npcs, max_worlds=limits.max_worlds, max_subscriptions=limits.max_subscriptions,
+            max_conversations=limits.max_conversations,
         )
         extensions = [extension, *(model_extensions(models) if models is not None else ())]
         bridge = Bridge(system, write, config=config, system_model=system_model, extensions=extensions)

@@ -4,7 +4,9 @@ Out: callers append ops synchronously (``send``), so the order of ``ask_nowait``
 order the shard applies them; everything queued by the time the event loop comes round (one
 ``call_soon``, no writer task) is shipped as one frame. Ops are planned when written: an actor
 the shard's current incarnation does not host yet gets a ``Spawn`` (with its latest checkpoint)
-right before its first op, so after a restart actors come back lazily. Ops that cannot be
+right before its first op; after a restart the system hosts again every actor the shard held
+(``restarted``), so that actors on one shard find each other there as before (a conversation its
+members). Ops that cannot be
 planned (the store failed) fail their callers; the link goes on.
 
 Back: each item batch is handled in order as its frame arrives (in the read callback, no reader
@@ -114,8 +116,10 @@ class ShardLink:
         replacement: Callable[[int], Any],
         resolve_reply: Resolve,
         node_id: str | None = None,
+        restarted: Callable[[ShardLink], None] | None = None,
     ) -> None:
         self.index = index
+        self._restarted = restarted
         self.handle = handle
         self.hello: Hello | None = None
         self.state = LinkState.CONNECTING
@@ -325,6 +329,8 @@ class ShardLink:
         for seq in lost:
             waiter = self._waiters.pop(seq)
             waiter.settle(None, HostFailed(waiter.address))
+        if self._restarted is not None:
+            self._restarted(self)
 
     def _die(self) -> None:
         self.state = LinkState.DEAD

@@ -440,6 +440,7 @@ class RaySystem(SystemBase):
                 replacement=self._replacement,
                 resolve_reply=self._resolve_reply,
                 node_id=node_id,
+                restarted=self._host_again,
             )
             for index in range(self.shards)
         ]
@@ -569,6 +570,14 @@ class RaySystem(SystemBase):
                 self.store.delete(str(entry.address))
                 if self.durability is not None:  # stopped, not deleted: its record stays
                     self.durability.forget(entry.address)
+
+    def _host_again(self, link: ShardLink) -> None:
+        """A shard restarted: every actor it held comes back now, from its checkpoint, in the
+        order they were spawned (what one shares is there before it), not at its next message:
+        the actors on it ask each other (a conversation its members) without the driver."""
+        for entry in list(self._entries.values()):
+            if entry.link is link and not entry.stopping:
+                link.send(entry, None)
 
     def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]]) -> Any:
         endpoint = self._endpoints.reference(obj)

@@ -35,6 +35,10 @@ __all__ = [
     "secret_visibility",
 ]
 
+HEARD_LINES = 24
+"""Conversation lines an NPC keeps verbatim (:attr:`NPCMemory.heard`); compaction folds them
+into its summary, and beyond this many the oldest go."""
+
 RELATIONSHIP_MIN = -100
 RELATIONSHIP_MAX = 100
 
@@ -62,14 +66,20 @@ def _fact_key(fact: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class NPCMemory:
-    """Facts (oldest first), the relationship (clamped on construction) and a summary."""
+    """Facts (oldest first), the relationship (clamped on construction), a summary, and the
+    conversation lines heard among other NPCs (oldest first, at most ``HEARD_LINES``) and the
+    relationships toward other characters by name (each clamped like the player's)."""
 
     facts: tuple[str, ...] = ()
     relationship: int = 0
     summary: str | None = None
+    heard: tuple[str, ...] = ()
+    others: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "facts", tuple(self.facts))
+        object.__setattr__(self, "heard", tuple(self.heard)[-HEARD_LINES:])
+        object.__setattr__(self, "others", tuple((name, _clamp(value)) for name, value in self.others))
         object.__setattr__(self, "relationship", _clamp(self.relationship))
 
     @property
@@ -90,8 +100,30 @@ class NPCMemory:
             facts = facts[len(facts) - limit :]
         return dataclasses.replace(self, facts=facts)
 
+    def hearing(self, lines: tuple[str, ...]) -> NPCMemory:
+        """With ``lines`` heard (the oldest beyond ``HEARD_LINES`` go)."""
+        return dataclasses.replace(self, heard=(*self.heard, *lines))
+
+    def compaction_seed(self) -> str | None:
+        """What the summarizer starts from: the summary and the lines heard since."""
+        parts = [s for s in (trimmed_or_none(self.summary),) if s is not None]
+        if self.heard:
+            parts.append("Heard in conversations among others:\n" + "\n".join(self.heard))
+        return "\n".join(parts) or None
+
     def adjusting_relationship(self, delta: int) -> NPCMemory:
         return dataclasses.replace(self, relationship=self.relationship + delta)
+
+    def toward(self, name: str) -> int:
+        """The relationship toward the character ``name`` (0 when none)."""
+        key = name.strip().casefold()
+        return next((value for other, value in self.others if other.casefold() == key), 0)
+
+    def adjusting_toward(self, name: str, delta: int) -> NPCMemory:
+        """With the relationship toward the character ``name`` changed by ``delta``."""
+        key = name.strip().casefold()
+        kept = tuple((other, value) for other, value in self.others if other.casefold() != key)
+        return dataclasses.replace(self, others=(*kept, (name.strip(), self.toward(name) + delta)))
 
     def note(self, *, include_relationship: bool) -> str | None:
         """The ``Memory:`` block of the system text, or ``None`` when there is nothing to say."""
@@ -104,6 +136,10 @@ class NPCMemory:
             lines.append(f"- You remember: {facts}")
         if (summary := trimmed_or_none(self.summary)) is not None:
             lines.append(f"- Earlier conversation: {summary}")
+        for name, value in self.others:
+            lines.append(f"- You feel {attitude(value)} toward {name} ({value} on a scale from -100 to 100).")
+        if self.heard:
+            lines.append("- You heard (who said what, to whom):\n" + "\n".join(f"  {h}" for h in self.heard))
         return "Memory:\n" + "\n".join(lines) if lines else None
 
     def to_wire(self) -> dict[str, Any]:
@@ -111,11 +147,15 @@ class NPCMemory:
         wire: dict[str, Any] = {"facts": list(self.facts), "relationship": self.relationship}
         if self.summary is not None:
             wire["summary"] = self.summary
+        if self.heard:
+            wire["heard"] = list(self.heard)
+        if self.others:
+            wire["others"] = dict(self.others)
         return wire
 
     @classmethod
     def from_wire(cls, value: Any, path: str = "memory") -> NPCMemory:
-        """Decode ``{"facts"?, "relationship"?, "summary"?}``; ``None`` is empty memory."""
+        """Decode ``{"facts"?, "relationship"?, "summary"?, "heard"?}``; ``None`` is empty memory."""
         if value is None:
             return cls()
         if not isinstance(value, dict):
@@ -125,18 +165,33 @@ class NPCMemory:
             facts=wire.string_list("facts", ()),
             relationship=wire.integer("relationship", 0),
             summary=wire.optional_string("summary"),
+            heard=wire.string_list("heard", ()),
+            others=_others(value.get("others"), f"{path}.others"),
         )
+
+
+def _others(value: Any, path: str) -> tuple[tuple[str, int], ...]:
+    """``{"Bran": 20, …}``: relationships toward other characters by name."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(
+        isinstance(name, str) and name.strip() and isinstance(v, int) and not isinstance(v, bool)
+        for name, v in value.items()
+    ):
+        raise invalid_params(f"'{path}' must be an object of character names to integers.")
+    return tuple((name.strip(), v) for name, v in value.items())
 
 
 class MemoryStore:
     """The committed memory and the changes staged by the running turn's memory tools."""
 
-    __slots__ = ("_delta", "_facts", "memory")
+    __slots__ = ("_delta", "_facts", "_toward", "memory")
 
     def __init__(self, memory: NPCMemory) -> None:
         self.memory = memory
         self._facts: list[str] = []
         self._delta = 0
+        self._toward: dict[str, int] = {}
 
     def stage_fact(self, fact: str) -> bool:
         """Stage ``fact``; ``False`` when it is already known or staged."""
@@ -153,11 +208,18 @@ class MemoryStore:
         self._delta += delta
         return self.memory.adjusting_relationship(self._delta).relationship
 
+    def stage_toward(self, name: str, delta: int) -> int:
+        """Stage a change toward the character ``name``; returns the value committing now would give."""
+        self._toward[name] = self._toward.get(name, 0) + delta
+        return self.memory.adjusting_toward(name, self._toward[name]).toward(name)
+
     def commit(self, max_facts: int) -> NPCMemory:
         """Apply the staged changes (oldest facts beyond ``max_facts`` dropped); returns the memory."""
         memory = self.memory
         for fact in self._facts:
             memory = memory.remembering(fact, limit=max_facts)
+        for name, delta in self._toward.items():
+            memory = memory.adjusting_toward(name, delta)
         self.memory = memory.adjusting_relationship(self._delta) if self._delta else memory
         self.discard()
         return self.memory
@@ -165,6 +227,7 @@ class MemoryStore:
     def discard(self) -> None:
         self._facts = []
         self._delta = 0
+        self._toward = {}
 
 
 def secret_visibility(threshold: int | None, relationship: int) -> SecretVisibility:
@@ -209,23 +272,27 @@ def _remember_fact(store: MemoryStore) -> ToolDefinition:
 def _change_relationship(store: MemoryStore, limit: int) -> ToolDefinition:
     async def handler(arguments: dict[str, Any]) -> ToolOutput:
         delta = min(max(int(arguments.get("delta", 0)), -limit), limit)
+        toward = arguments.get("toward")
+        if isinstance(toward, str) and toward.strip() and toward.strip().casefold() != "player":
+            value = store.stage_toward(toward.strip(), delta)
+            return TextOutput(f"You now feel {attitude(value)} toward {toward.strip()} ({value}).")
         value = store.stage_relationship(delta)
         return TextOutput(f"You now feel {attitude(value)} toward the player ({value}).")
 
     # The range is described, not enforced: a small model overshoots ("-50"), and the intent is
     # clear, so the handler clamps instead of spending a repair step.
-    schema = _object_schema(
-        {
-            "reason": {"type": "string", "description": "Why your feelings changed, in a few words."},
-            "delta": {
-                "type": "integer",
-                "description": f"From -{limit} (the player upset you) to {limit} (the player pleased you).",
-            },
-        }
-    )
+    properties = {
+        "reason": {"type": "string", "description": "Why your feelings changed, in a few words."},
+        "delta": {
+            "type": "integer",
+            "description": f"From -{limit} (they upset you) to {limit} (they pleased you).",
+        },
+        "toward": {"type": "string", "description": "Another character's name; leave it out for the player."},
+    }
+    schema = Schema.compile({"type": "object", "properties": properties, "required": ["reason", "delta"]})
     return ToolDefinition(
         MemoryTool.CHANGE_RELATIONSHIP.tool_name,
-        "Change how much you like the player when they clearly please or offend you.",
+        "Change how much you like the player, or another character, when they clearly please or offend you.",
         schema,
         handler=handler,
     )

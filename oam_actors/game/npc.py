@@ -73,9 +73,10 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text
+from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
-from .persona import Persona, SecretVisibility
+from .persona import Emotion, Persona, SecretVisibility
 from .world import WorldState
 from .world_tools import (
     OutputKind,
@@ -584,14 +585,18 @@ class NPC:
         agent = self._agent
         agent.options = _agent_options(options, persona, _NONE)
         # The summarizer is seeded with the previous summary only, not the whole memory block.
-        agent.context_note = self._store.memory.summary
+        # Lines heard in conversations among NPCs are folded into the summary with the turns.
+        seed = self._store.memory
+        agent.context_note = seed.compaction_seed()
         try:
             summary = await agent.compact(
                 keep_recent_turns=max(options.keep_recent_turns, 0),
                 summary_instructions=prompting.summary_instructions(persona),
             )
             if summary is not None and summary.strip():
-                self._store.memory = dataclasses.replace(self._store.memory, summary=summary.strip())
+                current = self._store.memory
+                folded = len(seed.heard) if current.heard[:len(seed.heard)] == seed.heard else 0
+                self._store.memory = dataclasses.replace(current, summary=summary.strip(), heard=current.heard[folded:])
             return summary
         finally:
             agent.context_note = prompting.memory_note(self._store.memory, options)
@@ -646,6 +651,79 @@ class NPC:
         if line not in self._recent_barks:
             self._recent_barks.append(line)
         return BarkLine(line)
+
+    # --- conversations among NPCs ---------------------------------------------------------------
+
+    async def converse(self, view: ConversationView, *, budget: Budget | None = None, coalesce: bool = True,
+                       emit: NPCEventSink | None = None) -> LineReply:
+        """This NPC's next line in a conversation among NPCs (``view``: what it is shown). A
+        one-off step, like a bark, but with its memory: history and memory are not changed (the
+        conversation tells every member what was said, :meth:`hear`). The line is checked
+        (:func:`~.conversation.check_line`): one that speaks as another member is asked again alone
+        once, then replaced by the next fallback line. ``view.background``: background priority
+        (an ambient conversation), else dialogue. When ``budget`` runs out before the model takes
+        the step, the next fallback line stands in, marked ``degraded``. ``coalesce``: a
+        coalescing backend may answer it together with other lines, barks and replies. Raises
+        :class:`AgentError` for errors no fallback covers."""
+        persona, options = self._persona, self._options
+        speaker = persona.name.strip()
+        memory = self._store.memory
+        world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
+        note = prompting.context_note(memory, options, world_summary, view.situation)
+        one_off = Agent(
+            self.model,
+            instructions=prompting.instructions(persona, options, [], memory, text_reply=True),
+            context_note=note,
+            options=AgentOptions(
+                tool_choice=_NONE, temperature=options.temperature,
+                max_response_tokens=options.maximum_response_tokens, user_label=view.last_label,
+                assistant_label=speaker, priority="background" if view.background else "dialogue", budget=budget,
+            ),
+            owner=self.owner,
+        )
+        item = reply_item(persona, options.extra_instructions, note, view.earlier, (), view.last_line, view.last_label) \
+            if may_coalesce(self.model, coalesce) else None
+        if item is not None:
+            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES)
+        tracker = LineTracker(speaker)
+
+        async def forward(event: TurnEvent) -> None:
+            if isinstance(event, TextDelta):
+                await _send(emit, tracker.consume(partial_text_reply(event.text)))
+
+        prompt = line_prompt(view, speaker)
+        reply: LineReply | None = None
+        for attempt, together in enumerate((True, False) if item is not None else (False, False)):
+            one_off.model = ItemModel(self.model, item) if together and item is not None else self.model
+            try:
+                result = await one_off.respond(prompt, emit=forward if emit is not None else None, step_events=False)
+            except DeadlinePassed:
+                reply = self.fallback_line(prompting.DEADLINE)
+                break
+            except AgentError as error:
+                if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
+                    raise
+                break
+            parsed = parse_text_reply(result.text, persona)
+            line = check_line(parsed.line, speaker, view.others)
+            if line is not None:
+                reply = LineReply(line=line, emotion=parsed.emotion.value, retried=attempt > 0)
+                break
+        if reply is None:
+            reply = self.fallback_line()
+        if emit is not None:
+            with anyio.CancelScope(shield=True):
+                await _send(emit, tracker.finish(reply.line, Emotion(reply.emotion)))
+        return reply
+
+    def fallback_line(self, degraded: str | None = None) -> LineReply:
+        """The NPC's next fallback line as a conversation line (``degraded``: why it stands in)."""
+        return LineReply(line=self._next_fallback_line(self._options), emotion=self._persona.default_emotion.value,
+                         is_fallback=True, degraded=degraded)
+
+    def hear(self, lines: Sequence[str]) -> None:
+        """Remember conversation lines said in this NPC's presence (or overheard), as notes."""
+        self._store.memory = self._store.memory.hearing(tuple(lines))
 
     # --- tools ---------------------------------------------------------------------------------
 

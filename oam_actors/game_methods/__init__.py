@@ -1,10 +1,12 @@
-"""The game extension of the bridge: ``npc/*``, ``world/*``, ``decision/*`` and ``content/generate``.
+"""The game extension of the bridge: ``npc/*``, ``world/*``, ``decision/*``, ``content/generate``
+and ``conversation/*`` (conversations among NPCs, an oam-actors extension: PROTOCOL.md §10.9).
 
 Contract
 --------
 - :class:`GameExtension` implements :class:`~oam_actors.bridge.Extension`. One instance serves
-  one bridge (one connection): ``install`` registers the 23 methods of protocol-game §2 and the
-  notifications ``npc/event`` and ``world/changed`` (so ``initialize`` lists them); ``aclose``
+  one bridge (one connection): ``install`` registers the 23 methods of protocol-game §2, the
+  ``conversation/*`` methods and the notifications ``npc/event``, ``world/changed`` and
+  ``conversation/event`` (so ``initialize`` lists them); ``aclose``
   (run by the bridge's ``shutdown`` or close, after it has cancelled and stopped the
   connection's objects) forgets every NPC, world and subscription — unless the bridge shares its
   namespace: connections that share one pass the same :class:`GameRegistry`.
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, MonotonicClock
+from ._conversation import CONVERSATION_METHODS
 from ._npc import NPC_METHODS, revive_npc
 from ._requests import REQUEST_METHODS
 from ._state import NPC as NPC_KIND
@@ -38,8 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits", "GameRegistry"]
 
-GAME_METHODS = {**NPC_METHODS, **REQUEST_METHODS, **WORLD_METHODS}
-GAME_NOTIFICATIONS = ("npc/event", "world/changed")
+GAME_METHODS = {**NPC_METHODS, **REQUEST_METHODS, **WORLD_METHODS, **CONVERSATION_METHODS}
+GAME_NOTIFICATIONS = ("npc/event", "world/changed", "conversation/event")
 
 
 class GameExtension:
@@ -56,13 +59,15 @@ class GameExtension:
         max_npcs: int = 128,
         max_worlds: int = 64,
         max_subscriptions: int = 256,
+        max_conversations: int = 64,
         registry: GameRegistry | None = None,
         registries: dict[str, GameRegistry] | None = None,
         clock: Clock | None = None,
     ) -> None:
         if registry is None:
             limits = GameLimits(
-                max_npcs=max(1, max_npcs), max_worlds=max(1, max_worlds), max_subscriptions=max(1, max_subscriptions)
+                max_npcs=max(1, max_npcs), max_worlds=max(1, max_worlds), max_subscriptions=max(1, max_subscriptions),
+                max_conversations=max(1, max_conversations),
             )
             registry = GameRegistry(limits)
         self.registry = registry

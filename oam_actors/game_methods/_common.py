@@ -12,6 +12,8 @@ from ..errors import ErrorCode, ProtocolError, invalid_params
 __all__ = [
     "MAX_DEADLINE_SECONDS",
     "client_id",
+    "conversation_exists",
+    "conversation_not_found",
     "deadline_seconds",
     "limit_reached",
     "npc_exists",
@@ -47,8 +49,18 @@ def subscription_not_found(subscription: str) -> ProtocolError:
     )
 
 
+def conversation_not_found(conversation: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.CONVERSATION_NOT_FOUND, f"No conversation with id '{conversation}'.",
+                         conversation=conversation)
+
+
+def conversation_exists(conversation: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.CONVERSATION_EXISTS, f"A conversation with id '{conversation}' already exists.",
+                         conversation=conversation)
+
+
 def limit_reached(limit: int, kind: str) -> ProtocolError:
-    """``kind`` is ``NPCs``, ``worlds`` or ``world subscriptions``."""
+    """``kind`` is ``NPCs``, ``worlds``, ``world subscriptions`` or ``conversations``."""
     message = f"The limit of {limit} {kind} is reached; delete some first."
     return ProtocolError(ErrorCode.LIMIT_REACHED, message, limit=limit)
 

@@ -190,7 +190,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
             request_id=_request_id(call), line=usual.line, context=usual.context, stream=usual.stream,
             tool_choice=None, warnings=[], outlet=call.bridge, budget=game.budget(None), coalesce=usual.coalesce,
         )
-        return game.enqueue(record, ref, message)
+        return game.enqueue_talk(record, ref, message)
     _, record, ref = game.npc(params)
     line = params.string("line", required=True)
     assert line is not None
@@ -208,7 +208,7 @@ async def npc_talk(game: GameState, call: Call) -> Any:
         budget=game.budget(deadline_seconds(params)),
         coalesce=bool(params.boolean("coalesce", default=True)),
     )
-    return game.enqueue(record, ref, message)
+    return game.enqueue_talk(record, ref, message)
 
 
 def _request_id(call: Call) -> Any:
@@ -261,18 +261,15 @@ async def npc_reset(game: GameState, call: Call) -> Any:
 async def npc_cancel(game: GameState, call: Call) -> Any:
     npc, record, _ = game.npc(call.params)
     # Only the requests queued by the protocol count; the NPC's own background work goes on.
-    cancelled = sum(reply.cancel() for reply in list(record.pending))
-    return {"npc": npc, "cancelled": cancelled}
+    return {"npc": npc, "cancelled": game.cancel_pending(record)}
 
 
 async def npc_delete(game: GameState, call: Call) -> Any:
     npc, record, ref = game.npc(call.params)
     del game.npcs[npc]
-    for reply in list(record.pending):
-        reply.cancel()
-    ref.cancel_all()
-    await game.bridge.system.stop(ref.address)
+    await game.stop(record, ref)
     await game.bridge.delete_durable(ref.address)
+    game.forget_member(npc)
     return {"npc": npc, "deleted": True}
 
 

@@ -10,6 +10,7 @@ that share a namespace (``Bridge(shared=True)``) share one registry.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import uuid
@@ -21,21 +22,45 @@ import msgspec
 from ..bridge import Deferred
 from ..bridge.params import Params
 from ..clock import Budget, Clock, wire_instant
+from ..errors import ErrorCode, ProtocolError
+from ..game.conversation import MAX_MEMBERS, MIN_MEMBERS
 from ..objects import RequestActor
 from ..objects.world import WorldShare
-from ..runtime import ActorRef, Reply
-from ._common import client_id, limit_reached, npc_exists, npc_not_found, world_exists, world_not_found
+from ..objects.conversation import LeaveConversation
+from ..objects.npc import YieldLine
+from ..runtime import ActorRef, ActorStopped, MailboxFull, Reply
+from ._common import (
+    client_id,
+    conversation_exists,
+    conversation_not_found,
+    limit_reached,
+    npc_exists,
+    npc_not_found,
+    world_exists,
+    world_not_found,
+)
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
     from ..game import WorldState
     from ..game import ContentGenerator, DecisionEngine
 
-__all__ = ["GameLimits", "GameRegistry", "GameState", "NPCRecipe", "NPCRecord", "SubscriptionRecord", "WorldRecipe", "WorldRecord"]
+__all__ = [
+    "ConversationRecord",
+    "GameLimits",
+    "GameRegistry",
+    "GameState",
+    "NPCRecipe",
+    "NPCRecord",
+    "SubscriptionRecord",
+    "WorldRecipe",
+    "WorldRecord",
+]
 
 NPC = "npc"
 WORLD = "world"
 REQUEST = "request"
+CONVERSATION = "conversation"
 
 
 class GameLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +69,7 @@ class GameLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_npcs: int = 128
     max_worlds: int = 64
     max_subscriptions: int = 256
+    max_conversations: int = 64
 
 
 @dataclasses.dataclass
@@ -51,6 +77,19 @@ class NPCRecord:
     world: str | None  # the id it was created with (kept after the world is deleted)
     created_at: str
     pending: set[Reply] = dataclasses.field(default_factory=set)  # ordered-lane requests not answered yet
+    conversations: set[str] = dataclasses.field(default_factory=set)  # those it is a member of
+
+
+@dataclasses.dataclass
+class ConversationRecord:
+    """A conversation's members and bystanders as the methods check them (the actor holds the
+    rest); changed when a join, leave or member deletion is accepted."""
+
+    world: str
+    members: list[str]
+    audience: list[str]
+    created_at: str = dataclasses.field(default_factory=wire_instant)
+    pending: set[Reply] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +126,8 @@ class GameRegistry:
     npcs: dict[str, NPCRecord] = dataclasses.field(default_factory=dict)
     worlds: dict[str, WorldRecord] = dataclasses.field(default_factory=dict)
     subscriptions: dict[str, SubscriptionRecord] = dataclasses.field(default_factory=dict)
-    numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0})
+    conversations: dict[str, ConversationRecord] = dataclasses.field(default_factory=dict)
+    numbers: dict[str, int] = dataclasses.field(default_factory=lambda: {"npc": 0, "w": 0, "sub": 0, "conv": 0})
     # Each world's document as its actor handed it out, with the ref it was asked through.
     documents: dict[str, tuple[ActorRef, WorldState]] = dataclasses.field(default_factory=dict)
 
@@ -96,6 +136,7 @@ class GameRegistry:
         self.npcs.clear()
         self.worlds.clear()
         self.subscriptions.clear()
+        self.conversations.clear()
         self.documents.clear()
 
 
@@ -110,6 +151,7 @@ class GameState:
         self.npcs = registry.npcs
         self.worlds = registry.worlds
         self.subscriptions = registry.subscriptions
+        self.conversations = registry.conversations
         self._numbers = registry.numbers
 
     def budget(self, seconds: float | None) -> Budget:
@@ -134,6 +176,14 @@ class GameState:
         if world in self.worlds:
             raise world_exists(world)
         return world
+
+    def claim_conversation_id(self, params: Params) -> str:
+        conversation = client_id(params, "conversation")
+        if conversation is None:
+            return self._generate("conv", self.conversations)
+        if conversation in self.conversations:
+            raise conversation_exists(conversation)
+        return conversation
 
     def new_subscription_id(self) -> str:
         return self._generate("sub", self.subscriptions)
@@ -160,6 +210,17 @@ class GameState:
         if len(self.subscriptions) >= self.limits.max_subscriptions:
             raise limit_reached(self.limits.max_subscriptions, "world subscriptions")
 
+    def check_conversation_room(self) -> None:
+        if len(self.conversations) >= self.limits.max_conversations:
+            raise limit_reached(self.limits.max_conversations, "conversations")
+
+    def member_limit(self, count: int) -> ProtocolError:
+        """``members`` outside 2…8 (``data.limit``: the most a conversation has)."""
+        return ProtocolError(
+            ErrorCode.INVALID_PARAMS,
+            f"Parameter 'members' must name {MIN_MEMBERS} to {MAX_MEMBERS} NPCs; got {count}.", limit=MAX_MEMBERS,
+        )
+
     # --- lookups -----------------------------------------------------------------------------
 
     def npc(self, params: Params) -> tuple[str, NPCRecord, ActorRef]:
@@ -174,6 +235,16 @@ class GameState:
         if record is None or ref is None:
             raise npc_not_found(npc)
         return record, ref
+
+    def conversation(self, params: Params) -> tuple[str, ConversationRecord, ActorRef]:
+        """The conversation named by the ``conversation`` param; ``conversation_not_found`` if none."""
+        conversation = params.string("conversation", required=True)
+        assert conversation is not None
+        record = self.conversations.get(conversation)
+        ref = self.bridge.system.lookup(self.bridge.address(CONVERSATION, conversation)) if record else None
+        if record is None or ref is None:
+            raise conversation_not_found(conversation)
+        return conversation, record, ref
 
     def world(self, params: Params) -> tuple[str, ActorRef]:
         """The world named by the ``world`` param; ``world_not_found`` if there is none."""
@@ -241,6 +312,36 @@ class GameState:
     def add_world(self, world: str) -> None:
         self.worlds[world] = WorldRecord(wire_instant())
 
+    def add_conversation(self, conversation: str, record: ConversationRecord) -> None:
+        self.conversations[conversation] = record
+        self.enlist(conversation, record.members)
+
+    def enlist(self, conversation: str, npcs: list[str]) -> None:
+        for npc in npcs:
+            self.npcs[npc].conversations.add(conversation)
+
+    def delist(self, conversation: str, npcs: list[str]) -> None:
+        for npc in npcs:
+            if (record := self.npcs.get(npc)) is not None:
+                record.conversations.discard(conversation)
+
+    def conversations_of(self, npc: str) -> list[str]:
+        """The conversations ``npc`` is a member or a bystander of."""
+        return [c for c, record in self.conversations.items() if npc in record.members or npc in record.audience]
+
+    def forget_member(self, npc: str) -> None:
+        """A deleted NPC leaves every conversation it was in or overheard (on the conversation's
+        lane, after the request in progress: a line asked of it meanwhile fails ``npc_not_found``)."""
+        for conversation in self.conversations_of(npc):
+            record = self.conversations[conversation]
+            for names in (record.members, record.audience):
+                if npc in names:
+                    names.remove(npc)
+            ref = self.bridge.system.lookup(self.bridge.address(CONVERSATION, conversation))
+            if ref is not None:
+                with contextlib.suppress(MailboxFull, ActorStopped):
+                    ref.tell_nowait(LeaveConversation(npc))
+
     def npcs_of(self, world: str) -> int:
         return sum(1 for record in self.npcs.values() if record.world == world)
 
@@ -249,13 +350,33 @@ class GameState:
 
     # --- work --------------------------------------------------------------------------------
 
-    def enqueue(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
+    def enqueue_talk(self, record: NPCRecord, ref: ActorRef, message: Any) -> Deferred:
+        """:meth:`enqueue` a player's talk; an ambient conversation line the NPC is saying gives
+        way to it (``YieldLine``), so the talk waits for no line. The bridge reads on meanwhile."""
+        if not record.conversations:
+            return self.enqueue(record, ref, message)
+        self._numbers["talk"] = token = self._numbers.get("talk", 0) + 1
+        deferred = self.enqueue(record, ref, msgspec.structs.replace(message, token=token))
+        return Deferred(_after_yield(ref, deferred, token))
+
+    def enqueue(self, record: NPCRecord | ConversationRecord, ref: ActorRef, message: Any) -> Deferred:
         """Take the NPC's queue slot now (arrival order); answer when the NPC has handled it.
         Raises ``busy`` beyond the connection's limits (``Bridge.admit``)."""
         self.bridge.admit()
         reply = ref.ask_nowait(message)
         record.pending.add(reply)
         return self.bridge.queued(reply, settled=functools.partial(record.pending.discard, reply))
+
+    @staticmethod
+    def cancel_pending(record: NPCRecord | ConversationRecord) -> int:
+        """Cancel the object's requests queued by the protocol; how many this cancelled."""
+        return sum(reply.cancel() for reply in list(record.pending))
+
+    async def stop(self, record: NPCRecord | ConversationRecord, ref: ActorRef) -> None:
+        """Cancel everything the object has queued or running, then stop its actor."""
+        self.cancel_pending(record)
+        ref.cancel_all()
+        await self.bridge.system.stop(ref.address)
 
     def run_request(self, worker: DecisionEngine | ContentGenerator, message: Any) -> Deferred:
         """Run a one-off request on its own actor (the address its client tools answer to)."""
@@ -271,3 +392,15 @@ class GameState:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.bridge.system.stop(ref.address)
+
+
+async def _after_yield(ref: ActorRef, talk: Deferred, token: int) -> Any:
+    """Ambient lines give way until the talk ``token`` starts; once it is answered (or cancelled
+    before it started) they wait as usual again."""
+    try:
+        with contextlib.suppress(ActorStopped):
+            await ref.ask_control(YieldLine(token))
+        return await talk.awaitable
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(ActorStopped):
+            await ref.ask_control(YieldLine(token, done=True))

@@ -3,14 +3,20 @@
 Contract
 --------
 - Ordered lane (arrival order, one at a time): :class:`Talk`, :class:`UpdateNPC`,
-  :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``) and the actor's own
-  :class:`RunCompaction`. A talk commits when its turn is complete (it is then in the history);
+  :class:`ResetNPC`, :class:`SaveNPC` (``settle=True``), a conversation's :class:`Converse`
+  (one line) and :class:`Hear` (what was said in its presence, a commit of its own), and the
+  actor's own :class:`RunCompaction`. A conversation asks for one line at a time, so a talk
+  with the player is never stuck behind a whole conversation (nor behind an ambient line: below).
+  A talk commits when its turn is complete (it is then in the history);
   an update or reset commits right before it applies; a settled save never commits. Until its
   commit an item can be cancelled and leaves no trace (protocol-game §7).
 - After a talk that makes compaction due, the actor queues :class:`RunCompaction` on its own
   ordered lane, so the summary runs in the background after the response. Work queued earlier
   still sees compaction first: the library runs a pending compaction before a talk or a settled
   save.
+- An ambient conversation line in progress, or queued, gives way to a player's talk queued behind
+  it (:class:`YieldLine`, control lane): it becomes the NPC's fallback line, marked ``degraded:
+  "preempted"``, without a model step, and the talk runs next.
 - Control lane (served at once): :class:`~oam_actors.objects.messages.ToolResult`,
   :class:`SaveNPC` with ``settle=False`` (completed turns only), :class:`Bark` (a one-off
   request beside any turn), :class:`DescribeNPC` and :class:`GetPersona`.
@@ -30,12 +36,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import anyio
 import msgspec
 
 from ..agent import ToolChoice, parse_tool_definitions
 from ..agent.tools import too_many_tools_warning
 from ..clock import Budget
 from ..game import NPC, NPCMemory, NPCOptions, NPCSaveState, Persona
+from ..game.conversation import ConversationView, LineReply
 from ..runtime import Actor, ActorStopped, MailboxFull
 from .messages import ToolResult
 from .outlet import Outlet, RequestId
@@ -43,9 +51,12 @@ from .relay import TurnRelay
 from .session import model_progress, object_id, resume_model
 
 __all__ = [
+    "PREEMPTED",
     "Bark",
+    "Converse",
     "DescribeNPC",
     "GetPersona",
+    "Hear",
     "NPCActor",
     "NPCCheckpoint",
     "ResetNPC",
@@ -53,12 +64,15 @@ __all__ = [
     "SaveNPC",
     "Talk",
     "UpdateNPC",
+    "YieldLine",
     "merge_patch",
     "with_tool_timeout",
 ]
 
 
 _ENCODE = msgspec.json.Encoder().encode
+PREEMPTED = "preempted"
+"""The ``degraded`` reason of an ambient conversation line that gave way to a player's talk."""
 
 
 class Talk(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +90,7 @@ class Talk(msgspec.Struct, frozen=True, kw_only=True):
     outlet: Outlet | None = None
     budget: Budget | None = None  # its deadline from arrival (relative across processes)
     coalesce: bool = True  # its plain-text reply may share a generation with other NPCs' replies
+    token: int = 0  # the YieldLine sent for it (increasing per namespace; 0: none)
 
 
 class UpdateNPC(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,6 +122,36 @@ class Bark(msgspec.Struct, frozen=True):
     situation: Any = None
     budget: Budget | None = None  # its deadline from arrival (relative across processes)
     coalesce: bool = True  # may share a generation with other barks (a coalescing backend)
+
+
+class Converse(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of this NPC in a conversation (:meth:`~oam_actors.game.NPC.converse`); its
+    streamed events go to ``outlet`` as ``conversation/event`` with ``head`` when ``stream``.
+    Answered with a :class:`~oam_actors.game.conversation.LineReply`."""
+
+    view: ConversationView
+    head: dict[str, Any]
+    request_id: RequestId
+    outlet: Outlet | None = None
+    stream: bool = False
+    budget: Budget | None = None
+    coalesce: bool = True
+
+
+class YieldLine(msgspec.Struct, frozen=True):
+    """The talk with this ``token`` has been queued: until it starts, ambient conversation lines
+    in progress or starting give way (each becomes the NPC's fallback line, ``degraded:
+    "preempted"``). Stale once that talk has started (it may arrive after). ``done``: that talk
+    has been answered, or cancelled before it started: lines wait as usual again."""
+
+    token: int
+    done: bool = False
+
+
+class Hear(msgspec.Struct, frozen=True):
+    """Lines said in the NPC's presence, as it remembers them (notes)."""
+
+    lines: tuple[str, ...]
 
 
 class DescribeNPC(msgspec.Struct, frozen=True):
@@ -149,6 +194,9 @@ class NPCActor(Actor):
         self.tools_wire = tools_wire
         self.default_tool_timeout = default_tool_timeout
         self._options_wire: tuple[NPCOptions, dict[str, Any]] | None = None  # options seldom change
+        self._ambient_line: anyio.CancelScope | None = None  # an ambient conversation line in progress
+        self._talk_started = 0  # the token of the latest talk started
+        self._yield_to = 0  # the token of a talk queued and not started: ambient lines give way
 
     @property
     def npc_id(self) -> str:
@@ -160,6 +208,12 @@ class NPCActor(Actor):
                 return await self._talk(message)
             case SaveNPC():
                 return self._state(await self.npc.settled_state())
+            case Converse():
+                return await self._converse(message)
+            case Hear(lines=lines):
+                self.commit()
+                self.npc.hear(lines)
+                return None
             case RunCompaction():
                 if await self.npc.run_pending_compaction():
                     self.commit()  # checkpoint the compacted history and the summary
@@ -207,6 +261,17 @@ class NPCActor(Actor):
             case Bark(situation=situation, budget=budget, coalesce=coalesce):
                 said = await self.npc.bark(situation, budget=budget, coalesce=coalesce)
                 return said.to_wire(self.npc_id)
+            case YieldLine(token=token, done=True):
+                self._talk_started = max(self._talk_started, token)
+                if self._yield_to <= token:
+                    self._yield_to = 0
+                return None
+            case YieldLine(token=token):
+                if token > self._talk_started:
+                    self._yield_to = max(self._yield_to, token)
+                    if self._ambient_line is not None:
+                        self._ambient_line.cancel()
+                return None
             case DescribeNPC():
                 return self._describe()
             case GetPersona():
@@ -214,6 +279,9 @@ class NPCActor(Actor):
         raise TypeError(f"NPCActor cannot handle {type(message).__name__} on the control lane")
 
     async def _talk(self, message: Talk) -> msgspec.Raw:
+        self._talk_started = max(self._talk_started, message.token)
+        if self._yield_to <= self._talk_started:
+            self._yield_to = 0  # the talk lines gave way to has started: lines wait as usual
         async with self.admission() as admission:
             # A request that does not stream and has no client tool to call needs no events.
             follow = message.stream or any(tool.handler is None for tool in self.npc.client_tools)
@@ -243,6 +311,25 @@ class NPCActor(Actor):
         if self.npc.compaction_pending:
             self._queue_compaction()
         return msgspec.Raw(_ENCODE(turn.to_wire(npc=self.npc_id, warnings=message.warnings)))
+
+    async def _converse(self, message: Converse) -> LineReply:
+        if self._yield_to and message.view.background:
+            return self.npc.fallback_line(PREEMPTED)
+        with anyio.CancelScope() as scope:
+            if message.view.background:
+                self._ambient_line = scope
+            try:
+                async with self.admission() as admission:
+                    relay = TurnRelay(
+                        message.outlet if message.outlet is not None else self.outlet, head=message.head,
+                        request_id=message.request_id, stream=True, target=self.address,
+                        event_method="conversation/event", admission=admission,
+                    ) if message.stream else None
+                    return await self.npc.converse(message.view, budget=message.budget, coalesce=message.coalesce,
+                                                   emit=relay)
+            finally:
+                self._ambient_line = None
+        return self.npc.fallback_line(PREEMPTED)  # it gave way to a player's talk (YieldLine)
 
     def _queue_compaction(self) -> None:
         ref = self.system.lookup(self.address)

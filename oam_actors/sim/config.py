@@ -40,6 +40,13 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     deadlines: list[tuple[str, float]] = msgspec.field(default_factory=list)
     """The server's default deadline by priority (``--deadline PRIORITY=SECONDS``), over the
     defaults dialogue 20 s, decision 60 s, background 120 s."""
+    conversations: int | None = None
+    """Ambient conversations among the NPCs (``--conversations``), each of ``conversation_size``
+    distinct NPCs; ``None`` becomes one per 8 NPCs."""
+    conversation_size: int = 4
+    conversation_deadline_seconds: float = 5.0
+    """Each conversation line's ``deadlineSeconds`` (50 phone seconds on the default farm: the
+    crowd's other work takes most of the quota, and a line may wait for a window to roll)."""
     coalesce: bool = True
     """A pool or proxy system model coalesces barks, tool-free decisions and talk steps (``--no-coalesce``
     turns it off), with the servers' default settings."""
@@ -60,3 +67,7 @@ class SimConfig(msgspec.Struct, kw_only=True, rename="camel"):
     @property
     def npc_count(self) -> int:
         return self.npcs or 0
+
+    @property
+    def conversation_count(self) -> int:
+        return self.npc_count // 8 if self.conversations is None else self.conversations

@@ -5,7 +5,8 @@ until the deadline: send a request, wait for the answer, pause. A session sends 
 (``session/respond``); an NPC's action is, by ``npc_mix``, a player line (``npc/talk``), a
 decision (``decision/decide`` with a ``fallbackOptionID``) or a bark (``npc/bark`` with a
 ``deadlineSeconds``); each NPC has ``fallbackLines``, so a bark or talk the quota cannot take in
-time degrades instead of failing. The simulated game engine answers ``tool/call`` requests — except a configurable share it
+time degrades instead of failing. Groups of the NPCs also talk among themselves in ambient
+conversations (:mod:`.conversations`), beside their own actions. The simulated game engine answers ``tool/call`` requests — except a configurable share it
 leaves unanswered to exercise tool timeouts — and a configurable share of turns is cancelled while
 in flight. After the deadline no turn starts and the turns in flight finish; a ``stop`` event ends
 the run at once instead (Ctrl-C), keeping what completed.
@@ -27,6 +28,7 @@ from ..client import Client
 from ..errors import OamError
 from .backends import Backend
 from .config import SimConfig
+from .conversations import AmbientLog, converse_ambient, create_conversations
 from .stats import FALLBACK, OK, Outcomes
 
 __all__ = ["ACTIONS", "BARK", "DECIDE", "PRIORITY_OF", "SESSION", "TALK", "Conversation", "SimRun", "Talker",
@@ -157,6 +159,8 @@ class SimRun:
     tool_calls_ignored: int = 0
     cancels_sent: int = 0
     backend_stats: dict[str, Any] = field(default_factory=dict)
+    ambient: AmbientLog = field(default_factory=AmbientLog)
+    """Ambient conversations among the NPCs (``sim.conversations``)."""
 
     @property
     def elapsed(self) -> float:
@@ -212,13 +216,18 @@ async def run_simulation(
 
 async def _load(client: Client, run: SimRun, backend: Backend, rng: random.Random) -> None:
     config = run.config
-    talkers = await _create_sessions(client, config, backend) + await _create_npcs(client, config, backend)
+    npcs = await _create_npcs(client, config, backend)
+    talkers = await _create_sessions(client, config, backend) + npcs
+    ambient = await create_conversations(client, config, [t.owner for t in npcs], run.ambient)
     run.load_started = time.monotonic() - run.started
     deadline = time.monotonic() + config.duration_seconds
     async with anyio.create_task_group() as tg:
         for index, talker in enumerate(talkers):
             run.conversations[talker.owner] = Conversation(talker.owner)
             tg.start_soon(_converse, client, run, talker, deadline, random.Random(config.seed * 1000 + index))
+        for index, conversation in enumerate(ambient):
+            tg.start_soon(functools.partial(converse_ambient, first=index == 0), client, config, run.ambient,
+                          conversation, deadline, random.Random(config.seed * 7000 + index))
         await anyio.sleep(max(0.0, deadline - time.monotonic()))
         run.load_ended = time.monotonic() - run.started
 

@@ -69,6 +69,7 @@ def build_report(run: SimRun, *, startup_seconds: float = 0.0) -> dict[str, Any]
         "expiry": _expiry(run.samples),
         "quotaUse": _quota_use(backend, _window_scale(run.config.backend == "farm", run.config)),
         "routing": _routing(run.config, backend),
+        "ambientConversations": _ambient(run, backend),
         "backend": backend,
     }
 
@@ -108,6 +109,22 @@ def _per_generation(ok: list[TurnSample], backend: dict[str, Any]) -> dict[str, 
     npc = [s for s in ok if s.kind != SESSION]
     return {"generations": generations, "answered": len(ok), "npcActions": len(npc),
             "answeredPerGeneration": round(len(ok) / generations, 3), "coalescing": backend.get("coalescing")}
+
+
+def _ambient(run: SimRun, backend: dict[str, Any]) -> dict[str, Any] | None:
+    """Ambient conversations: lines, how many degraded, latency of a line, what coalescing
+    managed per generation (all coalesced kinds together), and the first conversation's opening."""
+    log = run.ambient
+    if not log.conversations:
+        return None
+    coalescing = backend.get("coalescing") or {}
+    return {
+        "conversations": log.conversations, "members": log.members, "requests": log.requests,
+        "lines": log.lines, "degraded": log.degraded, "degradedBy": dict(log.degraded_by), "otherFallback": log.fallback, "failedByCode": dict(log.failed),
+        "lineLatency": msgspec.to_builtins(summarize(log.latencies)),
+        "coalescedItemsPerGeneration": coalescing.get("itemsPerGeneration"),
+        "excerpt": list(log.excerpt),
+    }
 
 
 def _expiry(samples: list[TurnSample]) -> dict[str, dict[str, int]]:
@@ -436,6 +453,26 @@ def _coalescing_pairs(coalescing: dict[str, Any] | None) -> list[tuple[str, Any]
     ]
 
 
+def _ambient_section(report: dict[str, Any]) -> str | None:
+    ambient = report.get("ambientConversations")
+    if ambient is None:
+        return None
+    pairs = _pairs([
+        ("conversations (members)", f"{ambient['conversations']} ({ambient['members']})"),
+        ("lines spoken", ambient["lines"]),
+        ("degraded at their deadline (the speaker's fallback line)", ambient["degradedBy"].get("deadline", 0)),
+        ("gave way to a player's talk (the speaker's fallback line)", ambient["degradedBy"].get("preempted", 0)),
+        ("other fallback lines", ambient["otherFallback"]),
+        ("failed requests", sum(ambient["failedByCode"].values())),
+        ("line latency p50 / p99", f"{_ms(ambient['lineLatency']['p50Ms'])} / {_ms(ambient['lineLatency']['p99Ms'])}"),
+        ("coalesced items per generation (every kind)", ambient["coalescedItemsPerGeneration"] or "–"),
+    ])
+    excerpt = _rows(["speaker", "line", "to", "degraded"],
+                    [[e["name"], e["line"], e["addressee"] or "everyone", e["degraded"] or ""]
+                     for e in ambient["excerpt"]])
+    return _section("Ambient conversations", pairs + "<p>The opening of the first conversation:</p>" + excerpt)
+
+
 def _expiry_section(report: dict[str, Any]) -> str | None:
     expiry: dict[str, Any] = report.get("expiry") or {}
     if not expiry:
@@ -497,9 +534,8 @@ def _routing_section(report: dict[str, Any]) -> str | None:
 
 
 SECTIONS: list[Callable[[dict[str, Any]], str | None]] = [
-    _throughput, _outcomes, _kinds, _generations, _routing_section, _expiry_section, _quota_use_section, _utilisation,
-    _queue_wait,
-    _latency, _tools, _settings,
+    _throughput, _outcomes, _kinds, _generations, _ambient_section, _routing_section, _expiry_section,
+    _quota_use_section, _utilisation, _queue_wait, _latency, _tools, _settings,
 ]
 """The page's sections in order; each returns its HTML, or None to leave itself out."""
 

@@ -1,0 +1,293 @@
+"""Conversations among NPCs on a farm: 1,000 NPCs in 250 ambient conversations of 4, with player
+talks and barks beside them, through the real bridge, over simulated phones offered beyond their
+quota.
+
+Run: ``PYTHONPATH=. python3 benchmarks/bench_conversations.py [--phones 8] [--npcs 1000]
+[--size 4] [--seconds 60] [--time-scale 0.1] [--players 40]``. Not a test.
+
+Two runs of ``--seconds`` each on a fresh farm (``farm:N`` as the servers build it: a device pool
+of simulated Pixels, coalesced): with the ambient conversations (``roundRobin``, each advanced
+one line after another, ``--line-pause`` phone seconds apart (the time to say a line), with a
+``deadlineSeconds`` of ``--line-deadline`` phone seconds: together far more lines than the farm
+can generate), and
+without them, the same player talks and barks in both. ``--players`` players each talk to a
+random NPC (``npc/talk``), then think ``--think`` phone seconds; every NPC barks every
+``--bark-period`` phone seconds (deadline 10 phone s).
+
+Printed (with the goals of issue 32):
+
+- conversation lines answered by the model per generation that answered conversation lines
+  (goal >= 4), counted at the backend: a generation is a conversation one when it is a batch of
+  conversation lines or one line asked alone;
+- output tokens those generations wrote per delivered line, over the line's own tokens (goal
+  <= 1.3x: no verbose wrappers);
+- player dialogue (``npc/talk``) p99 latency with conversations over without (goal <= 1.2x);
+- lines attributed to the wrong speaker: a speaker not the member whose turn it was, or a line
+  that speaks as another member (goal 0);
+- Jain's index over NPCs of conversation lines answered by the model (goal >= 0.95).
+
+Exit status 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an installed one)
+
+import argparse
+import logging
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from oam_actors.agent.model import DelegatingModel, GenerationRequest, Usage, estimate_tokens
+from oam_actors.bridge import Bridge
+from oam_actors.game.conversation import check_line
+from oam_actors.game_methods import GameExtension
+from oam_actors.models.coalesce import REPLY_TASK, CoalesceSettings, CoalescingModel
+from oam_actors.models.pool import DevicePool, SimulatedFarm, farm_phone_config, scaled_config
+from oam_actors.runtime import LocalSystem
+from oam_actors.client import Client, InProcessEndpoint, connect
+from oam_actors.errors import OamError
+from oam_actors.sim.stats import jain_index, percentile
+
+ROLES = ("the village blacksmith", "the innkeeper", "a gate guard", "the herbalist", "a merchant")
+SETTINGS = ("Gossip by the well.", "A quarrel about grain prices.", "Waiting out the rain.")
+_ALONE_LINE = "Say your next line as"  # game.conversation.line_prompt
+
+
+def conversation_step(request: GenerationRequest) -> bool:
+    """A batch of ambient conversation lines (reply items at background priority: player talks
+    are dialogue), or one line asked alone."""
+    return (request.priority == "background" and REPLY_TASK in request.prompt) or _ALONE_LINE in request.prompt
+
+
+class Meter(DelegatingModel):
+    """The pool, counting the generations that answered conversation lines and what they wrote."""
+
+    def __init__(self, pool: DevicePool) -> None:
+        super().__init__(pool)
+        self.pool = pool
+        self.generations = 0
+        self.output_tokens = 0
+
+    def service(self, owner: str) -> float:
+        return self.pool.service(owner)
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[str | Usage]:
+        return self._metered(self.pool.stream(request), lambda: request)
+
+    def stream_when_admitted(self, request: GenerationRequest, build: Callable[[], GenerationRequest],
+                             seat: Any) -> AsyncIterator[str | Usage]:
+        built: list[GenerationRequest] = []
+
+        def metered_build() -> GenerationRequest:
+            built.append(build())
+            return built[-1]
+
+        return self._metered(self.pool.stream_when_admitted(request, metered_build, seat),
+                             lambda: built[-1] if built else request)
+
+    async def _metered(self, pieces: AsyncIterator[str | Usage],
+                       request: Callable[[], GenerationRequest]) -> AsyncIterator[str | Usage]:
+        text: list[str] = []
+        async for piece in pieces:
+            if isinstance(piece, str):
+                text.append(piece)
+            yield piece
+        if conversation_step(request()):
+            self.generations += 1
+            self.output_tokens += estimate_tokens("".join(text))
+
+
+@dataclass
+class Tally:
+    lines: int = 0  # answered by the model
+    degraded: Counter[str] = field(default_factory=Counter)  # by reason: deadline, preempted
+    fallback: int = 0
+    line_tokens: int = 0  # the delivered lines' own tokens
+    answer_tokens: int = 0  # what each line's step alone writes: "[emotion] line"
+    wrong_speaker: int = 0
+    conversation_errors: Counter[str] = field(default_factory=Counter)
+    lines_by_npc: Counter[str] = field(default_factory=Counter)  # answered by the model
+    spoken_by_npc: Counter[str] = field(default_factory=Counter)  # lines at all: the model's or a fallback
+    talk_latency: list[float] = field(default_factory=list)
+    talk_errors: Counter[str] = field(default_factory=Counter)
+    barks: int = 0
+    dialogue_wait: Any = None  # the pool's queue wait of dialogue steps
+    loop_lag: list[float] = field(default_factory=list)  # how late a 10 ms sleep wakes: the event loop's load
+
+
+async def converse(client: Client, conversation: str, members: list[tuple[str, str]], until: float,
+                   args: argparse.Namespace, tally: Tally) -> None:
+    turn = 0
+    pause = args.line_pause * args.time_scale
+    await anyio.sleep(random.Random(conversation).uniform(0, pause))  # not all in step
+    while time.monotonic() < until:
+        expected = members[turn % len(members)]
+        try:
+            result = await client.call("conversation/advance", {
+                "conversation": conversation, "deadlineSeconds": args.line_deadline * args.time_scale})
+        except OamError as error:
+            tally.conversation_errors[error.code.wire] += 1
+            await anyio.sleep(pause)
+            continue
+        for line in result["lines"]:
+            turn += 1
+            tally.spoken_by_npc[line["speaker"]] += 1
+            others = [name for npc, name in members if npc != line["speaker"]]
+            if line["speaker"] != expected[0] or check_line(line["line"], line["name"], others) != line["line"]:
+                tally.wrong_speaker += 1
+            if line.get("degraded") is not None:
+                tally.degraded[line["degraded"]] += 1
+            elif line["isFallback"]:
+                tally.fallback += 1
+            else:
+                tally.lines += 1
+                tally.line_tokens += estimate_tokens(line["line"])
+                tally.answer_tokens += estimate_tokens(f"[{line['emotion']}] {line['line']}")
+                tally.lines_by_npc[line["speaker"]] += 1
+        await anyio.sleep(pause)  # the line is said (shown, spoken) before the next is asked for
+
+
+async def player(client: Client, npcs: int, until: float, rng: random.Random, args: argparse.Namespace,
+                 tally: Tally) -> None:
+    await anyio.sleep(rng.uniform(0, args.think * args.time_scale))
+    while time.monotonic() < until:
+        started = time.monotonic()
+        try:
+            await client.call("npc/talk", {"npc": f"villager{rng.randrange(npcs)}", "line": "Any news today?"})
+            tally.talk_latency.append(time.monotonic() - started)
+        except OamError as error:
+            tally.talk_errors[error.code.wire] += 1
+        await anyio.sleep(rng.expovariate(1 / (args.think * args.time_scale)))
+
+
+async def barker(client: Client, npc: str, until: float, rng: random.Random, args: argparse.Namespace,
+                 tally: Tally) -> None:
+    period = args.bark_period * args.time_scale
+    await anyio.sleep(rng.uniform(0, period))
+    while time.monotonic() < until:
+        try:
+            await client.call("npc/bark", {"npc": npc, "situation": "A cart rattles past.",
+                                              "deadlineSeconds": 10 * args.time_scale})
+            tally.barks += 1
+        except OamError:
+            pass
+        await anyio.sleep(period * rng.uniform(0.9, 1.1))
+
+
+async def lag(until: float, tally: Tally) -> None:
+    while time.monotonic() < until:
+        started = time.monotonic()
+        await anyio.sleep(0.01)
+        tally.loop_lag.append(time.monotonic() - started - 0.01)
+
+
+async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Meter]:
+    scale = args.time_scale
+    config = scaled_config(scale, queue_seconds=(20.0 * scale, 30.0 * scale, 10.0 * scale))
+    phone = farm_phone_config(scale, tokens_per_s=0.0, seed=args.seed)
+    tally = Tally()
+    rng = random.Random(args.seed)
+    groups = args.npcs // args.size if conversations else 0
+    async with SimulatedFarm(args.phones, phone) as farm, DevicePool(farm.urls, config=config) as pool, \
+            LocalSystem() as system:
+        meter = Meter(pool)
+        model = CoalescingModel(meter, CoalesceSettings(time_scale=scale))
+        extension = GameExtension(max_npcs=args.npcs, max_conversations=max(1, groups))
+        make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
+        async with connect(InProcessEndpoint(make), timeout=None) as client:
+            await client.call("world/create", {"world": "village"})
+            names = []
+            for n in range(args.npcs):
+                names.append(f"Villager {n}")
+                await client.call("npc/create", {"npc": f"villager{n}", "world": "village", "persona": {
+                    "name": names[-1], "role": ROLES[n % len(ROLES)], "personality": "Friendly, a little gossipy."}})
+            members = [[(f"villager{n}", names[n]) for n in range(g * args.size, (g + 1) * args.size)]
+                       for g in range(groups)]
+            for g, group in enumerate(members):
+                await client.call("conversation/create", {
+                    "conversation": f"c{g}", "world": "village", "members": [npc for npc, _ in group],
+                    "situation": SETTINGS[g % len(SETTINGS)], "lineBudget": 10_000})
+            until = time.monotonic() + args.seconds
+            async with anyio.create_task_group() as group_tasks:
+                group_tasks.start_soon(lag, until, tally)
+                for g, group in enumerate(members):
+                    group_tasks.start_soon(converse, client, f"c{g}", group, until, args, tally)
+                for p in range(args.players):
+                    group_tasks.start_soon(player, client, args.npcs, until, random.Random(rng.random()), args, tally)
+                for n in range(args.npcs):
+                    group_tasks.start_soon(barker, client, f"villager{n}", until, random.Random(rng.random()), args,
+                                           tally)
+        tally.dialogue_wait = pool.statistics_nowait().queue_wait["dialogue"]
+    return tally, meter
+
+
+def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, without: Tally) -> bool:
+    t = with_conversations
+    per_generation = t.lines / meter.generations if meter.generations else 0.0
+    tokens_ratio = (meter.output_tokens / t.lines) / (t.line_tokens / t.lines) if t.lines and t.line_tokens else 0.0
+    p99_with = percentile(sorted(t.talk_latency), 99) if t.talk_latency else 0.0
+    p99_without = percentile(sorted(without.talk_latency), 99) if without.talk_latency else 0.0
+    dialogue_ratio = p99_with / p99_without if p99_without else 0.0
+    groups = args.npcs // args.size
+    jain = jain_index([t.lines_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
+    jain_spoken = jain_index([t.spoken_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
+    print(f"\n[{args.phones} phones, {args.npcs} NPCs in {groups} conversations of {args.size}, {args.players} players, "
+          f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}]")
+    print(f"  conversation lines: answered by the model {t.lines}, degraded {dict(t.degraded)}, other fallback "
+          f"{t.fallback}, failed requests {sum(t.conversation_errors.values())} {dict(t.conversation_errors) or ''}")
+    print(f"  conversation lines per generation {per_generation:.2f} ({meter.generations} generations)   (goal >= 4)")
+    print(f"  output tokens per delivered line {meter.output_tokens / max(1, t.lines):.1f}, the line's own "
+          f"{t.line_tokens / max(1, t.lines):.1f}: {tokens_ratio:.2f}x   (goal <= 1.3x); over what the line's "
+          f"step alone writes ([emotion] line, {t.answer_tokens / max(1, t.lines):.1f}): "
+          f"{meter.output_tokens / max(1, t.answer_tokens):.2f}x")
+    print(f"  player dialogue p99 {p99_with * 1000:.0f} ms with conversations, {p99_without * 1000:.0f} ms without: "
+          f"{dialogue_ratio:.2f}x   (goal <= 1.2x); talks {len(t.talk_latency)} / {len(without.talk_latency)}, "
+          f"failed {sum(t.talk_errors.values())} / {sum(without.talk_errors.values())}")
+    print(f"  dialogue steps' wait for quota: {t.dialogue_wait} / {without.dialogue_wait}")
+    print(f"  event loop lag p50 / p99: {percentile(sorted(t.loop_lag), 50) * 1000:.0f} / "
+          f"{percentile(sorted(t.loop_lag), 99) * 1000:.0f} ms with conversations, "
+          f"{percentile(sorted(without.loop_lag), 50) * 1000:.0f} / {percentile(sorted(without.loop_lag), 99) * 1000:.0f} "
+          f"ms without (one process: bridge, pool and phones share it)")
+    print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
+    print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95); of lines "
+          f"spoken at all (the model's or a fallback) {jain_spoken:.4f}")
+    print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")
+    return (per_generation >= 4 and 0 < tokens_ratio <= 1.3 and dialogue_ratio <= 1.2 and t.wrong_speaker == 0
+            and jain >= 0.95)
+
+
+def main() -> int:
+    # An NPC's background compaction that finds no quota in time is logged with its traceback:
+    # expected on a farm offered beyond its quota, and not what this benchmark measures.
+    logging.getLogger("oam_actors.game.npc").setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phones", type=int, default=8)
+    parser.add_argument("--npcs", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=4, help="members per conversation")
+    parser.add_argument("--seconds", type=float, default=60.0, help="real seconds of load, each run")
+    parser.add_argument("--time-scale", type=float, default=0.1, help="real seconds per phone second")
+    parser.add_argument("--players", type=int, default=40)
+    parser.add_argument("--think", type=float, default=10.0, help="a player's mean pause, phone seconds")
+    parser.add_argument("--bark-period", type=float, default=300.0, help="phone seconds between an NPC's barks")
+    parser.add_argument("--line-pause", type=float, default=3.0,
+                        help="phone seconds a conversation waits after a line before asking for the next")
+    parser.add_argument("--line-deadline", type=float, default=20.0, help="a line's deadlineSeconds, phone seconds")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with_conversations, meter = anyio.run(run, args, True)
+    without, _ = anyio.run(run, args, False)
+    ok = report(args, with_conversations, meter, without)
+    print("\nall goals met" if ok else "\nGOALS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Conversations among NPCs: whose turn it is, how a line is prompted and checked, what each
+member and bystander hears. Pure: no actors, no I/O (the conversation actor in
+:mod:`oam_actors.objects.conversation` orders the lines; each member's :class:`~.npc.NPC` speaks
+its own through :meth:`~.npc.NPC.converse`).
+
+Contract:
+
+- :class:`ConversationState` is an immutable value: the members (NPC id and persona name, in
+  the order given), the optional player, the situation, the turn order, the line budget and the
+  lines spoken so far. :func:`next_speaker` says who speaks next (a member's id, or
+  :data:`PLAYER` when it is the player's turn); :func:`spoken` records a line.
+- Turn orders: ``roundRobin`` (members in order, then the player when there is one),
+  ``sequence`` (the given ids, repeated), ``model`` (the member, or the player, that the previous
+  line addressed; when it addressed nobody in particular, the member who has been silent longest).
+  The model chooses by whom its line addresses: no generation is spent on choosing.
+- :func:`check_line` is the attribution check of one generated line: it must be spoken by its
+  speaker, never as or for another member (a line that goes on as another member is cut there;
+  one that begins as another member, or is empty, is rejected and asked again alone).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from collections.abc import Sequence
+
+import msgspec
+
+from ..errors import invalid_params
+from ._text import trimmed_or_none
+
+__all__ = [
+    "LINE_SENTENCES",
+    "MAX_LINES_SHOWN",
+    "MAX_MEMBERS",
+    "MIN_MEMBERS",
+    "PLAYER",
+    "ConversationLine",
+    "ConversationState",
+    "ConversationView",
+    "LineReply",
+    "Member",
+    "TurnOrder",
+    "addressee_of",
+    "check_line",
+    "heard_note",
+    "line_prompt",
+    "located_at",
+    "lines_from_wire",
+    "next_speaker",
+    "spoken",
+    "view_for",
+]
+
+PLAYER = "player"
+"""The speaker id of the player (never an NPC id: an NPC's own id cannot be it in a conversation)."""
+MIN_MEMBERS = 2
+MAX_MEMBERS = 8
+LINE_SENTENCES = 1
+"""A conversation line is one sentence: lines come and go quickly, and a short line's reserved answer
+lets more of them share a generation."""
+MAX_LINES_SHOWN = 12
+"""The latest lines a speaker's prompt shows; older ones are in its memory already."""
+
+_LABEL = re.compile(r"^\s*[\"'“*_]*([^:\n]{1,40}?)[\"'”*_]*\s*:\s*")
+
+
+class TurnOrder(enum.Enum):
+    MODEL = "model"
+    ROUND_ROBIN = "roundRobin"
+    SEQUENCE = "sequence"
+
+
+class Member(msgspec.Struct, frozen=True):
+    npc: str
+    name: str
+
+
+class ConversationLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One line: ``speaker`` is a member's id or :data:`PLAYER`; ``addressee`` likewise, or
+    ``None`` (the group)."""
+
+    speaker: str
+    name: str
+    line: str
+    emotion: str | None = None
+    addressee: str | None = None
+    is_fallback: bool = False
+    degraded: str | None = None
+
+    def to_wire(self) -> dict[str, object]:
+        wire: dict[str, object] = {
+            "speaker": self.speaker, "name": self.name, "line": self.line, "emotion": self.emotion,
+            "addressee": self.addressee, "isFallback": self.is_fallback,
+        }
+        if self.degraded is not None:
+            wire["degraded"] = self.degraded
+        return wire
+
+
+def lines_from_wire(values: Sequence[object], path: str) -> list[ConversationLine]:
+    """Lines as ``conversation/state`` gives them back; ``-32602`` naming the first bad one."""
+    lines = []
+    for index, value in enumerate(values):
+        if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in ("speaker", "name", "line")):
+            raise invalid_params(f"Parameter '{path}[{index}]' must be a line of a conversation/state result.")
+        addressee, emotion, degraded = (value.get(k) for k in ("addressee", "emotion", "degraded"))
+        lines.append(ConversationLine(
+            speaker=value["speaker"], name=value["name"], line=value["line"],
+            emotion=emotion if isinstance(emotion, str) else None,
+            addressee=addressee if isinstance(addressee, str) else None,
+            is_fallback=value.get("isFallback") is True, degraded=degraded if isinstance(degraded, str) else None,
+        ))
+    return lines
+
+
+class ConversationState(msgspec.Struct, frozen=True, kw_only=True):
+    world: str
+    members: tuple[Member, ...]
+    situation: str | None = None
+    player: str | None = None  # the player's name when the player takes part
+    audience: tuple[str, ...] = ()  # bystanders' NPC ids
+    location: str | None = None  # NPCs the world state puts here overhear too (located_at)
+    order: TurnOrder = TurnOrder.ROUND_ROBIN
+    sequence: tuple[str, ...] = ()
+    line_budget: int = 20
+    lines: tuple[ConversationLine, ...] = ()
+    position: int = 0  # turns taken (roundRobin and sequence count on from here)
+
+    @property
+    def ids(self) -> list[str]:
+        return [m.npc for m in self.members]
+
+    @property
+    def ended(self) -> bool:
+        return len(self.lines) >= self.line_budget or len(self.members) < MIN_MEMBERS
+
+    @property
+    def ambient(self) -> bool:
+        """No player: its lines are background work."""
+        return self.player is None
+
+    def name_of(self, speaker: str) -> str:
+        if speaker == PLAYER:
+            return self.player or "Player"
+        return next((m.name for m in self.members if m.npc == speaker), speaker)
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "world": self.world,
+            "members": [{"npc": m.npc, "name": m.name} for m in self.members],
+            "player": self.player,
+            "audience": list(self.audience),
+            "location": self.location,
+            "situation": self.situation,
+            "turnOrder": self.order.value,
+            "sequence": list(self.sequence),
+            "lineBudget": self.line_budget,
+            "lines": [line.to_wire() for line in self.lines],
+            "position": self.position,
+            "ended": self.ended,
+        }
+
+
+class ConversationView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a speaker is shown to say its line: the others by name, the situation, the latest lines
+    (``Name: words``, at most :data:`MAX_LINES_SHOWN`), and the line before (the one it answers)."""
+
+    others: tuple[str, ...]
+    situation: str | None
+    earlier: tuple[str, ...]
+    last_label: str
+    last_line: str
+    background: bool
+
+
+class LineReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A member's line as its NPC said it (:meth:`~.npc.NPC.converse`): checked, or its fallback."""
+
+    line: str
+    emotion: str
+    is_fallback: bool = False
+    degraded: str | None = None
+    retried: bool = False  # the first answer failed the attribution check and was asked again alone
+
+
+def next_speaker(state: ConversationState) -> str:
+    """Who speaks next: a member's id, or :data:`PLAYER`."""
+    ids = state.ids
+    turn_takers = [*ids, PLAYER] if state.player is not None else ids
+    if state.order is TurnOrder.SEQUENCE:
+        present = [s for s in state.sequence if s in turn_takers]
+        if present:
+            return present[state.position % len(present)]
+        return ids[state.position % len(ids)]
+    if state.order is TurnOrder.ROUND_ROBIN or not state.lines:
+        return turn_takers[state.position % len(turn_takers)]
+    last = state.lines[-1]
+    if last.addressee is not None and last.addressee != last.speaker and last.addressee in turn_takers:
+        return last.addressee
+    silent = {npc: -1 for npc in ids if npc != last.speaker}
+    for index, line in enumerate(state.lines):
+        if line.speaker in silent:
+            silent[line.speaker] = index
+    return min(silent, key=lambda npc: silent[npc]) if silent else ids[0]
+
+
+def spoken(state: ConversationState, line: ConversationLine) -> ConversationState:
+    return msgspec.structs.replace(state, lines=(*state.lines, line), position=state.position + 1)
+
+
+def view_for(state: ConversationState, speaker: str) -> ConversationView:
+    """What ``speaker`` is shown for its next line."""
+    labelled = [f"{line.name}: {line.line}" for line in state.lines[-MAX_LINES_SHOWN:]]
+    names = [m.name for m in state.members if m.npc != speaker]
+    if state.player is not None:
+        names.append(state.player)
+    if labelled:
+        last = state.lines[-1]
+        return ConversationView(others=tuple(names), situation=state.situation, earlier=tuple(labelled[:-1]),
+                                last_label=last.name, last_line=last.line, background=state.ambient)
+    return ConversationView(others=tuple(names), situation=state.situation, earlier=(), last_label="Situation",
+                            last_line=trimmed_or_none(state.situation) or "The conversation begins.",
+                            background=state.ambient)
+
+
+def line_prompt(view: ConversationView, speaker: str) -> str:
+    """The prompt of a speaker's line when it runs alone (a coalesced one shows the same)."""
+    lines = [f"A conversation between you ({speaker}) and {', '.join(view.others)}."]
+    lines.extend(view.earlier)
+    lines.append(f"{view.last_label}: {view.last_line}")
+    lines.append(f"Say your next line as {speaker} only, in one sentence.")
+    return "\n".join(lines)
+
+
+def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
+    """The line as ``speaker`` may say it, or ``None`` when it must be asked again: it begins as
+    another member (``Other: …``) or is empty. A line that goes on as another member (``… Other:
+    …``) is cut where the other begins."""
+    text = line.strip()
+    label = _LABEL.match(text)
+    if label is not None:
+        name = label.group(1).strip()
+        if any(name.casefold() == other.casefold() for other in others):
+            return None
+        if name.casefold() == speaker.casefold():
+            text = text[label.end():]
+    for other in others:
+        found = _label_of(other).search(text)
+        if found is not None:
+            text = text[:found.start(1)].rstrip()
+    return text.strip() or None
+
+
+# A crowd's names are many more than ``re``'s own cache holds: each name's patterns are kept here.
+@functools.lru_cache(maxsize=8192)
+def _label_of(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|[\s\"'“])({re.escape(name)})\s*:", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8192)
+def _naming(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
+
+
+def addressee_of(line: str, speaker: str, state: ConversationState) -> str | None:
+    """Whom ``line`` addresses: the first other member (or the player) it names, else ``None``."""
+    best: tuple[int, str] | None = None
+    candidates = [(m.npc, m.name) for m in state.members if m.npc != speaker]
+    if state.player is not None and speaker != PLAYER:
+        candidates.append((PLAYER, state.player))
+    for npc, name in candidates:
+        found = _naming(name).search(line)
+        if found is not None and (best is None or found.start() < best[0]):
+            best = (found.start(), npc)
+    return best[1] if best is not None else None
+
+
+def located_at(npcs: object, location: str) -> list[str]:
+    """The NPC ids the world state's ``npcs`` object puts at ``location`` (``npcs.<id>.location``)."""
+    if not isinstance(npcs, dict):
+        return []
+    return [npc for npc, where in npcs.items() if isinstance(where, dict) and where.get("location") == location]
+
+
+def heard_note(state: ConversationState, line: ConversationLine, listener: str, *, overheard: bool) -> str:
+    """One line as ``listener`` (an NPC id) remembers it: who said what, to whom."""
+    speaker = "You" if line.speaker == listener else line.name
+    if line.addressee is None:
+        target = ""
+    elif line.addressee == listener:
+        target = " to you"
+    else:
+        target = f" to {state.name_of(line.addressee)}"
+    prefix = "(overheard) " if overheard else ""
+    return f"{prefix}{speaker}{target}: {line.line}"
