@@ -23,9 +23,9 @@ R = TypeVar("R")
 
 
 class Owner:
-    """What a session's and an NPC's handles share: an id the server knows them by (``kind`` is
-    the param that carries it), turns cancelled with ``<kind>/cancel``, tools answered per owner.
-    A handle for another family of objects (conversations) subclasses it in a few lines."""
+    """What the handles of sessions, NPCs and conversations share: an id the server knows them
+    by (``kind`` is the param that carries it), turns cancelled with ``<kind>/cancel``, tools
+    answered per owner. A handle for another family of objects subclasses it in a few lines."""
 
     kind = ""
 
