@@ -141,3 +141,27 @@ async def test_errors_are_raised_typed() -> None:
     assert unknown.value.code is ErrorCode.CONVERSATION_NOT_FOUND and unknown.value.data()["conversation"] == "nowhere"
     assert ended.value.code is ErrorCode.INVALID_REQUEST and ended.value.code.number == -32011
     assert (after.ended, after.next, after.lines) == (True, None, [])
+
+
+async def test_conversation_cancel_fails_the_running_advance_with_cancelled() -> None:
+    outcome: list[BaseException] = []
+
+    async def advance(table: Conversation) -> None:
+        try:
+            await table.advance()
+        except AgentError as error:
+            outcome.append(error)
+
+    with anyio.fail_after(HANG_GUARD):
+        async with connect(**STDIO) as client:
+            await tavern(client, bran=lines("[neutral] A long story...", delay_ms=600_000), cora=lines("[neutral] Hm."))
+            table = await client.create_conversation("table", world="tavern", members=["bran", "cora"])
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(advance, table)
+                while not (await client.list_conversations())[0]["busy"]:
+                    await anyio.sleep(0.05)
+                cancelled = await table.cancel()
+            state = await table.state()
+    [error] = outcome
+    assert isinstance(error, AgentError) and error.code is ErrorCode.CANCELLED
+    assert cancelled >= 1 and state["lines"] == []
