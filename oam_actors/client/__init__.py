@@ -27,9 +27,20 @@ from ._errors import (
     UnexpectedResult,
     error_from_wire,
 )
-from ._handles import Npc, Owner, Session, Subscription, World
+from ._handles import Conversation, Npc, Owner, Session, Subscription, World
 from ._params import params_of
-from ._results import Bark, Decision, NpcReply, SessionReply, TokenUsage, ToolRecord, ToolRequest
+from ._results import (
+    Bark,
+    ConversationLine,
+    ConversationReply,
+    ConversationSaid,
+    Decision,
+    NpcReply,
+    SessionReply,
+    TokenUsage,
+    ToolRecord,
+    ToolRequest,
+)
 from ._transports import (
     Endpoint,
     InProcessEndpoint,
@@ -48,6 +59,10 @@ __all__ = [
     "ConnectError",
     "Connecting",
     "ConnectionLost",
+    "Conversation",
+    "ConversationLine",
+    "ConversationReply",
+    "ConversationSaid",
     "Decision",
     "Endpoint",
     "InProcessEndpoint",

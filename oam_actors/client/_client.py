@@ -17,7 +17,7 @@ import anyio.abc
 from ..errors import OamError, ProtocolError
 from ._connection import Connection, ToolHandler
 from ._errors import AuthenticationFailed, ConnectError, ConnectionLost, error_from_wire
-from ._handles import Npc, Session, World
+from ._handles import Conversation, Npc, Session, World
 from ._params import UNSET, params_of, pick
 from ._results import Decision, decode
 from ._transports import Endpoint, endpoint_of
@@ -350,6 +350,31 @@ class Client:
 
     async def list_npcs(self) -> list[dict[str, Any]]:
         return await self.member("npc/list", None, "npcs")
+
+    async def create_conversation(self, conversation: str | None = None, *, world: str, members: Sequence[str],
+                                  player: str | None = None, audience: Sequence[str] | None = None,
+                                  location: str | None = None, situation: Any = None, turn_order: str | None = None,
+                                  sequence: Sequence[str] | None = None, line_budget: int | None = None,
+                                  **extra: Any) -> Conversation:
+        """``conversation/create``: ``members`` (2–8 NPC ids of ``world``) talk to each other;
+        ``player`` (the player's name) joins in with :meth:`Conversation.say`."""
+        result = await self.call("conversation/create", params_of(
+            conversation=conversation, world=world, members=members, player=player, audience=audience,
+            location=location, situation=situation, turn_order=turn_order, sequence=sequence,
+            line_budget=line_budget, **extra))
+        return Conversation(self, pick(result, "conversation", "conversation/create"), result.get("warnings", []))
+
+    async def restore_conversation(self, state: Mapping[str, Any], *, conversation: str | None = None) -> Conversation:
+        """``conversation/restore`` from :meth:`Conversation.state` (or a whole ``conversation/state`` result)."""
+        result = await self.call("conversation/restore", params_of(state=state, conversation=conversation))
+        return Conversation(self, pick(result, "conversation", "conversation/restore"))
+
+    def conversation(self, conversation: str) -> Conversation:
+        """The handle of an existing conversation (no request is sent)."""
+        return Conversation(self, conversation)
+
+    async def list_conversations(self) -> list[dict[str, Any]]:
+        return await self.member("conversation/list", None, "conversations")
 
     async def create_world(self, world: str | None = None, *, state: Mapping[str, Any] | None = None) -> World:
         result = await self.call("world/create", params_of(world=world, state=state))

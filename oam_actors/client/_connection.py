@@ -2,7 +2,7 @@
 
 One reader task reads every message in arrival order and dispatches it: a response resolves its
 request (exactly once; a late answer to a call that timed out or was cancelled is dropped), a
-``session/event`` / ``npc/event`` goes to the stream of the request it names (before that
+``session/event`` / ``npc/event`` / ``conversation/event`` goes to the stream of the request it names (before that
 request's response, as the server writes them), ``world/changed`` to its subscription's stream,
 ``tool/call`` to a handler task, ``tool/cancel`` cancels that task. When the connection ends, for
 whatever cause, every pending request fails with the :class:`ConnectionLost` naming it and every
@@ -158,7 +158,8 @@ class Connection:
 
     async def start(self, method: str, params: dict[str, Any] | None, events: EventStream | None = None) -> Pending:
         """Send a request; its answer is collected by :meth:`wait`. ``events`` receives the
-        request's ``session/event`` / ``npc/event`` notifications and ends with its answer."""
+        request's ``session/event`` / ``npc/event`` / ``conversation/event`` notifications and ends
+        with its answer."""
         request_id = next(self._ids)
         pending = self._pending[request_id] = Pending(request_id, method)
         if events is not None:
@@ -273,7 +274,7 @@ class Connection:
         if not isinstance(params, dict):
             _log.debug("%s: %s without params object ignored", self.name, method)
             return
-        if method in ("session/event", "npc/event"):
+        if method in ("session/event", "npc/event", "conversation/event"):
             stream = self._event_streams.get(params.get("requestId"))
             if stream is not None and isinstance(params.get("event"), dict):
                 stream.put(params["event"])

@@ -1,4 +1,4 @@
-"""Handles of the server's objects: sessions, NPCs, worlds and world subscriptions.
+"""Handles of the server's objects: sessions, NPCs, conversations, worlds and world subscriptions.
 
 A handle is an id and the client it belongs to; its methods are the object's methods of the
 protocol. Creating a handle sends nothing (``client.session("guard")``).
@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._connection import EventStream, ToolHandler
 from ._params import UNSET, params_of, pick
-from ._results import Bark, NpcReply, SessionReply, decode
+from ._results import Bark, ConversationReply, ConversationSaid, NpcReply, SessionReply, decode
 from ._turn import Turn
 
 if TYPE_CHECKING:
     from ._link import ClientLink
 
-__all__ = ["Npc", "Owner", "Session", "Subscription", "World"]
+__all__ = ["Conversation", "Npc", "Owner", "Session", "Subscription", "World"]
 
 R = TypeVar("R")
 
 
 class Owner:
-    """What a session's and an NPC's handles share: an id the server knows them by (``kind`` is
-    the param that carries it), turns cancelled with ``<kind>/cancel``, tools answered per owner.
-    A handle for another family of objects (conversations) subclasses it in a few lines."""
+    """What the handles of sessions, NPCs and conversations share: an id the server knows them
+    by (``kind`` is the param that carries it), turns cancelled with ``<kind>/cancel``, tools
+    answered per owner. A handle for another family of objects subclasses it in a few lines."""
 
     kind = ""
 
@@ -143,6 +143,65 @@ class Npc(Owner):
 
     async def reset(self, *, clear_memory: bool = False) -> None:
         await self.client.call("npc/reset", self._params(clear_memory=clear_memory))
+
+
+class Conversation(Owner):
+    """A conversation's handle: ``id``, the create ``warnings``, and its methods. Cancelling the
+    task that awaits ``advance`` or ``run`` (or iterates their streams) sends
+    ``conversation/cancel``: the request answers ``-32009`` and leaves no line."""
+
+    kind = "conversation"
+
+    def _lines(self, method: str, timeout: float | None, stream: bool, **fields: Any) -> Turn[ConversationReply]:
+        return self._turn(method, ConversationReply, self._params(**fields), timeout, stream=stream)
+
+    async def advance(self, *, speaker: str | None = None, deadline_seconds: float | None = None,
+                      timeout: float | None = UNSET, **extra: Any) -> ConversationReply:
+        """``conversation/advance``: one line (``speaker``: this member says it; ``extra``: ``coalesce``)."""
+        return await self._lines("conversation/advance", timeout, False, speaker=speaker,
+                                 deadline_seconds=deadline_seconds, **extra)
+
+    def advance_stream(self, *, speaker: str | None = None, deadline_seconds: float | None = None,
+                       timeout: float | None = UNSET, **extra: Any) -> Turn[ConversationReply]:
+        """``conversation/advance`` streamed: its events (as :meth:`run_stream`), then the reply."""
+        return self._lines("conversation/advance", timeout, True, speaker=speaker,
+                           deadline_seconds=deadline_seconds, **extra)
+
+    async def run(self, lines: int, *, speaker: str | None = None, deadline_seconds: float | None = None,
+                  timeout: float | None = UNSET, **extra: Any) -> ConversationReply:
+        """``conversation/run``: up to ``lines`` lines, fewer when it ends or it is the player's turn."""
+        return await self._lines("conversation/run", timeout, False, lines=lines, speaker=speaker,
+                                 deadline_seconds=deadline_seconds, **extra)
+
+    def run_stream(self, lines: int, *, speaker: str | None = None, deadline_seconds: float | None = None,
+                   timeout: float | None = UNSET, **extra: Any) -> Turn[ConversationReply]:
+        """``conversation/run`` streamed: its ``conversation/event`` events (``speaker``,
+        ``emotion``, ``lineDelta``, ``lineReset``, ``line``; then ``playerTurn`` or ``ended``),
+        then the :class:`ConversationReply`."""
+        return self._lines("conversation/run", timeout, True, lines=lines, speaker=speaker,
+                           deadline_seconds=deadline_seconds, **extra)
+
+    async def say(self, line: str, *, to: str | None = None, timeout: float | None = UNSET) -> ConversationSaid:
+        """``conversation/say``: the player's line (``to``: the member addressed). Not cancellable
+        on the server: cancelling only stops waiting."""
+        result = await self.client.call("conversation/say", self._params(line=line, to=to), timeout=timeout)
+        return decode(result, ConversationSaid, "conversation/say")
+
+    async def _member_change(self, method: str, npc: str) -> ConversationReply:
+        return decode(await self.client.call(method, self._params(npc=npc)), ConversationReply, method)
+
+    async def join(self, npc: str) -> ConversationReply:
+        """``conversation/join``: ``npc`` speaks last in the order from now on."""
+        return await self._member_change("conversation/join", npc)
+
+    async def leave(self, npc: str) -> ConversationReply:
+        """``conversation/leave`` (fewer than 2 members left: the conversation has ended)."""
+        return await self._member_change("conversation/leave", npc)
+
+    async def state(self) -> dict[str, Any]:
+        """``conversation/state``: the saved state, committed lines only (pass it to
+        :meth:`Client.restore_conversation`)."""
+        return await self.client.member("conversation/state", self._params(), "state")
 
 
 class World:

@@ -15,6 +15,9 @@ from ._errors import UnexpectedResult
 
 __all__ = [
     "Bark",
+    "ConversationLine",
+    "ConversationReply",
+    "ConversationSaid",
     "Created",
     "Decision",
     "NpcReply",
@@ -113,6 +116,46 @@ class Decision(_Wire):
     is_fallback: bool = False
     degraded: str | None = None
     warnings: list[str] = []
+
+
+class ConversationLine(_Wire):
+    """One line of a conversation (``lines[]``, a ``line`` event, ``conversation/say``'s
+    ``line``): ``speaker`` a member id or ``"player"``; ``addressee`` the member id (or
+    ``"player"``) the line names first, ``None`` for the group; ``emotion`` is ``None`` for the
+    player's lines; ``degraded`` as in :class:`NpcReply` (``"preempted"``: an ambient line gave
+    way to a talk)."""
+
+    speaker: str
+    name: str
+    line: str
+    emotion: str | None = None
+    addressee: str | None = None
+    is_fallback: bool = False
+    degraded: str | None = None
+
+
+class _Standing(_Wire):
+    """Where a conversation stands after a request: ``next`` is who speaks next (``"player"`` on
+    the player's turn, ``None`` once ended); ``line_count`` counts every line so far."""
+
+    conversation: str
+    members: list[str] = []
+    next: str | None = None
+    player_turn: bool = False
+    ended: bool = False
+    line_count: int = 0
+
+
+class ConversationReply(_Standing):
+    """``conversation/advance`` and ``run`` (the ``lines`` said), ``join`` and ``leave`` (no ``lines``)."""
+
+    lines: list[ConversationLine] = []
+
+
+class ConversationSaid(_Standing, kw_only=True):
+    """``conversation/say``: the player's ``line``, once committed."""
+
+    line: ConversationLine
 
 
 def decode(result: Any, kind: type[Any], method: str) -> Any:

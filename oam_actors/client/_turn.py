@@ -99,9 +99,9 @@ class Turn(Generic[R]):
         return self
 
     async def __anext__(self) -> dict[str, Any]:
-        """The next event (``event`` of ``session/event`` / ``npc/event``); the iteration ends
-        when the answer arrives, or raises ``ConnectionLost``. A server error is raised by
-        ``await turn``, not here."""
+        """The next event (``event`` of ``session/event`` / ``npc/event`` /
+        ``conversation/event``); the iteration ends when the answer arrives, or raises
+        ``ConnectionLost``. A server error is raised by ``await turn``, not here."""
         assert self._events is not None
         with self._cancelling():
             await self._start()
