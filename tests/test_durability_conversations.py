@@ -139,3 +139,25 @@ def test_state_exports_and_imports_a_conversation(tmp_path: Path) -> None:
                                         '"state": {"world": "w", "members": [{"npc": 1}]}}\n')
     bad = _cli("state", str(tmp_path / "other.db"), "import", str(tmp_path / "bad.jsonl"))
     assert bad.returncode == 2 and "line 1" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_a_restored_conversation_and_a_said_line_are_durable_once_answered(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with BridgeProcess(["--state-store", db]) as p:
+        _people(p)
+        p.call("conversation/create", {"conversation": "c", "world": WORLD, "members": ["bran", "cora"],
+                                       "player": "Ada"})
+        p.call("conversation/advance", {"conversation": "c"})
+        saved = p.call("conversation/state", {"conversation": "c"})
+        created_at = p.call("conversation/list")["conversations"][0]["createdAt"]
+        restored = p.call("conversation/restore", {"conversation": "copy", "state": saved})
+        assert restored["conversation"] == "copy"
+        assert p.call("conversation/say", {"conversation": "copy", "line": "Evening, Cora."})["lineCount"] == 2
+        p.proc.send_signal(signal.SIGKILL)  # no orderly exit: only what each answer waited for
+        p.proc.wait()
+    with BridgeProcess(["--state-store", db]) as p:
+        assert _said(p, "copy") == [("bran", "Bran line 0."), ("player", "Evening, Cora.")]
+        assert _said(p, "c") == [("bran", "Bran line 0.")]
+        listed = {c["conversation"]: c["createdAt"] for c in p.call("conversation/list")["conversations"]}
+        assert listed["c"] == created_at and set(listed) == {"c", "copy"}
+        assert p.close() == 0
