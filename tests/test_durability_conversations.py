@@ -161,3 +161,18 @@ def test_a_restored_conversation_and_a_said_line_are_durable_once_answered(tmp_p
         listed = {c["conversation"]: c["createdAt"] for c in p.call("conversation/list")["conversations"]}
         assert listed["c"] == created_at and set(listed) == {"c", "copy"}
         assert p.close() == 0
+
+
+def test_a_member_deleted_after_a_restart_leaves_the_stored_conversation(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    with BridgeProcess(["--state-store", db]) as p:
+        _people(p, 4, "bran", "cora", "dena")
+        p.call("conversation/create", {"conversation": "c", "world": WORLD, "members": ["bran", "cora", "dena"]})
+        assert p.close() == 0
+    with BridgeProcess(["--state-store", db]) as p:
+        assert p.call("npc/delete", {"npc": "dena"})["deleted"] is True
+        assert p.close() == 0
+    with BridgeProcess(["--state-store", db]) as p:
+        members = p.call("conversation/state", {"conversation": "c"})["state"]["members"]
+        assert [m["npc"] for m in members] == ["bran", "cora"]
+        assert p.close() == 0
