@@ -72,3 +72,25 @@ def test_a_front_door_on_ray_killed_mid_load_comes_back_with_every_answered_comm
         reply = door.call("session/respond", {"session": "guard", "prompt": "again"})
         assert reply["text"] == f"r{len(entries) // 2}"  # the script goes on where the store left it
         assert door.close() == 0
+
+
+def test_a_conversation_on_ray_comes_back_with_its_lines_after_a_restart(tmp_path: Path) -> None:
+    db = str(tmp_path / "ray.db")
+    args = ["--runtime", "ray", "--shards", "2", "--state-store", db]
+    people = {"bran": "Bran", "cora": "Cora"}
+    with front_door(args) as door:
+        door.call("world/create", {"world": "tavern"})
+        for npc, name in people.items():
+            steps = [{"text": f"{name} line {i}."} for i in range(4)]
+            door.call("npc/create", {"npc": npc, "persona": {"name": name, "role": "a villager"}, "world": "tavern",
+                                     "model": scripted(steps)})
+        door.call("conversation/create", {"conversation": "c", "world": "tavern", "members": list(people)})
+        assert len(door.call("conversation/run", {"conversation": "c", "lines": 2})["lines"]) == 2
+        assert door.close() == 0
+    with front_door(args) as door:
+        lines = door.call("conversation/state", {"conversation": "c"})["state"]["lines"]
+        assert [line["line"] for line in lines] == ["Bran line 0.", "Cora line 0."]
+        assert door.call("conversation/advance", {"conversation": "c"})["lines"][0]["line"] == "Bran line 1."
+        heard = door.call("npc/state", {"npc": "cora"})["state"]["memory"]["heard"]
+        assert heard[:2] == ["Bran: Bran line 0.", "You: Cora line 0."]
+        assert door.close() == 0

@@ -3,7 +3,7 @@
 - ``list`` (the default): one line per stored object, ``TENANT KIND ID version N``, by tenant,
   kind and id (the anonymous tenant shows as ``-``).
 - ``export``: every object as one JSON line on stdout, in the shape its protocol method returns
-  (``session/transcript``, ``npc/state``, ``world/get`` of the root) plus ``tenant``, ``kind`` and
+  (``session/transcript``, ``npc/state``, ``world/get`` of the root, ``conversation/state``) plus ``tenant``, ``kind`` and
   what the object was created with (``model``, ``options``), so ``import`` can build it again.
 - ``import FILE``: such lines (``-``: stdin) written into the store, each replacing the stored
   object of the same tenant, kind and id; all or nothing.
@@ -23,16 +23,19 @@ import msgspec
 
 from ..agent import Transcript
 from ..bridge.bridge import tenant_namespace
+from ..errors import ProtocolError
 from ..game import NPCSaveState, WorldState
+from ..game.conversation import ConversationState
+from ..objects.conversation import ConversationCheckpoint
 from ..objects.npc import NPCCheckpoint
 from ..objects.session import SessionState
-from ..runtime import SqliteStore, StoreRecord, dumps_state, loads_state
+from ..runtime import Address, SqliteStore, StoreRecord, dumps_state, loads_state
 from .argtypes import UsageError
 from .runtime import opened_store
 
 __all__ = ["add_arguments", "run"]
 
-_KINDS = ("session", "npc", "world")
+_KINDS = ("session", "npc", "world", "conversation")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +104,10 @@ def exported(record: StoreRecord) -> dict[str, Any]:
         state = checkpoint.state | {"npc": record.id, "options": checkpoint.options, "tools": checkpoint.tools,
                                     "world": recipe.get("world")}
         return {**head, "npc": record.id, "state": state, "model": recipe.get("model")}
+    if record.kind == "conversation":
+        saved = msgspec.json.decode(record.state, type=ConversationCheckpoint)
+        return {**head, "conversation": record.id, "state": {"conversation": record.id, **saved.state.to_wire()},
+                "createdAt": recipe.get("created_at", "")}
     document, _ = loads_state(record.state)
     return {**head, "world": record.id, "path": "", "value": document["document"], "exists": True,
             "version": document["version"]}
@@ -113,9 +120,9 @@ def imported(line: bytes, number: int, load: Any) -> StoreRecord:
         tenant, kind = value["tenant"], value["kind"]
         object_id = value[kind]
         if not isinstance(tenant, str) or kind not in _KINDS or not isinstance(object_id, str):
-            raise ValueError("tenant, kind and id must be strings, kind one of session, npc, world")
-        recipe, state = _encoded(kind, value)
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError("tenant, kind and id must be strings, kind one of session, npc, world, conversation")
+        recipe, state = _encoded(kind, value, tenant)
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError, ProtocolError) as exc:
         raise UsageError(f"line {number}: not an exported object ({exc})") from None
     key = f"{kind}:{tenant_namespace(tenant)}{object_id}"
     stored = load(key)
@@ -123,7 +130,7 @@ def imported(line: bytes, number: int, load: Any) -> StoreRecord:
     return StoreRecord(key, tenant, kind, object_id, version, msgspec.json.encode(recipe), state)
 
 
-def _encoded(kind: str, value: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+def _encoded(kind: str, value: dict[str, Any], tenant: str) -> tuple[dict[str, Any], bytes]:
     if kind == "session":
         transcript = Transcript.from_wire(value["transcript"], path="transcript")
         state = SessionState(transcript.instructions, transcript.contextNote, list(transcript.tools),
@@ -134,5 +141,12 @@ def _encoded(kind: str, value: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         NPCSaveState.from_wire(state, "state")  # checked here, not when first used
         checkpoint = NPCCheckpoint(state, state.get("options") or {}, state.get("tools") or [])
         return {"model": value.get("model"), "world": state.get("world"), "created_at": ""}, msgspec.json.encode(checkpoint)
+    if kind == "conversation":
+        conversation = ConversationState.from_wire(value["state"])
+        namespace = tenant_namespace(tenant)  # its NPCs are the tenant's, as at its creation
+        addresses = {npc: Address("npc", namespace + npc) for npc in (*conversation.ids, *conversation.audience)}
+        created_at = value.get("createdAt")
+        return ({"created_at": created_at if isinstance(created_at, str) else ""},
+                msgspec.json.encode(ConversationCheckpoint(conversation, addresses)))
     document = WorldState(value["value"])
     return {"created_at": ""}, dumps_state(({"version": value.get("version", 0), "document": document.snapshot()}, []))

@@ -24,6 +24,7 @@ import enum
 import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -161,6 +162,31 @@ class ConversationState(msgspec.Struct, frozen=True, kw_only=True):
             "position": self.position,
             "ended": self.ended,
         }
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> ConversationState:
+        """The state ``to_wire`` gave (``ended`` is derived, so ignored); ``ValueError`` or
+        ``TypeError`` if it is not one. Checks the shape only: whether its members exist is
+        the caller's to check."""
+        members = tuple(Member(m["npc"], m["name"]) for m in wire["members"])
+        if not all(isinstance(text, str) for m in members for text in (m.npc, m.name)):
+            raise ValueError("members must be objects with string 'npc' and 'name'")
+        optional = {key: wire.get(key) for key in ("situation", "player", "location")}
+        if not isinstance(wire["world"], str) or any(v is not None and not isinstance(v, str) for v in optional.values()):
+            raise ValueError("world, situation, player and location must be strings")
+        return cls(
+            world=wire["world"], members=members, audience=tuple(_strings(wire.get("audience") or [], "audience")),
+            order=TurnOrder(wire.get("turnOrder", TurnOrder.ROUND_ROBIN.value)),
+            sequence=tuple(_strings(wire.get("sequence") or [], "sequence")),
+            line_budget=int(wire.get("lineBudget", 20)), lines=tuple(lines_from_wire(wire.get("lines") or [], "lines")),
+            position=int(wire.get("position", 0)), **optional,
+        )
+
+
+def _strings(values: Sequence[object], name: str) -> list[str]:
+    if not all(isinstance(value, str) for value in values):
+        raise ValueError(f"{name} must hold strings")
+    return [str(value) for value in values]
 
 
 class ConversationView(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,9 +28,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, MonotonicClock
-from ._conversation import CONVERSATION_METHODS
+from ._conversation import CONVERSATION_METHODS, revive_conversation
 from ._npc import NPC_METHODS, revive_npc
 from ._requests import REQUEST_METHODS
+from ._state import CONVERSATION as CONVERSATION_KIND
 from ._state import NPC as NPC_KIND
 from ._state import WORLD as WORLD_KIND
 from ._state import GameLimits, GameRegistry, GameState
@@ -49,7 +50,7 @@ class GameExtension:
     """The game methods for one bridge; limits are coerced to at least 1. Bridges that share a
     namespace pass the same ``registry`` (its limits then apply instead of the ``max_*``), or
     the same ``registries`` (one registry per shared namespace, made by the first of them). With
-    a state store, the tenant's stored NPCs and worlds are indexed at ``install`` and each is
+    a state store, the tenant's stored NPCs, worlds and conversations are indexed at ``install`` and each is
     revived on first use.
     ``clock`` times requests' deadlines from their arrival (default: the monotonic clock)."""
 
@@ -97,6 +98,7 @@ class GameExtension:
             state.load_stored()
             bridge.revivers[NPC_KIND] = functools.partial(revive_npc, state)
             bridge.revivers[WORLD_KIND] = functools.partial(revive_world, state)
+            bridge.revivers[CONVERSATION_KIND] = functools.partial(revive_conversation, state)
         for notification in GAME_NOTIFICATIONS:
             bridge.registry.add_notification(notification)
 
@@ -111,6 +113,7 @@ def _reviving(handler: Callable[[GameState, Call], Awaitable[Any]], state: GameS
 
     async def handle(call: Call) -> Any:
         await state.prepare_npc(call.params.raw("npc"))
+        await state.prepare_conversation(call.params.raw("conversation"))
         return await handler(state, call)
 
     return handle

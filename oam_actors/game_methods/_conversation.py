@@ -7,9 +7,12 @@ queued, so a bad request changes nothing.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from ..bridge import Call, Deferred
+import msgspec
+
+from ..bridge import Bridge, Call, Deferred
 from ..bridge.params import Params, preview
 from ..errors import invalid_params
 from ..game import Persona
@@ -27,17 +30,18 @@ from ..game.conversation import (
 from ..objects.conversation import (
     Advance,
     ConversationActor,
+    ConversationCheckpoint,
     DescribeConversation,
     JoinConversation,
     LeaveConversation,
     PlayerSays,
 )
 from ..objects.npc import GetPersona
-from ..runtime import ActorRef, ActorStopped
+from ..runtime import ActorRef, ActorStopped, StoreRecord
 from ._common import client_id, conversation_not_found, deadline_seconds
-from ._state import CONVERSATION, NPC, ConversationRecord, GameState
+from ._state import CONVERSATION, NPC, ConversationRecipe, ConversationRecord, GameState
 
-__all__ = ["CONVERSATION_METHODS", "MAX_LINE_BUDGET", "MAX_RUN_LINES"]
+__all__ = ["CONVERSATION_METHODS", "MAX_LINE_BUDGET", "MAX_RUN_LINES", "revive_conversation"]
 
 MAX_LINE_BUDGET = 10_000
 MAX_RUN_LINES = 64
@@ -50,7 +54,7 @@ async def conversation_create(game: GameState, call: Call) -> Any:
     warnings = params.unknown(_CREATE_KEYS)
     conversation = game.claim_conversation_id(params)
     state = await _new_state(game, params)
-    return await _spawn(game, conversation, state) | {"warnings": warnings}
+    return await _spawn(game, conversation, state, warnings=warnings)
 
 
 async def _new_state(game: GameState, params: Params) -> ConversationState:
@@ -138,17 +142,34 @@ async def _name_of(game: GameState, npc: str, path: str) -> str:
     return persona.name.strip()
 
 
-async def _spawn(game: GameState, conversation: str, state: ConversationState) -> dict[str, Any]:
+async def _spawn(game: GameState, conversation: str, state: ConversationState,
+                 warnings: list[str] | None = None) -> Any:
+    """Spawn and register the conversation; its answer is ``Bridge.created``'s (with a state
+    store, once its first record is written)."""
     game.check_conversation_room()
     bridge = game.bridge
     addresses = {npc: bridge.address(NPC, npc) for npc in (*state.ids, *state.audience)}
     world = await game.world_document(state.world)
-    bridge.system.spawn(
-        bridge.address(CONVERSATION, conversation), lambda: ConversationActor(state, bridge, addresses, world),
-        max_queue=bridge.config.max_queue,
-    )
-    game.add_conversation(conversation, ConversationRecord(state.world, list(state.ids), list(state.audience)))
-    return {"conversation": conversation, "members": state.ids, "next": next_speaker(state), "ended": False}
+    actor = ConversationActor(state, bridge, addresses, world)
+    ref = bridge.system.spawn(bridge.address(CONVERSATION, conversation), lambda: actor,
+                              max_queue=bridge.config.max_queue)
+    record = ConversationRecord(state.world, list(state.ids), list(state.audience))
+    game.add_conversation(conversation, record)
+    result = {"conversation": conversation, "members": state.ids, "next": next_speaker(state), "ended": False}
+    if warnings is not None:
+        result["warnings"] = warnings
+    recipe = msgspec.json.encode(ConversationRecipe(record.created_at))
+    return bridge.created(ref, actor, recipe, result, undo=functools.partial(game.drop_conversation, conversation))
+
+
+def revive_conversation(game: GameState, bridge: Bridge, record: StoreRecord) -> ConversationActor:
+    """A stored conversation built again from its checkpoint (``GameState.prepare_conversation``
+    has revived its world's document and its members)."""
+    saved = msgspec.json.decode(record.state, type=ConversationCheckpoint)
+    world = game.revived_document(saved.state.world)
+    actor = ConversationActor(saved.state, bridge, saved.addresses, world)
+    actor.restore(record.state)
+    return actor
 
 
 async def conversation_advance(game: GameState, call: Call) -> Any:
@@ -275,16 +296,17 @@ async def conversation_cancel(game: GameState, call: Call) -> Any:
 
 async def conversation_delete(game: GameState, call: Call) -> Any:
     conversation, record, ref = game.conversation(call.params)
-    del game.conversations[conversation]
-    game.delist(conversation, record.members)
+    game.drop_conversation(conversation)
     await game.stop(record, ref)
+    await game.bridge.delete_durable(ref.address)
     return {"conversation": conversation, "deleted": True}
 
 
 async def conversation_list(game: GameState, call: Call) -> Any:
     entries = []
     for conversation, record in list(game.conversations.items()):
-        ref = game.bridge.system.lookup(game.bridge.address(CONVERSATION, conversation))
+        await game.prepare_conversation(conversation)
+        ref = game.bridge.lookup(CONVERSATION, conversation)
         if ref is None:
             continue
         try:

@@ -26,7 +26,7 @@ from ..errors import ErrorCode, ProtocolError
 from ..game.conversation import MAX_MEMBERS, MIN_MEMBERS
 from ..objects import RequestActor
 from ..objects.world import WorldShare
-from ..objects.conversation import LeaveConversation
+from ..objects.conversation import ConversationCheckpoint, LeaveConversation
 from ..objects.npc import YieldLine
 from ..runtime import ActorRef, ActorStopped, MailboxFull, Reply
 from ._common import (
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ..game import ContentGenerator, DecisionEngine
 
 __all__ = [
+    "ConversationRecipe",
     "ConversationRecord",
     "GameLimits",
     "GameRegistry",
@@ -114,6 +115,13 @@ class NPCRecipe(msgspec.Struct, frozen=True):
 class WorldRecipe(msgspec.Struct, frozen=True):
     """What a stored world is built again from, besides its checkpoint (its document; its
     subscriptions deliver to connections and end with them)."""
+
+    created_at: str = ""
+
+
+class ConversationRecipe(msgspec.Struct, frozen=True):
+    """What a stored conversation is built again from, besides its checkpoint
+    (``ConversationCheckpoint``: its state and its members' addresses)."""
 
     created_at: str = ""
 
@@ -241,7 +249,7 @@ class GameState:
         conversation = params.string("conversation", required=True)
         assert conversation is not None
         record = self.conversations.get(conversation)
-        ref = self.bridge.system.lookup(self.bridge.address(CONVERSATION, conversation)) if record else None
+        ref = self.bridge.lookup(CONVERSATION, conversation) if record else None
         if record is None or ref is None:
             raise conversation_not_found(conversation)
         return conversation, record, ref
@@ -277,8 +285,26 @@ class GameState:
         known = self.registry.documents.get(world) if world in self.worlds else None
         return None if known is None else known[1]
 
+    async def prepare_conversation(self, conversation: Any) -> None:
+        """Before a request to a conversation, with a state store: its world's document (whose
+        ``location`` overhears it) and its members and bystanders that are stored but not in
+        memory are revived, here on the front door, so the conversation (on any runtime) finds
+        them. Nothing for an unknown conversation or without a store."""
+        record = self.conversations.get(conversation) if isinstance(conversation, str) else None
+        if record is None or self.bridge.durability is None:
+            return
+        bridge = self.bridge
+        if record.world in self.worlds and bridge.system.lookup(bridge.address(CONVERSATION, conversation)) is None:
+            await self.world_document(record.world)
+        for npc in (*record.members, *record.audience):
+            if bridge.system.lookup(bridge.address(NPC, npc)) is None:
+                await self.prepare_npc(npc)
+                with contextlib.suppress(ProtocolError):  # logged by lookup; the line fails member_gone
+                    bridge.lookup(NPC, npc)
+
     def load_stored(self) -> None:
-        """Index the tenant's stored NPCs and worlds (not built: each is revived on first use)."""
+        """Index the tenant's stored NPCs, worlds and conversations (not built: each is revived
+        on first use)."""
         bridge = self.bridge
         assert bridge.durability is not None
         for record in bridge.durability.store.records(bridge.tenant, kind=WORLD):
@@ -288,6 +314,14 @@ class GameState:
             if record.id not in self.npcs:
                 recipe = msgspec.json.decode(record.recipe, type=NPCRecipe)
                 self.npcs[record.id] = NPCRecord(recipe.world, recipe.created_at)
+        for record in bridge.durability.store.records(bridge.tenant, kind=CONVERSATION):
+            if record.id not in self.conversations:
+                created_at = msgspec.json.decode(record.recipe, type=ConversationRecipe).created_at
+                state = msgspec.json.decode(record.state, type=ConversationCheckpoint).state
+                self.add_conversation(record.id, ConversationRecord(
+                    state.world, [npc for npc in state.ids if npc in self.npcs],
+                    [npc for npc in state.audience if npc in self.npcs], created_at,
+                ))
 
     async def world_document(self, world: str) -> WorldState:
         """The world's document, which NPCs on it read and write themselves (``WorldShare``).
@@ -316,6 +350,12 @@ class GameState:
         self.conversations[conversation] = record
         self.enlist(conversation, record.members)
 
+    def drop_conversation(self, conversation: str) -> None:
+        """Forget ``conversation`` in the index (deleted, or its creation failed to commit)."""
+        record = self.conversations.pop(conversation, None)
+        if record is not None:
+            self.delist(conversation, record.members)
+
     def enlist(self, conversation: str, npcs: list[str]) -> None:
         for npc in npcs:
             self.npcs[npc].conversations.add(conversation)
@@ -337,9 +377,9 @@ class GameState:
             for names in (record.members, record.audience):
                 if npc in names:
                     names.remove(npc)
-            ref = self.bridge.system.lookup(self.bridge.address(CONVERSATION, conversation))
-            if ref is not None:
-                with contextlib.suppress(MailboxFull, ActorStopped):
+            with contextlib.suppress(MailboxFull, ActorStopped, ProtocolError):
+                ref = self.bridge.lookup(CONVERSATION, conversation)  # a stored one leaves too
+                if ref is not None:
                     ref.tell_nowait(LeaveConversation(npc))
 
     def npcs_of(self, world: str) -> int:

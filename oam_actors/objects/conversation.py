@@ -19,7 +19,10 @@ Contract
 - Events (``stream``) go to the request's outlet as ``conversation/event`` with
   ``{"conversation", "requestId", "event"}`` (a speaker's deltas and emotion also carry ``npc``),
   all before the response.
-- Checkpoints: the conversation state and its members' addresses.
+- Checkpoints: the conversation state and its members' addresses (each NPC's id in its
+  namespace, never a ref: whoever revives a stored conversation revives its members). A say's
+  answer waits for the commit that took its line to be durable (:class:`TakeInterjections` is
+  asked, and answers after every commit queued before it).
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ class ConversationActor(Actor):
             case TakeInterjections():
                 taken: list[ConversationLine] = []
                 state = self._interjected(self.state, taken)
-                self.commit()
+                if taken:  # else a request took them, and its commit is durable by now
+                    self.commit()
                 self._commit_lines(state, taken)
                 return None
             case JoinConversation(member=member, address=address):
@@ -254,7 +258,8 @@ class ConversationActor(Actor):
     async def _player_says(self, message: PlayerSays) -> dict[str, Any]:
         """The player's line, at any point: a running request takes it before its next line (it
         is then one of that request's lines), else the actor's own TakeInterjections, queued now.
-        Answered once it is committed."""
+        Answered once it is committed and that commit is durable (TakeInterjections' reply comes
+        after every commit queued before it)."""
         state = self.state
         if state.player is None:
             raise invalid_params("This conversation has no player: create it with 'player' to speak in it.")
@@ -268,13 +273,14 @@ class ConversationActor(Actor):
         try:
             if ref is None:
                 raise ActorStopped(self.address)
-            ref.tell_nowait(TakeInterjections())
+            taken = ref.ask_nowait(TakeInterjections())
         except (MailboxFull, ActorStopped):
             self._interjections.remove(entry)
             raise
         await entry.committed.wait()
         if entry.error is not None:
             raise entry.error
+        await taken.wait()
         return {**self._summary(), "line": line.to_wire()}
 
     def _interjected(self, state: ConversationState, said: list[ConversationLine], outlet: Outlet | None = None,
