@@ -15,8 +15,9 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    next lines wait for the model together and share generations. Each delivered line is
    checked:
 
-   - *valid*: not a fallback line, one line, with spoken words outside any ``[…]`` tag (a line
-     that is only ``[Shocked]`` says nothing), and as the library's own attribution check
+   - *valid*: not a fallback line, one line, with spoken words, no ``[…]`` tag left in it (the
+     emotion tag is the line's ``emotion``; a line ``[Shocked]`` says nothing), no label of its
+     own (``Hild:``, ``<Hild>:``), and as the library's own attribution check
      (:func:`oam_actors.game.conversation.check_line`) would deliver it: it neither begins with
      another member's label (``Mira: …``) nor goes on as another member;
    - *right member*: its ``speaker`` is the member whose turn it was (``roundRobin``) and its
@@ -24,7 +25,8 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    - *in character*: no assistant-speak (``As an AI``, ``language model``, ``I'm an
      assistant``, ``I cannot assist``, ``User:``/``Assistant:`` labels) and it does not claim to
      be another member (``I am <other>``, ``I'm <other>``, ``my name is <other>``, ``call me
-     <other>``).
+     <other>``), nor narrates its speaker in the third person (begins with its own name as a
+     subject: ``Gorm's heart sinks …``, ``Gorm smiles …``).
 
    Beside these (not part of the goal's share): lines that name a member of *another* conversation,
    which that speaker never heard of — content carried across items of one shared batch.
@@ -142,14 +144,15 @@ class Shown(DelegatingModel):
             log(f"-- generation ({request.priority}):\n{''.join(text).strip()}\n--")
 
 
-def says_something(line: str) -> bool:
-    """Words outside any ``[…]`` tag."""
-    return re.search(r"\w", re.sub(r"\[[^\]]*\]", "", line)) is not None
+def clean(line: str, speaker: str) -> bool:
+    """Words, no ``[…]`` tag, no label of the speaker's own."""
+    return (re.search(r"\w", line) is not None and re.search(r"\[[^\]]*\]", line) is None
+            and re.match(rf"\W*{re.escape(speaker)}\W*:", line, re.IGNORECASE) is None)
 
 
-def in_character(line: str, others: list[str]) -> bool:
-    """No assistant-speak, and no claim to be another member."""
-    if ASSISTANT_SPEAK.search(line):
+def in_character(line: str, speaker: str, others: list[str]) -> bool:
+    """No assistant-speak, no narration of the speaker, and no claim to be another member."""
+    if ASSISTANT_SPEAK.search(line) or re.match(rf"\W*{re.escape(speaker)}(?:'s)?\s+\w", line, re.IGNORECASE):
         return False
     return not any(re.search(rf"\b(?:i am|i'm|my name is|call me)\s+{re.escape(other)}\b", line, re.IGNORECASE)
                    for other in others)
@@ -180,6 +183,7 @@ class Probes:
     used: int = 0  # C's answer used it
     absent_knew_nothing: int = 0  # D's did not
     failed: dict[str, int] = field(default_factory=dict)
+    lines: Ambient = field(default_factory=Ambient)  # the probes' conversation lines, checked as above
 
 
 def log(text: str) -> None:
@@ -215,10 +219,10 @@ def check(line: dict[str, Any], expected_npc: str, expected_name: str, others: l
     text: str = line["line"]
     tally.delivered += 1
     tally.fallback += bool(line["isFallback"])
-    valid = (not line["isFallback"] and says_something(text) and "\n" not in text.strip()
+    valid = (not line["isFallback"] and clean(text, line["name"]) and "\n" not in text.strip()
              and check_line(text, line["name"], others) == text.strip())
     right = line["speaker"] == expected_npc and line["name"] == expected_name
-    character = in_character(text, others)
+    character = in_character(text, line["name"], others)
     tally.valid += valid
     tally.right_member += right
     tally.in_character += character
@@ -263,12 +267,14 @@ async def probe(client: BridgeClient, n: int, args: argparse.Namespace, tally: P
     try:
         await client.request("conversation/create", {
             "conversation": f"talk{n}", "world": world, "members": [a, b], "audience": [c],
-            "situation": f"{teller} has just found out that {fact}, and tells {listener} about it.",
+            "situation": f"{teller} has just found out some news and tells {listener}, word for word: {fact}.",
             "lineBudget": args.probe_lines})
         overheard = False
-        for _ in range(args.probe_lines):  # until the bystander has heard the fact
+        for turn in range(args.probe_lines):  # until the bystander has heard the fact
             said = await client.request("conversation/advance", {"conversation": f"talk{n}"})
             for line in said["lines"]:
+                speaker, other = (a, listener) if turn % 2 == 0 else (b, teller)
+                check(line, speaker, cast[turn % 2][0], [other], tally.lines)
                 log(f"probe {n} | {line['name']}: {line['line']}")
             heard = (await client.request("npc/state", {"npc": c}))["state"].get("memory", {}).get("heard", [])
             overheard = all(any(mentions(note, k) for note in heard) for k in keywords)
@@ -344,24 +350,15 @@ def _difference(total: CoalescingStatistics, before: CoalescingStatistics) -> di
 
 def report(args: argparse.Namespace, lines: Ambient, facts: Probes, stats: dict[str, Any],
            seconds: dict[str, Any]) -> None:
-    share = lines.all_three / max(1, lines.delivered)
     print(f"ambient conversations: {args.conversations} of {args.size} NPCs, {args.lines} lines each "
           f"({seconds['conversationSeconds']} s)")
-    print(f"  lines delivered {lines.delivered} (fallback {lines.fallback}), failed requests "
-          f"{sum(lines.failed.values())} {lines.failed or ''}")
-    for label, count in (("valid", lines.valid), ("spoken by the right member", lines.right_member),
-                         ("in character", lines.in_character)):
-        print(f"  {label}: {count}/{lines.delivered} ({count / max(1, lines.delivered):.1%})")
-    print(f"  valid, right member and in character: {lines.all_three}/{lines.delivered} ({share:.1%}; goal "
-          f"{GOAL_SHARE:.0%}: {'met' if share >= GOAL_SHARE and lines.delivered else 'NOT met'})")
+    _lines(lines)
     s = stats["conversationLines"]
     print(f"  from the coalescing model: {s['items']} lines asked, {s['batchedItems']} sent in {s['batches']} "
           f"batches, {s['answered']} answered by their batch, {s['retriedAlone']} retried alone (missing "
           f"{s['missing']}, invalid {s['invalid']}, misattributed {s['misattributed']}), "
           f"{s['items'] - s['batchedItems']} ran alone; {s['generations']} generations, "
           f"{s['itemsPerGeneration']} lines per generation")
-    for failure in lines.failures:
-        print(f"  not counted: {failure}")
     print(f"  lines naming a member of another conversation (content carried across a shared batch; not in "
           f"the goal's share): {len(lines.leaked)}/{lines.delivered}")
     for leak in lines.leaked:
@@ -369,12 +366,27 @@ def report(args: argparse.Namespace, lines: Ambient, facts: Probes, stats: dict[
     print(f"overheard-fact probes: {facts.run} run ({seconds['probeSeconds']} s), failed requests "
           f"{sum(facts.failed.values())} {facts.failed or ''}; the fact reached the bystander's memory in "
           f"{facts.overheard}/{facts.run}")
+    print("  the probes' conversation lines, checked as the ambient ones:")
+    _lines(facts.lines)
     print(f"overheard fact used: {facts.used}/{args.probes} (of {facts.overheard} where it was overheard); "
           f"absent NPC knew nothing: "
           f"{facts.absent_knew_nothing}/{args.probes}   (goal >= {GOAL_PROBES:.0%} each: "
           f"{'met' if min(facts.used, facts.absent_knew_nothing) >= GOAL_PROBES * args.probes else 'NOT met'})")
     print()
     print(json.dumps({"coalescing": stats}, indent=2))
+
+
+def _lines(lines: Ambient) -> None:
+    share = lines.all_three / max(1, lines.delivered)
+    print(f"  lines delivered {lines.delivered} (fallback {lines.fallback}), failed requests "
+          f"{sum(lines.failed.values())} {lines.failed or ''}")
+    for label, count in (("valid", lines.valid), ("spoken by the right member", lines.right_member),
+                         ("in character", lines.in_character)):
+        print(f"  {label}: {count}/{lines.delivered} ({count / max(1, lines.delivered):.1%})")
+    print(f"  valid, right member and in character: {lines.all_three}/{lines.delivered} ({share:.1%}; goal "
+          f"{GOAL_SHARE:.0%}: {'met' if share >= GOAL_SHARE and lines.delivered else 'NOT met'})")
+    for failure in lines.failures:
+        print(f"  not counted: {failure}")
 
 
 def main() -> int:
