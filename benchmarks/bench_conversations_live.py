@@ -15,7 +15,7 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    next lines wait for the model together and share generations. Each delivered line is
    checked:
 
-   - *valid*: not a fallback line, one line, with spoken words, no ``[…]`` tag left in it (the
+   - *valid*: not a fallback line, one line, with spoken words, no ``[…]`` tag or bracket left in it (the
      emotion tag is the line's ``emotion``; a line ``[Shocked]`` says nothing), no label of its
      own (``Hild:``, ``<Hild>:``), and as the library's own attribution check
      (:func:`oam_actors.game.conversation.check_line`) would deliver it: it neither begins with
@@ -25,8 +25,9 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    - *in character*: no assistant-speak (``As an AI``, ``language model``, ``I'm an
      assistant``, ``I cannot assist``, ``User:``/``Assistant:`` labels) and it does not claim to
      be another member (``I am <other>``, ``I'm <other>``, ``my name is <other>``, ``call me
-     <other>``), nor narrates its speaker in the third person (begins with its own name as a
-     subject: ``Gorm's heart sinks …``, ``Gorm smiles …``).
+     <other>``), nor narrates its speaker in the third person (begins with its own name, or
+     "the" and its role's noun, as a subject: ``Gorm's heart sinks …``, ``Mira replies, …``,
+     ``The blacksmith is pleased …``); refusals (``I can't help with that``) are assistant-speak.
 
    Beside these (not part of the goal's share): lines that name a member of *another* conversation,
    which that speaker never heard of — content carried across items of one shared batch.
@@ -123,7 +124,8 @@ FACTS = [
 GOAL_SHARE = 0.95
 GOAL_PROBES = 0.9
 ASSISTANT_SPEAK = re.compile(r"\bas an ai\b|\blanguage model\b|\bi'?m an (?:ai )?assistant\b|\bi am an (?:ai )?assistant\b"
-                             r"|\bi cannot assist\b|\bi can'?t assist\b|(?:^|\s)(?:user|assistant|system)\s*:",
+                             r"|\bi cannot assist\b|\bi can'?t assist\b|\bi can'?t help with that\b|\bi cannot help with that\b"
+                             r"|(?:^|\s)(?:user|assistant|system)\s*:",
                              re.IGNORECASE)
 # Plain-text replies, no tools (a talk is one reply step: what the NPC knows is its memory alone).
 NPC_OPTIONS = {"replyFormat": "text", "memoryTools": "none", "worldReadable": [], "playerOptionCount": 0,
@@ -145,14 +147,20 @@ class Shown(DelegatingModel):
 
 
 def clean(line: str, speaker: str) -> bool:
-    """Words, no ``[…]`` tag, no label of the speaker's own."""
-    return (re.search(r"\w", line) is not None and re.search(r"\[[^\]]*\]", line) is None
+    """Words, no ``[…]`` tag (nor a bracket of one), no label of the speaker's own."""
+    return (re.search(r"\w", line) is not None and not any(bracket in line for bracket in "[]")
             and re.match(rf"\W*{re.escape(speaker)}\W*:", line, re.IGNORECASE) is None)
 
 
+ROLES = {name: role for name, role, _ in CAST}
+
+
 def in_character(line: str, speaker: str, others: list[str]) -> bool:
-    """No assistant-speak, no narration of the speaker, and no claim to be another member."""
-    if ASSISTANT_SPEAK.search(line) or re.match(rf"\W*{re.escape(speaker)}(?:'s)?\s+\w", line, re.IGNORECASE):
+    """No assistant-speak, no narration of the speaker (its name, or "the" and its role's noun,
+    as the line's subject), and no claim to be another member."""
+    noun = ROLES.get(speaker, speaker).split()[-1]
+    narrator = rf"\W*(?:{re.escape(speaker)}|the\s+(?:\w+\s+)?{re.escape(noun)})(?:'s)?\s+\w"
+    if ASSISTANT_SPEAK.search(line) or re.match(narrator, line, re.IGNORECASE):
         return False
     return not any(re.search(rf"\b(?:i am|i'm|my name is|call me)\s+{re.escape(other)}\b", line, re.IGNORECASE)
                    for other in others)
