@@ -107,6 +107,11 @@ LIVE_BENCHMARKS: list[tuple[str, str, list[str], list[str], str]] = [
     ("coalesce_live", "bench_coalesce_live.py", _COALESCE_LIVE, _COALESCE_LIVE,
      "coalesced barks, decisions, structured replies and a talk's tool choices and replies on the same model: "
      "per kind, items valid and attributed to the right NPC (goal of issue 13: 95 % of barks and decisions)"),
+    # ~6 minutes on 2 quiet cores; 16.5 at a load average of 5 (beyond --timeout's 900 s: raise it then).
+    ("conversations_live", "bench_conversations_live.py", [], [],
+     "ambient conversations among NPCs through the bridge on the same model, coalesced: lines valid, spoken by the "
+     "right member and in character (goal 95 %); overheard facts used by a bystander and unknown to an absent NPC "
+     "(goal 9 of 10 probes each)"),
 ]
 
 
