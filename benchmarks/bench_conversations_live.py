@@ -88,7 +88,8 @@ from oam_actors.models.pool import ScheduledModel  # noqa: E402
 from oam_actors.models.proxy import Provider, ProxyBackends, ProxyConfig  # noqa: E402
 from oam_actors.models.scheduler import QuotaLimits, QuotaScheduler  # noqa: E402
 from oam_actors.runtime import LocalSystem  # noqa: E402
-from oam_actors.sim.client import BridgeClient, RpcError  # noqa: E402
+from oam_actors.client import Client, InProcessEndpoint, connect  # noqa: E402
+from oam_actors.errors import OamError  # noqa: E402
 
 CAST = [
     ("Gorm", "the village blacksmith", "Gruff, proud of his steel."),
@@ -198,21 +199,21 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def create_npc(client: BridgeClient, npc: str, world: str, persona: tuple[str, str, str],
+async def create_npc(client: Client, npc: str, world: str, persona: tuple[str, str, str],
                      knowledge: tuple[str, ...] = ()) -> None:
     name, role, personality = persona
-    await client.request("npc/create", {"npc": npc, "world": world, "options": NPC_OPTIONS, "persona": {
+    await client.call("npc/create", {"npc": npc, "world": world, "options": NPC_OPTIONS, "persona": {
         "name": name, "role": role, "personality": personality, "knowledge": list(knowledge)}})
 
 
-async def converse(client: BridgeClient, conversation: str, members: list[tuple[str, str]], elsewhere: list[str],
+async def converse(client: Client, conversation: str, members: list[tuple[str, str]], elsewhere: list[str],
                    lines: int, tally: Ambient) -> None:
     for turn in range(lines):
         expected_npc, expected_name = members[turn % len(members)]
         try:
-            result = await client.request("conversation/advance", {"conversation": conversation})
-        except RpcError as error:
-            tally.failed[error.code] = tally.failed.get(error.code, 0) + 1
+            result = await client.call("conversation/advance", {"conversation": conversation})
+        except OamError as error:
+            tally.failed[error.code.wire] = tally.failed.get(error.code.wire, 0) + 1
             log(f"{conversation}: advance failed: {error.error}")
             continue
         for line in result["lines"]:
@@ -240,9 +241,9 @@ def check(line: dict[str, Any], expected_npc: str, expected_name: str, others: l
                               f"in character {character}, fallback {line['isFallback']})")
 
 
-async def ambient(client: BridgeClient, args: argparse.Namespace) -> Ambient:
+async def ambient(client: Client, args: argparse.Namespace) -> Ambient:
     tally = Ambient()
-    await client.request("world/create", {"world": "village"})
+    await client.call("world/create", {"world": "village"})
     groups = []
     for g in range(args.conversations):
         members = []
@@ -251,7 +252,7 @@ async def ambient(client: BridgeClient, args: argparse.Namespace) -> Ambient:
             npc = f"villager{g}_{i}"
             await create_npc(client, npc, "village", persona)
             members.append((npc, persona[0]))
-        await client.request("conversation/create", {
+        await client.call("conversation/create", {
             "conversation": f"c{g}", "world": "village", "members": [npc for npc, _ in members],
             "situation": SITUATIONS[g % len(SITUATIONS)], "lineBudget": args.lines})
         groups.append(members)
@@ -262,10 +263,10 @@ async def ambient(client: BridgeClient, args: argparse.Namespace) -> Ambient:
     return tally
 
 
-async def probe(client: BridgeClient, n: int, args: argparse.Namespace, tally: Probes) -> None:
+async def probe(client: Client, n: int, args: argparse.Namespace, tally: Probes) -> None:
     fact, question, keywords = FACTS[n % len(FACTS)]
     world = f"probe{n}"
-    await client.request("world/create", {"world": world})
+    await client.call("world/create", {"world": world})
     cast = [CAST[(n * 4 + i) % len(CAST)] for i in range(4)]
     ids = [f"{world}_{role}" for role in "abcd"]
     for i, (npc, persona) in enumerate(zip(ids, cast, strict=True)):
@@ -273,18 +274,18 @@ async def probe(client: BridgeClient, n: int, args: argparse.Namespace, tally: P
     a, b, c, d = ids
     teller, listener = cast[0][0], cast[1][0]
     try:
-        await client.request("conversation/create", {
+        await client.call("conversation/create", {
             "conversation": f"talk{n}", "world": world, "members": [a, b], "audience": [c],
             "situation": f"{teller} has just found out some news and tells {listener}, word for word: {fact}.",
             "lineBudget": args.probe_lines})
         overheard = False
         for turn in range(args.probe_lines):  # until the bystander has heard the fact
-            said = await client.request("conversation/advance", {"conversation": f"talk{n}"})
+            said = await client.call("conversation/advance", {"conversation": f"talk{n}"})
             for line in said["lines"]:
                 speaker, other = (a, listener) if turn % 2 == 0 else (b, teller)
                 check(line, speaker, cast[turn % 2][0], [other], tally.lines)
                 log(f"probe {n} | {line['name']}: {line['line']}")
-            heard = (await client.request("npc/state", {"npc": c}))["state"].get("memory", {}).get("heard", [])
+            heard = (await client.call("npc/state", {"npc": c}))["state"].get("memory", {}).get("heard", [])
             overheard = all(any(mentions(note, k) for note in heard) for k in keywords)
             if overheard:
                 break
@@ -292,8 +293,8 @@ async def probe(client: BridgeClient, n: int, args: argparse.Namespace, tally: P
         async with anyio.create_task_group() as tasks:
             for npc in (c, d):
                 tasks.start_soon(_ask, client, npc, question, answers)
-    except RpcError as error:
-        tally.failed[error.code] = tally.failed.get(error.code, 0) + 1
+    except OamError as error:
+        tally.failed[error.code.wire] = tally.failed.get(error.code.wire, 0) + 1
         log(f"probe {n} failed: {error.error}")
         return
     tally.run += 1
@@ -306,11 +307,11 @@ async def probe(client: BridgeClient, n: int, args: argparse.Namespace, tally: P
         f"  {cast[2][0]} (heard it): {answers[c]}\n  {cast[3][0]} (not there): {answers[d]}")
 
 
-async def _ask(client: BridgeClient, npc: str, question: str, answers: dict[str, str]) -> None:
-    answers[npc] = (await client.request("npc/talk", {"npc": npc, "line": question}))["line"]
+async def _ask(client: Client, npc: str, question: str, answers: dict[str, str]) -> None:
+    answers[npc] = (await client.call("npc/talk", {"npc": npc, "line": question}))["line"]
 
 
-async def probes(client: BridgeClient, args: argparse.Namespace) -> Probes:
+async def probes(client: Client, args: argparse.Namespace) -> Probes:
     tally = Probes()
     for start in range(0, args.probes, args.probes_at_once):
         async with anyio.create_task_group() as tasks:
@@ -332,7 +333,7 @@ async def run(base_url: str, args: argparse.Namespace) -> tuple[Ambient, Probes,
         extension = GameExtension(max_npcs=args.conversations * args.size + 4 * args.probes + 4,
                                   max_worlds=args.probes + 2, max_conversations=args.conversations + args.probes + 1)
         make = lambda write: Bridge(system, write, system_model=lambda: model, extensions=[extension])  # noqa: E731
-        async with BridgeClient(make) as client:
+        async with connect(InProcessEndpoint(make), timeout=None) as client:
             started = time.perf_counter()
             lines = await ambient(client, args)
             lines_seconds = time.perf_counter() - started
