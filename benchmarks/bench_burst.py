@@ -192,7 +192,7 @@ def burst(transport: str, npcs: int, max_running: int) -> Burst:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--npcs", type=int, default=10_000)
     parser.add_argument("--transports", default="stdio,tcp", help="comma-separated: stdio, tcp")
     parser.add_argument("--repeat", type=int, default=1, help="bursts per transport (medians printed)")

@@ -119,7 +119,7 @@ def through_client(run: object, *args: object) -> object:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--pings", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64, help="tasks pinging at once")
     parser.add_argument("--sessions", default="1,100")

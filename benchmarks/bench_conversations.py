@@ -268,7 +268,7 @@ def main() -> int:
     # An NPC's background compaction that finds no quota in time is logged with its traceback:
     # expected on a farm offered beyond its quota, and not what this benchmark measures.
     logging.getLogger("oam_actors.game.npc").setLevel(logging.ERROR)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--phones", type=int, default=8)
     parser.add_argument("--npcs", type=int, default=1000)
     parser.add_argument("--size", type=int, default=4, help="members per conversation")

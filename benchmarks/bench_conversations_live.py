@@ -401,7 +401,7 @@ def _lines(lines: Ambient) -> None:
 def main() -> int:
     # An NPC's background compaction that times out is logged with its traceback; not measured here.
     logging.getLogger("oam_actors.game.npc").setLevel(logging.ERROR)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--base-url", help="an OpenAI-compatible …/v1 (default: start scripts/local_model.py)")
     parser.add_argument("--model-name", default="qwen")
     parser.add_argument("--conversations", type=positive_int, default=3, help="ambient conversations at once")

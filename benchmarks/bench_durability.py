@@ -163,7 +163,7 @@ def crowd(npcs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--turns-each", type=int, default=10)

@@ -49,7 +49,7 @@ def simulate(npcs: int, duration: float, seed: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="1,000 NPCs for 20 s instead of 3,000 for 40 s")
     parser.add_argument("--npcs", type=int)
     parser.add_argument("--duration", type=float)
