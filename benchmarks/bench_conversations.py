@@ -49,7 +49,7 @@ from oam_actors.agent.model import DelegatingModel, GenerationRequest, Usage, es
 from oam_actors.bridge import Bridge
 from oam_actors.game.conversation import check_line
 from oam_actors.game_methods import GameExtension
-from oam_actors.models.coalesce import REPLY_TASK, CoalesceSettings, CoalescingModel
+from oam_actors.models.coalesce import LINE_TASK, CoalesceSettings, CoalescingModel
 from oam_actors.models.pool import DevicePool, SimulatedFarm, farm_phone_config, scaled_config
 from oam_actors.runtime import LocalSystem
 from oam_actors.client import Client, InProcessEndpoint, connect
@@ -62,9 +62,8 @@ _ALONE_LINE = "Say your next line as"  # game.conversation.line_prompt
 
 
 def conversation_step(request: GenerationRequest) -> bool:
-    """A batch of ambient conversation lines (reply items at background priority: player talks
-    are dialogue), or one line asked alone."""
-    return (request.priority == "background" and REPLY_TASK in request.prompt) or _ALONE_LINE in request.prompt
+    """A batch of conversation lines, or one line asked alone."""
+    return request.prompt.endswith(LINE_TASK) or _ALONE_LINE in request.prompt
 
 
 class Meter(DelegatingModel):
