@@ -58,6 +58,7 @@ from ._policy import (
     combinable,
     pack,
     read_batch,
+    take_order,
 )
 
 __all__ = [
@@ -84,4 +85,5 @@ __all__ = [
     "open_coalesced",
     "pack",
     "read_batch",
+    "take_order",
 ]
