@@ -17,7 +17,6 @@ from oam_actors.models.coalesce import (
     batch_key,
     batch_request,
     read_batch,
-    take_order,
 )
 from oam_actors.models.device.responder import respond
 
@@ -58,24 +57,3 @@ def test_the_simulated_phone_answers_lines_without_the_speakers_name() -> None:
     # what the batch wrote per line is the line, its tag and its number: nothing else
     answers = [r.text for r in results if isinstance(r, Answer)]
     assert estimate_tokens(text) <= sum(estimate_tokens(a) for a in answers) + 2 * len(answers)
-
-
-# --- whom a batch takes --------------------------------------------------------------------------
-
-
-def test_a_batch_takes_the_least_served_first_by_service_not_by_band() -> None:
-    # services a fraction of an action apart: the less served goes first, whatever its deadline
-    waiting = [(4.6, 10.0), (4.2, 30.0), (4.9, 5.0), (3.0, None)]
-    assert take_order(waiting, room=9) == [3, 1, 0, 2]
-
-
-def test_among_owners_served_alike_the_earliest_deadline_then_the_longest_waiting() -> None:
-    waiting = [(2.0, None), (2.0, 8.0), (2.0, 3.0), (2.0, 8.0)]
-    assert take_order(waiting, room=9) == [2, 1, 3, 0]
-
-
-def test_it_orders_even_when_all_fit_its_room_since_packing_cuts_from_the_end() -> None:
-    # fewer waiting than the room: still in order (pack may keep only the first few)
-    assert take_order([(5.0, 1.0), (1.0, 9.0)], room=9) == [1, 0]
-    assert take_order([(5.0, 1.0), (1.0, 9.0), (0.5, 9.0)], room=2) == [2, 1]
-    assert take_order([], room=3) == []

@@ -561,7 +561,7 @@ async def test_a_batch_charges_every_member_and_the_next_takes_the_least_served_
 async def test_each_member_queues_on_its_own_ticket_so_the_least_served_brings_its_batch_forward() -> None:
     # Gorm had two steps and Hild one. Then Gorm's bark comes, Hild's step, and the barks of Mira
     # and Tobin, never served. Mira's own ticket is the first the scheduler admits: her batch
-    # takes Tobin's and Gorm's items out of their queues (the less served first), all before Hild's step (with one ticket
+    # takes Tobin's and Gorm's items out of their queues, all before Hild's step (with one ticket
     # per batch, the batch waited at Gorm's place, behind Hild).
     rig = Rig(settings=CoalesceSettings(max_items=3, linger_seconds=0.0))
     gorm, mira, tobin = crowd(rig.model, ("Gorm", "Mira", "Tobin"))
@@ -580,4 +580,4 @@ async def test_each_member_queues_on_its_own_ticket_so_the_least_served_brings_i
     await rig.run([*barking([gorm]), step("Hild"), *barking([mira, tobin])])
     order = rig.backend.requests[before:]
     assert [speakers(r) if r.kind is StepKind.TEXT else r.owner for r in order] == [
-        ["Mira", "Tobin", "Gorm"], "npc:Hild"]  # Mira leads; then Tobin, never served, before Gorm
+        ["Mira", "Gorm", "Tobin"], "npc:Hild"]  # Mira leads; the others in the order they came

@@ -58,7 +58,6 @@ from ._policy import (
     combinable,
     pack,
     read_batch,
-    take_order,
 )
 
 __all__ = [
@@ -85,5 +84,4 @@ __all__ = [
     "open_coalesced",
     "pack",
     "read_batch",
-    "take_order",
 ]

@@ -20,6 +20,7 @@ ticket; cancelling a leader mid-batch queues the others again.
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import math
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -34,7 +35,7 @@ from ...agent.model import Availability, GenerationRequest, LanguageModel, Model
 from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, ErrorCode
 from ..scheduler import Seat, SeatTaken
-from ._policy import Answer, CoalesceSettings, QueuePressure, batch_key, batch_request, pack, read_batch, take_order
+from ._policy import Answer, CoalesceSettings, QueuePressure, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
 
@@ -352,14 +353,16 @@ class CoalescingModel:
 
     def _take(self, line: _Line, leader: _Step) -> list[_Step]:
         """The leader and the waiting steps its generation takes, each out of its own queue: on a
-        fair-queuing backend in :func:`._policy.take_order` (the least served owners first); else
-        the longest waiting."""
+        fair-queuing backend the least served owners first, then the earliest deadline (then the
+        longest waiting), as the backend would admit them; else the longest waiting."""
         room = self.settings.max_items - 1
         waiting = [s for s in line.waiting if s.lingering is not None or s.seat.queued]
         backend = self.backend
-        if isinstance(backend, DefersRequest):
-            order = take_order([(backend.service(s.request.owner or "anonymous"), s.deadline) for s in waiting], room)
-            waiting = [waiting[i] for i in order]
+        if isinstance(backend, DefersRequest) and len(waiting) > room:
+            # nsmallest is stable: the longest waiting first among owners served alike.
+            waiting = heapq.nsmallest(room, waiting, key=lambda s: (
+                math.floor(backend.service(s.request.owner or "anonymous")),
+                math.inf if s.deadline is None else s.deadline))
         candidates = [leader, *waiting[:room]]
         count = pack([s.request for s in candidates], backend.capabilities, self.settings.max_items)
         batch = candidates[:count]

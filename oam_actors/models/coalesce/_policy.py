@@ -94,7 +94,6 @@ __all__ = [
     "combinable",
     "pack",
     "read_batch",
-    "take_order",
 ]
 
 MAX_OPTIONS = 12
@@ -412,20 +411,6 @@ def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities,
             break
         count = n
     return count
-
-
-def take_order(waiting: Sequence[tuple[float, float | None]], room: int) -> list[int]:
-    """Which of the ``waiting`` steps (each its owner's service in fair queuing, lower: less
-    served, and its deadline or ``None``; in arrival order) a batch takes, at most ``room``, in the
-    order it packs them (:func:`pack` may keep fewer): the least served owner first, then the
-    earliest deadline, then the longest waiting. Service exactly, not in bands: among a crowd's
-    NPCs served alike to within one action, an order by deadline alone answered each NPC's lines
-    by the luck of when they came (conversation lines: Jain's index over NPCs of lines the model
-    answered ~0.95 with 1,000 NPCs, a third of lines degraded), where the less served going first
-    evens it out. Always sorted, not only when more wait than ``room``: packing cuts from the end."""
-    order = sorted(range(len(waiting)), key=lambda i: (
-        waiting[i][0], math.inf if waiting[i][1] is None else waiting[i][1], i))
-    return order[:room]
 
 
 def _output_tokens(requests: Sequence[GenerationRequest]) -> int:
