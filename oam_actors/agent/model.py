@@ -103,7 +103,9 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     essentials and this turn's context: memory, game state, situation), the whole earlier
     ``conversation`` and this turn's ``tool_results`` as the step shows them (labelled lines),
     the player's ``line``, at most ``sentences`` sentences. The answer is the reply text as the
-    step itself would have written it (``[emotion] words``)."""
+    step itself would have written it (``[emotion] words``). ``unlabelled``: a line of a
+    conversation among NPCs, whose batch answers each item without the speaker's name (its
+    item already says who speaks): ``3. [emotion] words``."""
 
     speaker: str
     character: str = ""
@@ -112,6 +114,7 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     line: str = ""
     user_label: str = "Player"
     sentences: int = 2
+    unlabelled: bool = False
 
 
 class ToolChoiceItem(msgspec.Struct, frozen=True, kw_only=True, tag="decide"):

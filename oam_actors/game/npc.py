@@ -684,7 +684,7 @@ class NPC:
         item = reply_item(persona, options.extra_instructions, note, view.earlier, (), view.last_line, view.last_label) \
             if may_coalesce(self.model, coalesce) else None
         if item is not None:
-            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES)
+            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES, unlabelled=True)
         tracker = LineTracker(speaker)
 
         async def forward(event: TurnEvent) -> None:

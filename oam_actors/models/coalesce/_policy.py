@@ -16,7 +16,10 @@ I/O, no actors, no clock (:class:`QueuePressure` is given the time).
   the prompt plus the reserved answer within the backend's context, the answers within its
   output limit.
 - :func:`batch_request` is the one generation: one shared instruction block (system), the items
-  numbered (prompt).
+  numbered (prompt). Lines of conversations among NPCs (unlabelled reply items) have a form of
+  their own, ``3. [emotion] words``: the item's heading names its speaker, so the answer does not
+  repeat it (the output per line is then the line, its tag and its number); read back as a
+  reply is (a label, if the model writes one anyway, must be the item's own speaker).
 - :func:`read_batch` splits the answer: numbered lines, read leniently (``3. …``, ``3: …``,
   ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
@@ -75,6 +78,7 @@ __all__ = [
     "ADAPTIVE_LINGER",
     "BARK_TASK",
     "DECISION_TASK",
+    "LINE_TASK",
     "PRESSURE_HOLD",
     "REPLY_ITEM_TOKENS",
     "REPLY_TASK",
@@ -108,6 +112,7 @@ _DECISION_ANSWER_TOKENS = 30  # "10. option_id | 80 | " (~10) + a reason (~19) +
 _ANSWER_OVERHEAD_TOKENS = 16
 _OUTPUT_HEADROOM = 1.5
 _REPLY_LABEL_TOKENS = 12  # "3. Name: [emotion] "
+_LINE_LABEL_TOKENS = 6  # "3. [emotion] "
 _REPLY_SENTENCE_TOKENS = 24
 _PLAYER_OPTION_TOKENS = 5  # " | Tell me more."
 _MARK_TOKENS = 1  # " >>" before the options, " [end]"
@@ -119,6 +124,7 @@ batch never shortens an NPC's context."""
 BARK_TASK = "Write one line for each character above."
 DECISION_TASK = "Make each decision above."
 REPLY_TASK = "Write the reply of each character above."
+LINE_TASK = "Write the next line of each conversation above."
 STRUCTURED_REPLY_TASK = "Write the reply and the player options of each character above."
 TOOL_CHOICE_TASK = "Choose the next step of each character above."
 """The last line of a batch prompt (the simulated phone recognises a batch by it)."""
@@ -156,6 +162,19 @@ Rules:
 - Every reply belongs to its own character only: never speak as another character of the list and never name them.
 - No narration, no quotation marks, no tool results in brackets. Never say you are an AI.
 - Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. <name>: [<emotion>] <reply>
+Example of the form:
+{example}"""
+
+_LINE_SYSTEM = """\
+You write the next line of conversations among characters in a video game.
+Each numbered conversation below is separate, somewhere else; its heading names the character who speaks next.
+For each conversation, write that character's next line, in their own voice, answering what was said last.
+Rules:
+- One sentence per line.
+- Begin each line with the character's current emotion in square brackets, such as [happy] or [angry].
+- Every line belongs to the character its heading names: never speak as anyone else, and do not write the speaker's name.
+- No narration, no quotation marks. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. [<emotion>] <line>
 Example of the form:
 {example}"""
 
@@ -355,7 +374,9 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
         return None
     if request.tools and not isinstance(item, ToolChoiceItem):
         return None  # only a tool choice offers tools: the batch answers with its envelope
-    return (type(item).__name__, request.priority, request.temperature, request.sampling)
+    # Unlabelled reply items (conversation lines) are answered in a form of their own.
+    kind = "line" if isinstance(item, ReplyItem) and item.unlabelled else type(item).__name__
+    return (kind, request.priority, request.temperature, request.sampling)
 
 
 # --- packing -------------------------------------------------------------------------------------
@@ -368,12 +389,13 @@ def _answer_tokens(item: BatchItem) -> int:
         count = item.player_options
         return _answer_tokens(item.talk) + _PLAYER_OPTION_TOKENS * count + _MARK_TOKENS * (bool(count) + item.can_end)
     if isinstance(item, ReplyItem):
-        return _REPLY_LABEL_TOKENS + _REPLY_SENTENCE_TOKENS * max(1, item.sentences)
+        label = _LINE_LABEL_TOKENS if item.unlabelled else _REPLY_LABEL_TOKENS
+        return label + _REPLY_SENTENCE_TOKENS * max(1, item.sentences)
     return _BARK_ANSWER_TOKENS if isinstance(item, BarkItem) else _DECISION_ANSWER_TOKENS
 
 
 def _reply_tokens(item: ReplyItem | StructuredReplyItem | ToolChoiceItem) -> int:
-    return estimate_tokens(_FORMS[type(item)].block(0, item))
+    return estimate_tokens(_form(item).block(0, item))
 
 
 def pack(requests: Sequence[GenerationRequest], capabilities: ModelCapabilities, max_items: int) -> int:
@@ -407,7 +429,7 @@ def batch_request(requests: Sequence[GenerationRequest], *, max_output_tokens: i
     first = requests[0]
     items = [r.item for r in requests]
     assert all(item is not None for item in items)
-    form = _FORMS[type(first.item)]  # one batch key: every item is of one kind
+    form = _form(first.item)  # one batch key: every item is of one kind
     example = "\n".join(form.example(n, item, items) for n, item in enumerate(items[:2], 1))
     system = form.system.format(count=len(items), example=example)
     blocks = [form.block(n, item) for n, item in enumerate(items, 1)]
@@ -537,6 +559,16 @@ _FORMS: dict[type, _Form] = {
     DecisionItem: _Form(_DECISION_SYSTEM, lambda n, d, _: f"{n}. {d.options[0].id} | {(85, 40)[n - 1]} | ...",
                         _decision_block, DECISION_TASK),
 }
+
+
+_LINE_FORM = _Form(_LINE_SYSTEM, lambda n, _, __: f"{n}. [{('happy', 'neutral')[n - 1]}] ...", _reply_block,
+                   LINE_TASK)
+
+
+def _form(item: BatchItem | None) -> _Form:
+    if isinstance(item, ReplyItem) and item.unlabelled:
+        return _LINE_FORM
+    return _FORMS[type(item)]
 
 
 def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: bool = False) -> list[ItemResult]:

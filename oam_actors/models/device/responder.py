@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from ..coalesce import BARK_TASK, DECISION_TASK, REPLY_TASK, STRUCTURED_REPLY_TASK, TOOL_CHOICE_TASK
+from ..coalesce import BARK_TASK, DECISION_TASK, LINE_TASK, REPLY_TASK, STRUCTURED_REPLY_TASK, TOOL_CHOICE_TASK
 
 __all__ = ["ResponderConfig", "respond", "sample_value"]
 
@@ -90,6 +90,8 @@ def respond(system: str, prompt: str, rng: Random, config: ResponderConfig = Res
         return _decisions(prompt, rng)
     if prompt.endswith(REPLY_TASK):
         return _replies(prompt, rng)
+    if prompt.endswith(LINE_TASK):
+        return _replies(prompt, rng, labelled=False)
     if prompt.endswith(STRUCTURED_REPLY_TASK):
         return _replies(prompt, rng, structured=True)
     if "summar" in system.lower():
@@ -413,9 +415,10 @@ def _decisions(prompt: str, rng: Random) -> str:
 # --- text ----------------------------------------------------------------------------------------
 
 
-def _replies(prompt: str, rng: Random, *, structured: bool = False) -> str:
+def _replies(prompt: str, rng: Random, *, structured: bool = False, labelled: bool = True) -> str:
     """Each numbered conversation's reply, to its own last player line and tool results;
-    ``structured``: in one of its own emotions, with as many player options as it asks for."""
+    ``structured``: in one of its own emotions, with as many player options as it asks for;
+    ``labelled``: after the speaker's name (conversation lines are not)."""
     lines = []
     for block in prompt.split("\n\n"):
         head, _, body = block.partition("\n")
@@ -426,7 +429,8 @@ def _replies(prompt: str, rng: Random, *, structured: bool = False) -> str:
         body = body[:emotions.start()] if emotions else body
         said = [m.group(2) for m in map(_LABELLED.match, body.splitlines()) if m and m.group(1) != name]
         topic = _topic_of(said[-1] if said else "")
-        line = f"{match.group(1)}. {name}: [neutral] {_reply_words(topic, body, rng)}"
+        label = f"{name}: " if labelled else ""
+        line = f"{match.group(1)}. {label}[neutral] {_reply_words(topic, body, rng)}"
         if structured:
             listed = emotions.group(1).split(", ") if emotions else ["neutral"]
             emotion = "neutral" if "neutral" in listed else listed[0]
