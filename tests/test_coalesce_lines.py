@@ -57,3 +57,22 @@ def test_the_simulated_phone_answers_lines_without_the_speakers_name() -> None:
     # what the batch wrote per line is the line, its tag and its number: nothing else
     answers = [r.text for r in results if isinstance(r, Answer)]
     assert estimate_tokens(text) <= sum(estimate_tokens(a) for a in answers) + 2 * len(answers)
+
+
+def test_labels_the_model_wraps_or_borrows_are_read_as_labels() -> None:
+    """Seen on the live model: ``<Mira>:`` is the speaker's own label; a line labelled as someone
+    outside the batch, with an emotion tag after the label, speaks as that character; a tag at
+    the end goes to the front."""
+    requests = [line(n) for n in NAMES]
+    text = "1. <Gorm>: [excited] Pim is safe now.\n2. Brann: [excited] You found the key!\n3. I'll look around. [angry]"
+    results = read_batch(text, requests)
+    assert results[0] == Answer("[excited] Pim is safe now.")
+    assert isinstance(results[1], Unanswered) and results[1].why is Why.MISATTRIBUTED
+    assert results[2] == Answer("[angry] I'll look around.")
+
+
+def test_a_conversation_line_wrapped_in_its_own_label_is_kept_without_it() -> None:
+    from oam_actors.game.conversation import check_line
+
+    assert check_line("<Hild>: I'm so happy!", "Hild", ["Brann"]) == "I'm so happy!"
+    assert check_line("(Brann): Two days.", "Hild", ["Brann"]) is None

@@ -64,7 +64,7 @@ lets more of them share a generation."""
 MAX_LINES_SHOWN = 12
 """The latest lines a speaker's prompt shows; older ones are in its memory already."""
 
-_LABEL = re.compile(r"^\s*[\"'“*_]*([^:\n]{1,40}?)[\"'”*_]*\s*:\s*")
+_LABEL = re.compile(r"^\s*[\"'“*_<(]*([^:\n<>()]{1,40}?)[\"'”*_>)]*\s*:\s*")
 
 
 class TurnOrder(enum.Enum):

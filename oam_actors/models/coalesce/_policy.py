@@ -668,7 +668,7 @@ def _names(text: str, name: str) -> bool:
 
 
 def _same_name(label: str, name: str) -> bool:
-    label = label.strip(_QUOTES + "*_ ")
+    label = label.strip(_QUOTES + "*_<>[]() ")
     return bool(label) and (label.casefold() == name.casefold() or label in _short_names(name))
 
 
@@ -681,6 +681,8 @@ def _read_bark(line: str, item: BarkItem, others: list[str]) -> ItemResult:
             text = rest
         elif any(_same_name(said_by, other) or _names(said_by, other) for other in others):
             return Unanswered(Why.MISATTRIBUTED, f"written for {said_by}")
+        elif _EMOTION_TAG.match(rest) is not None:  # "Someone: [happy] …": a line of a character not in the batch
+            return Unanswered(Why.MISATTRIBUTED, f"written for {said_by}")
     text = text.strip()
     if len(text) >= 2 and text[0] in _QUOTES and text[-1] in _QUOTES:
         text = text[1:-1].strip()
@@ -692,6 +694,7 @@ def _read_bark(line: str, item: BarkItem, others: list[str]) -> ItemResult:
 
 
 _EMOTION_TAG = re.compile(r"^\s*(\[[^\]\n]{1,30}\])\s*(.*)$")
+_TRAILING_TAG = re.compile(r"\s*(\[[^\]\n]{1,30}\])\s*$")
 
 
 def _read_reply(line: str, item: ReplyItem, others: list[str]) -> ItemResult:
@@ -706,8 +709,10 @@ def _read_reply(line: str, item: ReplyItem, others: list[str]) -> ItemResult:
     text = read.text
     if not tag and (tagged := _EMOTION_TAG.match(text)) is not None:
         tag, text = tagged.group(1), tagged.group(2).strip()
-        if not text:
-            return Unanswered(Why.INVALID, "an emotion without a reply")
+    if (trailing := _TRAILING_TAG.search(text)) is not None:  # "… safe now. [happy]": the tag goes in front
+        tag, text = tag or trailing.group(1), text[:trailing.start()]
+    if not text:
+        return Unanswered(Why.INVALID, "an emotion without a reply")
     return Answer(f"{tag} {text}" if tag else text)
 
 
