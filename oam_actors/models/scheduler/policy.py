@@ -772,7 +772,10 @@ class QuotaPolicy:
         if self._reported_requests.known:
             paces.append((self._reported_requests.interval(margin), self._reported_requests.window))
         self._request_pace.set_pace(*max(paces), margin, last=self._last_admit)
-        self._even.set_pace(self._reserve.spacing(window, learned), window, 0.0)
+        # A quarter spacing of slack (margin 1: the window's limit, not this grid, keeps the
+        # backend's count) keeps the grid's phase when work comes a little late, a generation
+        # still running: without it every late start would cost the flood that much quota.
+        self._even.set_pace(self._reserve.spacing(window, learned), window, 1.0)
         token_paces: list[tuple[float, float]] = [(0.0, window)]
         if limits.pace_evenly and limits.tokens_per_window is not None:
             token_paces.append((pace_interval(limits.tokens_per_window, window, margin), window))
