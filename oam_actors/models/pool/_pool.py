@@ -20,7 +20,7 @@ from ...errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
 from ..address_guard import AddressGuard
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
-from ..scheduler import Admission, Clock, Headroom, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
+from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit, spent_before_the_model
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
@@ -31,10 +31,6 @@ __all__ = ["DevicePool"]
 _log = logging.getLogger(__name__)
 _WAIT_SAMPLES = 20_000  # queue waits kept per priority for the percentiles
 _MAX_HOMES = 100_000  # owners whose home device the pool remembers
-# A phone fed flat out at its minimum interval fills its window in a burst and then frees nothing
-# for seconds: a dialogue step arriving then waits them out. Work below dialogue is spaced at the
-# window's rate instead (:mod:`~oam_actors.models.scheduler.headroom`).
-_PHONE_HEADROOM = Headroom(even=True)
 
 
 class _Device:
@@ -127,8 +123,7 @@ class DevicePool:
         self._ledger = ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
-                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger, headroom=_PHONE_HEADROOM),
-                    Health(config.dead_after_failures))
+                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger), Health(config.dead_after_failures))
             for n, (url, name) in enumerate(zip(urls, names, strict=True))
         ]
         self._started = self._clock.now()

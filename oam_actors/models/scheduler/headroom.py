@@ -28,18 +28,6 @@ dialogue demand it has seen:
   waits for the window to slide, past its deadline. So a ticket of a lower class also leaves the
   slots the dialogue expected before the window next frees a slot needs (:meth:`DialogueReserve.lead`:
   it may take one of the window's free slots only that close to the next free).
-- **Even spacing** (the policy's part, with ``even``): work below dialogue starts on an even grid
-  of ``window / limit`` seconds that every admission moves on by one step, dialogue too. Fed
-  flat out at its minimum interval, a phone fills its window in a burst and then frees nothing
-  until the burst's first admission leaves it: a dialogue line that finds the last kept slot
-  taken in such a gap waits for the window to slide, seconds on a Nano phone (measured under a
-  flood of ambient conversation lines: the window full, its oldest admission a fifth of a window
-  from leaving). On the grid the window frees a slot about every ``window / limit`` seconds,
-  and a burst of dialogue (admitted at once, never spaced) holds the work below it back by its
-  own steps, so the window evens out again before background work refills it. Sustained
-  throughput is the same (the window allows ``limit`` per window anyway); only a burst into an
-  idle window starts slower. A device pool's phones use it (their minimum interval is far below
-  ``window / limit``).
 - **Lending** (the policy's part): a kept slot goes to other work when the rolling window frees
   another within the backend's pacing interval, so a paced backend with no dialogue waiting loses
   nothing to the reserve; a line that finds the lent slot taken could not have started before
@@ -65,7 +53,6 @@ class Headroom(msgspec.Struct, frozen=True, kw_only=True):
     cap: float = 0.5  # share of the request limit
     factor: float = 1.0  # slots kept per dialogue request expected in a window
     smoothing: float = 0.5  # EWMA weight of the latest period
-    even: bool = False  # space work below dialogue at the window's rate (window / limit)
 
     def __post_init__(self) -> None:
         if self.floor < 0:
@@ -128,10 +115,6 @@ class DialogueReserve:
         if limit is None or rate <= 0 or left >= math.floor(settings.cap * limit):
             return math.inf
         return left / rate
-
-    def spacing(self, window: float, limit: int | None) -> float:
-        """Seconds work below dialogue keeps after the previous admission (0: none)."""
-        return window / limit if self._settings.even and limit is not None else 0.0
 
     def next_change(self, now: float) -> float | None:
         """When the estimate may next fall (the end of the current period), if it can."""

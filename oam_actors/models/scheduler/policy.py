@@ -25,9 +25,7 @@ Contract
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it, and the free slots the
   dialogue expected before the window next frees one needs (less those that free within the
-  pacing interval, which are lent), and (``Headroom.even``) on an even grid of ``window / limit``
-  that every admission, dialogue too, moves on, so the window frees a slot about that often;
-  dialogue may use all of it, unspaced.
+  pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; among owners within one request of service of
   each other the shortest queue budget first, then earliest deadline; follow-ups before every
@@ -312,7 +310,6 @@ class QuotaPolicy:
         self._header: _HeaderBudget | None = None
         self._request_pace = Grid()
         self._token_pace = Grid()
-        self._even = Grid()  # the window's own rate, for work below dialogue (Headroom.even)
         self._reported_requests = ReportedRate()
         self._reported_tokens = ReportedRate()
         self._update_pace()
@@ -619,9 +616,6 @@ class QuotaPolicy:
             # start anyway (the pacing interval), so the slots that free by then are lent.
             self._requests_free_at(kept) - self._lend_seconds() if kept else -math.inf,
             -math.inf if ticket.priority is Priority.DIALOGUE else self._gap_free_at(now),
-            # Even spacing of work below dialogue (:mod:`.headroom`): no burst fills the window
-            # and leaves dialogue a gap to wait out.
-            -math.inf if ticket.priority is Priority.DIALOGUE else self._even.free_at(),
             self._tokens_free_at(ticket.tokens),
             self._header_free_at(ticket.tokens),
         )
@@ -692,7 +686,6 @@ class QuotaPolicy:
         self._last_admit = now
         self._request_pace.take(now)
         self._token_pace.take(now, ticket.tokens)
-        self._even.take(now)  # dialogue too: a burst of it defers the work below it, not the next line
         self._admitted += 1
         if self._header is not None:
             _spend(self._header, ticket.tokens)
@@ -772,10 +765,6 @@ class QuotaPolicy:
         if self._reported_requests.known:
             paces.append((self._reported_requests.interval(margin), self._reported_requests.window))
         self._request_pace.set_pace(*max(paces), margin, last=self._last_admit)
-        # A quarter spacing of slack (margin 1: the window's limit, not this grid, keeps the
-        # backend's count) keeps the grid's phase when work comes a little late, a generation
-        # still running: without it every late start would cost the flood that much quota.
-        self._even.set_pace(self._reserve.spacing(window, learned), window, 1.0)
         token_paces: list[tuple[float, float]] = [(0.0, window)]
         if limits.pace_evenly and limits.tokens_per_window is not None:
             token_paces.append((pace_interval(limits.tokens_per_window, window, margin), window))
