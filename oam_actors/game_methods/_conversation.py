@@ -304,15 +304,8 @@ async def conversation_delete(game: GameState, call: Call) -> Any:
 
 async def conversation_list(game: GameState, call: Call) -> Any:
     entries = []
-    for conversation, record in list(game.conversations.items()):
-        await game.prepare_conversation(conversation)
-        ref = game.bridge.lookup(CONVERSATION, conversation)
-        if ref is None:
-            continue
-        try:
-            described = await ref.ask_control(DescribeConversation())
-        except ActorStopped:
-            continue
+    async for conversation, record, described in game.described(
+            CONVERSATION, game.conversations, game.prepare_conversation, DescribeConversation()):
         entries.append({
             "conversation": conversation, "world": record.world, "members": described["members"],
             "player": described["player"], "lineCount": len(described["lines"]), "ended": described["ended"],

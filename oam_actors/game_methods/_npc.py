@@ -25,7 +25,7 @@ from ..objects import NPCActor
 from ..objects.npc import (
     Bark, DescribeNPC, NPCCheckpoint, ResetNPC, SaveNPC, Talk, UpdateNPC, with_tool_timeout,
 )
-from ..runtime import ActorStopped, StoreRecord
+from ..runtime import StoreRecord
 from ._common import deadline_seconds, tools_array, tools_param
 from ._state import NPC as NPC_KIND
 from ._state import WORLD as WORLD_KIND
@@ -275,15 +275,7 @@ async def npc_delete(game: GameState, call: Call) -> Any:
 
 async def npc_list(game: GameState, call: Call) -> Any:
     entries = []
-    for npc, record in list(game.npcs.items()):
-        await game.prepare_npc(npc)
-        ref = game.bridge.lookup(NPC_KIND, npc)
-        if ref is None:
-            continue
-        try:
-            entry = await ref.ask_control(DescribeNPC())
-        except ActorStopped:  # deleted meanwhile
-            continue
+    async for _, record, entry in game.described(NPC_KIND, game.npcs, game.prepare_npc, DescribeNPC()):
         pending = len(record.pending)
         entries.append({**entry, "busy": pending > 0, "pendingOperations": pending, "createdAt": record.created_at})
     return {"npcs": entries}

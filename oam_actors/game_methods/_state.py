@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -267,6 +268,22 @@ class GameState:
         return ref
 
     # --- durable objects (a state store) -------------------------------------------------------
+
+    async def described(self, kind: str, records: Mapping[str, Any], prepare: Callable[[str], Awaitable[None]],
+                        message: Any) -> AsyncIterator[tuple[str, Any, Any]]:
+        """``(id, record, answer)`` for each of ``records`` still live (revived first with
+        ``prepare``), ``answer`` being its reply to the control ``message``: what the list methods
+        show. One deleted meanwhile is left out."""
+        for object_id, record in list(records.items()):
+            await prepare(object_id)
+            ref = self.bridge.lookup(kind, object_id)
+            if ref is None:
+                continue
+            try:
+                answer = await ref.ask_control(message)
+            except ActorStopped:
+                continue
+            yield object_id, record, answer
 
     async def prepare_npc(self, npc: Any) -> None:
         """Before a stored NPC on a world is revived (on its first use): ask its world for the
