@@ -10,9 +10,7 @@ a cancelled turn leaves no trace. External (client) tools make the turn wait for
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 
@@ -21,11 +19,12 @@ from ..errors import AgentError, ErrorCode
 from . import prompts
 from .cancellation import checkpoint_if_cancelled
 from .events import EventSink, TurnResult
+from .external import ExternalCalls
 from .model import GenerationRequest, LanguageModel, StepKind, Usage
 from .policy import AgentOptions, TurnOverrides
 from .schema import Schema
 from .tools import ToolDefinition, ToolOutput
-from .transcript import Entry, ResponseEntry, ToolUseEntry, Transcript, split_turns
+from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry, Transcript, split_turns
 from .turn import Turn
 
 __all__ = ["Agent", "DEFAULT_SUMMARY_INSTRUCTIONS"]
@@ -34,15 +33,6 @@ DEFAULT_SUMMARY_INSTRUCTIONS = (
     "Summarise the conversation below for your own later use: keep names, facts, decisions, "
     "promises and open questions; write short plain sentences; no preamble."
 )
-
-
-@dataclass(slots=True)
-class _ExternalSlot:
-    """An external call's answer. ``answered`` is a bare future of the running loop (the
-    runtimes run on asyncio): a turn waits on it with one timer, no event or cancel scope."""
-
-    answered: asyncio.Future[None]
-    output: ToolOutput | None = None
 
 
 class Agent:
@@ -70,8 +60,8 @@ class Agent:
         self.render_response = render_response
         self.owner = owner
         self.clock: Clock = clock if clock is not None else MonotonicClock()
-        self._in_progress: list[Entry] = []
-        self._external: dict[str, _ExternalSlot] = {}
+        self.external_calls = ExternalCalls()
+        self._turn: Turn | None = None
         self._history_lines: prompts.HistoryLines | None = None
 
     # --- settings ----------------------------------------------------------------------------
@@ -103,7 +93,8 @@ class Agent:
     @property
     def turn_entries(self) -> list[Entry]:
         """The running turn's entries so far: its prompt, then its tool uses (empty between turns)."""
-        return list(self._in_progress)
+        turn = self._turn
+        return [] if turn is None else [PromptEntry(turn.prompt), *turn.tool_uses]
 
     def reset(self) -> None:
         """Forget the conversation and the context note; keep instructions, tools and policy."""
@@ -114,7 +105,7 @@ class Agent:
         """The saveable state; during a turn it includes that turn's entries so far."""
         entries = list(self.history)
         if include_in_progress:
-            entries += self._in_progress
+            entries += self.turn_entries
         return Transcript(
             instructions=self.instructions,
             contextNote=self.context_note,
@@ -156,13 +147,13 @@ class Agent:
         # step yields anyway, so one more hop of the event loop would buy nothing.
         await checkpoint_if_cancelled()
         options = overrides.apply(self.options) if overrides is not None else self.options
-        turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas, step_events)
+        turn = self._turn = Turn(self, prompt, schema, options, emit, partial_values, text_deltas, step_events)
         if tool_uses:
             turn.resume(tool_uses)
         try:
             result, entries = await turn.run()
         finally:
-            self._in_progress = []
+            self._turn = None
         # Commit point: no await between here and the return.
         self.history.extend(entries)
         if on_commit is not None:
@@ -171,26 +162,12 @@ class Agent:
 
     def submit_tool_result(self, call_id: str, output: ToolOutput) -> bool:
         """Deliver an external tool's output. False if no call with that id is waiting."""
-        slot = self._external.get(call_id)
-        if slot is None or slot.output is not None:
-            return False
-        slot.output = output
-        if not slot.answered.done():  # a timeout may have woken the turn first
-            slot.answered.set_result(None)
-        return True
+        return self.external_calls.submit(call_id, output)
 
     @property
     def pending_tool_calls(self) -> list[str]:
         """Ids of external calls the running turn is waiting for."""
-        return [call_id for call_id, slot in self._external.items() if slot.output is None]
-
-    def _open_external(self, call_id: str) -> _ExternalSlot:
-        slot = _ExternalSlot(asyncio.get_running_loop().create_future())
-        self._external[call_id] = slot
-        return slot
-
-    def _close_external(self, call_id: str) -> None:
-        self._external.pop(call_id, None)
+        return self.external_calls.pending
 
     # --- compaction --------------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
 
+from ..clock import Clock
 from ..errors import AgentError, DeadlinePassed, ErrorCode, OamError
 from . import prompts
 from .cancellation import cancel_scope
@@ -48,7 +49,8 @@ from .events import (
     TurnUsage,
 )
 from .lenient_json import complete_prefix, find_json, has_complete_value
-from .model import GenerationRequest, StepKind, ToolSpec, Usage, estimate_tokens
+from .external import ExternalCalls
+from .model import GenerationRequest, LanguageModel, StepKind, ToolSpec, Usage, estimate_tokens
 from .policy import AgentOptions, ToolChoiceKind
 from .reply import ReplyCleaner
 from .schema import Schema, format_violations
@@ -65,10 +67,7 @@ from .tools import (
 )
 from .transcript import Entry, PromptEntry, ResponseEntry, ToolUseEntry
 
-if TYPE_CHECKING:
-    from .agent import Agent
-
-__all__ = ["DecideOffer", "Turn", "decide_offer", "format_duration"]
+__all__ = ["DecideOffer", "Turn", "TurnHost", "decide_offer", "format_duration"]
 
 _log = logging.getLogger(__name__)
 
@@ -144,11 +143,27 @@ class _ToolUses:
 _NO_USES = _ToolUses(0, (), 0, ())
 
 
+class TurnHost(Protocol):
+    """What a turn reads of the agent running it (:class:`~.agent.Agent`)."""
+
+    model: LanguageModel
+    tools: list[ToolDefinition]
+    history: list[Entry]
+    owner: str | None
+    clock: Clock
+    external_calls: ExternalCalls
+
+    @property
+    def system_text(self) -> str: ...
+
+    def step_lines(self, options: AgentOptions) -> prompts.HistoryLines: ...
+
+
 @dataclass
 class Turn:
     """The state of one running turn. Created and run by :meth:`Agent.respond`."""
 
-    agent: Agent
+    agent: TurnHost
     prompt: str
     schema: Schema | None
     options: AgentOptions
@@ -188,7 +203,6 @@ class Turn:
         tools = self._enabled_tools()
         choice = self.options.tool_choice
         forced = self._forced_tool()
-        self.agent._in_progress = [PromptEntry(self.prompt), *self.tool_uses]
         respond_now = choice.kind is ToolChoiceKind.NONE or (not tools and forced is None)
         first = True
         while not respond_now and self.rounds < self.options.max_tool_rounds and self.calls < self.options.max_tool_calls:
@@ -380,7 +394,7 @@ class Turn:
     async def _wait_external(self, tool: ToolDefinition, call: ToolCall) -> tuple[ToolOutput, str | None]:
         timeout = tool.timeout if tool.timeout is not None else self.options.tool_timeout
         # Open the slot before the host hears of the call, so an immediate answer is not lost.
-        slot = self.agent._open_external(call.id)
+        slot = self.agent.external_calls.open(call.id)
         try:
             await self._emit(ToolCallStarted(call, "client"))
             answered = slot.answered
@@ -398,7 +412,7 @@ class Turn:
             output = ErrorOutput(message)
             return output, output.model_text()
         finally:
-            self.agent._close_external(call.id)
+            self.agent.external_calls.close(call.id)
 
     async def _reject(self, failed: _Failed) -> None:
         assert failed.tool is not None
@@ -412,7 +426,6 @@ class Turn:
         record = ToolCallRecord(call, output, duration)
         self.records.append(record)
         self.tool_uses.append(ToolUseEntry(call, output))
-        self.agent._in_progress = [PromptEntry(self.prompt), *self.tool_uses]
         await self._emit(ToolCallCompleted(record))
 
     # --- reply steps -------------------------------------------------------------------------
