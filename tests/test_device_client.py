@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -70,9 +71,10 @@ async def test_a_generation_streams_text_then_its_usage() -> None:
                                output_tokens=estimate_tokens(text))
 
 
-async def body_chunks(url: str, request: dict[str, Any]) -> list[bytes]:
+async def body_chunks(url: str, request: dict[str, Any], *, stall: float = 0.0) -> list[bytes]:
     """The chunks of a ``/v1/generate`` answer as the phone wrote them (h11 marks where each
-    begins, however TCP cut them up)."""
+    begins, however TCP cut them up). ``stall``: seconds to block the event loop (the phone's
+    too) once the first chunk is in."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     body = json.dumps(request).encode()
     http = h11.Connection(h11.CLIENT)
@@ -87,6 +89,8 @@ async def body_chunks(url: str, request: dict[str, Any]) -> list[bytes]:
             elif isinstance(event, h11.Data):
                 if event.chunk_start or not chunks:
                     chunks.append(b"")
+                    if len(chunks) == 1 and stall:
+                        time.sleep(stall)
                 chunks[-1] += event.data
     return chunks
 
@@ -97,11 +101,24 @@ async def test_without_a_token_rate_the_whole_answer_leaves_in_one_write() -> No
     ask = {"prompt": "What is on the menu today, and what does the ale cost?", "systemInstruction": "You are Gorm."}
     async with phone() as (running, _):
         at_once = await body_chunks(running.url, ask)
-    async with phone(PhoneConfig(time_scale=0.001, tokens_per_s=1000.0)) as (running, _):
+    async with phone(PhoneConfig(time_scale=0.02, tokens_per_s=1.0)) as (running, _):
         paced = await body_chunks(running.url, ask)
     lines = at_once[0].splitlines()
     assert len(at_once) == 1 and len(lines) > 3 and b'"type":"done"' in lines[-1].replace(b" ", b"")
-    assert len(paced) == len(lines) and b"".join(paced) == at_once[0]  # the same text, a word at a time
+    assert len(paced) > 1 and b"".join(paced) == at_once[0]  # the same text, in pieces as it decodes
+
+
+async def test_a_paced_phone_keeps_its_rate_when_the_loop_wakes_it_late() -> None:
+    # A phone decodes on its own hardware: when the shared event loop was busy past the time its
+    # next words were due, they all leave at once instead of each waiting its own interval again.
+    ask = {"prompt": "What is on the menu today, and what does the ale cost?", "systemInstruction": "You are Gorm."}
+    config = PhoneConfig(time_scale=0.02, tokens_per_s=1.0)
+    async with phone(config) as (running, _):
+        steady = await body_chunks(running.url, ask)
+    async with phone(config) as (running, _):
+        stalled = await body_chunks(running.url, ask, stall=3.0)
+    assert b"".join(stalled) == b"".join(steady)
+    assert len(steady) > 4 and len(stalled) <= 3  # the first word; then everything due, and the end
 
 
 async def test_the_same_seed_streams_the_same_text() -> None:

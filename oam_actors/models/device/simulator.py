@@ -649,6 +649,11 @@ class SimulatedPhone:
         a fault): a write per word would cost a turn of both event loops per word, so a long
         answer (a coalesced batch) would hold the phone for as many turns as it has words."""
         paced = self.config.tokens_per_s > 0
+        # Words are due at the phone's own rate from the first: a phone decodes on its own
+        # hardware, so a late wake-up of this (shared) event loop must not slow it down. What is
+        # already due when the loop gets round to it goes out in one write.
+        started = anyio.current_time()
+        decoded = 0.0  # phone seconds of decoding the words so far take
         ready: list[bytes] = []
         for event in events:
             if event is Fault.DISCONNECT or event is Fault.HANG:
@@ -658,9 +663,12 @@ class SimulatedPhone:
                 return True
             ready.append(_GARBAGE if isinstance(event, Fault) else encode(event))
             if paced and isinstance(event, TextEvent):
-                await http.send_lines(ready)
-                ready = []
-                await self._sleep(estimate_tokens(event.text) / self.config.tokens_per_s)
+                decoded += estimate_tokens(event.text) / self.config.tokens_per_s
+                wait = started + decoded * self.config.time_scale - anyio.current_time()
+                if wait > 0:
+                    await http.send_lines(ready)
+                    ready = []
+                    await anyio.sleep(wait)
         await http.send_lines(ready, end=True)
         return False
 
