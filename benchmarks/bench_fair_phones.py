@@ -6,8 +6,11 @@ The scenario (issue 31, item 5): ``simulate --phones 8 --npcs 3000 --sessions 1 
 report: Jain's index over conversations' ok turns (goal >= 0.95) beside the most any order of
 service could reach with that many ok turns (whole turns per conversation: with between one and
 two a conversation, some get one and some two), the fewest and most ok turns of a conversation,
-the turns degraded, and the dialogue's queue wait p99 against its deadline (goal: within it),
-with the talks degraded. ``--quick`` runs a shorter variant (1,000 NPCs for 20 s, the same mix).
+the most any order of the NPC work could reach with the player dialogue served as it was (it
+goes first), the turns degraded, and the dialogue's queue wait p99 against its deadline (goal:
+within it), with the talks degraded; and how the phones' generating time split by priority during
+the load and over the whole run (what dialogue leaves is what NPC work can have). ``--quick`` runs
+a shorter variant (1,000 NPCs for 20 s, the same mix).
 
 Run: python3 benchmarks/bench_fair_phones.py [--quick] [--npcs N] [--duration S] [--seed N]
 """
@@ -39,6 +42,30 @@ def best_jain(ok: int, owners: int) -> float:
     return ok * ok / (owners * squares)
 
 
+def best_jain_after_dialogue(ok: int, dialogue: dict[str, int]) -> float:
+    """The highest Jain's index any order of the NPC work could give, the player dialogue served
+    as it was (it goes first): the ``ok`` turns less the dialogue's, each given to a conversation
+    served least so far (water-filling over the conversations' ok dialogue turns)."""
+    levels = sorted((int(turns), count) for turns, count in dialogue.items())  # (ok dialogue turns, conversations)
+    owners = sum(count for _, count in levels)
+    spare = ok - sum(turns * count for turns, count in levels)
+    if not owners or ok <= 0:
+        return 0.0
+    # Raise the conversations served least to the next level up while the NPC work lasts.
+    floor, below, index = levels[0][0], levels[0][1], 1
+    while index < len(levels) and spare >= (levels[index][0] - floor) * below:
+        spare -= (levels[index][0] - floor) * below
+        floor, below, index = levels[index][0], below + levels[index][1], index + 1
+    raised, extra = divmod(spare, below)
+    counts = [(floor + raised, below - extra), (floor + raised + 1, extra), *levels[index:]]
+    return ok * ok / (owners * sum(t * t * c for t, c in counts))
+
+
+def _shares(seconds: dict[str, float]) -> str:
+    total = sum(seconds.values()) or 1.0
+    return ", ".join(f"{name} {value / total:.0%}" for name, value in seconds.items())
+
+
 def simulate(npcs: int, duration: float, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, "-m", "oam_actors", "simulate", "--phones", "8", "--npcs", str(npcs),
@@ -68,8 +95,18 @@ def main() -> None:
     print(f"  fairness: Jain {jain:.3f} over {owners:,} conversations (goal >= 0.95); the most any order could "
           f"reach with {turns['ok']:,} ok turns: {best_jain(turns['ok'], owners):.3f}; ok turns per conversation "
           f"{fairness['okTurnsMin']}-{fairness['okTurnsMax']}")
+    dialogue_ok = fairness.get("dialogueOkTurns")
+    if dialogue_ok:
+        talked = sum(int(turns) * count for turns, count in dialogue_ok.items())
+        print(f"  with the {talked:,} ok player dialogue turns served as they were (dialogue goes first), the most "
+              f"any order of the other {turns['ok'] - talked:,} ok turns could reach: "
+              f"{best_jain_after_dialogue(turns['ok'], dialogue_ok):.3f}")
     degraded = sum(e["degraded"] for e in report["expiry"].values())
     print(f"  turns: {turns['total']:,}, ok {turns['ok']:,}, degraded {degraded:,}, failed {turns['failed']:,}")
+    phone_time = report.get("phoneTime")
+    if phone_time:
+        print(f"  phone time generating, during the load: {_shares(phone_time['load'])}; over the run (the "
+              f"turns in flight at its end drain after it): {_shares(phone_time['run'])}")
     dialogue = report["queueWait"]["dialogue"]
     talks = report["actions"]["talk"]
     print(f"  dialogue: queue wait p50 {dialogue['p50Ms'] / 1000:.1f} s, p99 {dialogue['p99Ms'] / 1000:.1f} s "
