@@ -5,12 +5,13 @@ The scenario (issue 31, item 5): ``simulate --phones 8 --npcs 3000 --sessions 1 
 0.1,0.25,0.65 --duration 40 --think 1 --bark-deadline 5``, run as a subprocess. Printed from its
 report: Jain's index over conversations' ok turns (goal >= 0.95) beside the most any order of
 service could reach with that many ok turns (whole turns per conversation: with between one and
-two a conversation, some get one and some two), the fewest and most ok turns of a conversation,
-the most any order of the NPC work could reach with the player dialogue served as it was (it
-goes first), the turns degraded, and the dialogue's queue wait p99 against its deadline (goal:
-within it), with the talks degraded; and how the phones' generating time split by priority during
-the load and over the whole run (what dialogue leaves is what NPC work can have). ``--quick`` runs
-a shorter variant (1,000 NPCs for 20 s, the same mix).
+two a conversation, some get one and some two), the fewest and most ok turns of a conversation;
+Jain's index if every conversation had exactly one ok turn besides its ok player dialogue (what
+the run can give when dialogue, which goes first, takes the phones during the load); the turns
+degraded; how the phones' generating time split by priority during the load and over the whole
+run (what dialogue leaves is what NPC work can have); and the dialogue's queue wait p99 against
+its deadline (goal: within it), with the talks degraded. ``--quick`` runs a shorter variant
+(1,000 NPCs for 20 s, the same mix).
 
 Run: python3 benchmarks/bench_fair_phones.py [--quick] [--npcs N] [--duration S] [--seed N]
 """
@@ -42,23 +43,15 @@ def best_jain(ok: int, owners: int) -> float:
     return ok * ok / (owners * squares)
 
 
-def best_jain_after_dialogue(ok: int, dialogue: dict[str, int]) -> float:
-    """The highest Jain's index any order of the NPC work could give, the player dialogue served
-    as it was (it goes first): the ``ok`` turns less the dialogue's, each given to a conversation
-    served least so far (water-filling over the conversations' ok dialogue turns)."""
-    levels = sorted((int(turns), count) for turns, count in dialogue.items())  # (ok dialogue turns, conversations)
+def jain_one_npc_action_each(dialogue: dict[str, int]) -> float:
+    """Jain's index if every conversation had exactly one ok turn besides its ok player dialogue
+    (``dialogue``: conversations by their count of ok dialogue turns): what the run can give when
+    dialogue, which goes first, takes the phones' time during the load, and NPC work is served
+    only after it, one pending action an NPC."""
+    levels = [(int(turns) + 1, count) for turns, count in dialogue.items()]
     owners = sum(count for _, count in levels)
-    spare = ok - sum(turns * count for turns, count in levels)
-    if not owners or ok <= 0:
-        return 0.0
-    # Raise the conversations served least to the next level up while the NPC work lasts.
-    floor, below, index = levels[0][0], levels[0][1], 1
-    while index < len(levels) and spare >= (levels[index][0] - floor) * below:
-        spare -= (levels[index][0] - floor) * below
-        floor, below, index = levels[index][0], below + levels[index][1], index + 1
-    raised, extra = divmod(spare, below)
-    counts = [(floor + raised, below - extra), (floor + raised + 1, extra), *levels[index:]]
-    return ok * ok / (owners * sum(t * t * c for t, c in counts))
+    total = sum(turns * count for turns, count in levels)
+    return total * total / (owners * sum(turns * turns * count for turns, count in levels)) if owners else 0.0
 
 
 def _shares(seconds: dict[str, float]) -> str:
@@ -97,10 +90,9 @@ def main() -> None:
           f"{fairness['okTurnsMin']}-{fairness['okTurnsMax']}")
     dialogue_ok = fairness.get("dialogueOkTurns")
     if dialogue_ok:
-        talked = sum(int(turns) * count for turns, count in dialogue_ok.items())
-        print(f"  with the {talked:,} ok player dialogue turns served as they were (dialogue goes first), the most "
-              f"any order of the other {turns['ok'] - talked:,} ok turns could reach: "
-              f"{best_jain_after_dialogue(turns['ok'], dialogue_ok):.3f}")
+        talked = sum(int(n) * count for n, count in dialogue_ok.items())
+        print(f"  {talked:,} ok player dialogue turns in {owners - dialogue_ok.get('0', 0):,} conversations; Jain if every "
+              f"conversation had exactly one other ok turn besides its dialogue: {jain_one_npc_action_each(dialogue_ok):.3f}")
     degraded = sum(e["degraded"] for e in report["expiry"].values())
     print(f"  turns: {turns['total']:,}, ok {turns['ok']:,}, degraded {degraded:,}, failed {turns['failed']:,}")
     phone_time = report.get("phoneTime")

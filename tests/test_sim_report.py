@@ -169,3 +169,13 @@ def test_phone_time_by_priority_is_reported_for_the_load_and_for_the_whole_run()
     assert report["phoneTime"] == {"load": {"dialogue": 28.0, "decision": 1.0, "background": 1.5},
                                    "run": {"dialogue": 30.0, "decision": 12.0, "background": 2.0}}
     assert build_report(_run(SimConfig(backend="scripted"), {"s": ["ok"]}))["phoneTime"] is None
+
+
+def test_fairness_counts_the_conversations_by_their_ok_player_dialogue() -> None:
+    run = _run(SimConfig(), {})
+    for owner, kinds in {"npc1": ["talk", "talk", "bark"], "npc2": ["decide"], "npc3": ["talk"], "npc4": []}.items():
+        run.conversations[owner] = Conversation(owner)
+        for second, kind in enumerate(kinds):
+            run.record(TurnSample(owner, float(second), 0.5, "ok", kind=kind))
+    run.record(TurnSample("npc4", 1.0, 0.5, "fallback", kind="talk"))
+    assert build_report(run)["fairness"]["dialogueOkTurns"] == {"0": 2, "1": 1, "2": 1}
