@@ -190,6 +190,8 @@ def test_the_scrape_copies_the_same_model_status_the_console_shows(server: Serve
     assert metric(scrape, 'oam_model_steps_total{outcome="ok"}') == statistics["stepsOk"] == shown["stepsOk"] >= 1
     assert metric(scrape, "oam_coalesce_items_total") == statistics["coalescing"]["items"]
     assert metric(scrape, 'oam_model_queued{priority="dialogue"}') == statistics["queuedByPriority"]["dialogue"]
+    generating = statistics["generatingByPriority"]["dialogue"]
+    assert generating > 0 and metric(scrape, 'oam_model_generating_seconds_total{priority="dialogue"}') == generating
 
 
 def test_a_non_editable_install_ships_the_page() -> None:

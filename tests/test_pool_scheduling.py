@@ -149,3 +149,18 @@ async def test_a_phone_whose_window_emptied_while_nobody_asked_it_takes_the_next
             served_at_once, queued = done.is_set(), [d.queued for d in f.pool.statistics_nowait().devices]
             f.clock.advance(3.0)  # lets a step wrongly queued on phone 2 finish (the test fails anyway)
     assert (served_at_once, queued, f.admitted()) == (True, [0, 0], [3, 2])
+
+
+async def test_the_phones_time_generating_is_counted_by_the_priority_of_the_step() -> None:
+    async def generate_for(seconds: float, priority: str) -> None:
+        # The phone streams at once; the pool's clock moves while the step holds the phone.
+        async for _ in f.pool.stream(ask(owner=f"npc:{priority}", priority=priority)):
+            f.clock.advance(seconds)
+            seconds = 0.0
+
+    async with farm(phone(), phone()) as f:
+        await generate_for(3.0, "dialogue")
+        await generate_for(0.5, "background")
+        await generate_for(1.5, "background")
+        generating = f.pool.statistics_nowait().generating_by_priority
+    assert generating == {"dialogue": 3.0, "decision": 0.0, "background": 2.0}

@@ -159,3 +159,23 @@ def test_interrupted_run_says_so_and_marks_the_moment() -> None:
 ])
 def test_nice_ticks_are_round_and_cover_the_top(top: float, integer: bool, ticks: list[float]) -> None:
     assert nice_ticks(top, integer=integer) == pytest.approx(ticks)
+
+
+def test_phone_time_by_priority_is_reported_for_the_load_and_for_the_whole_run() -> None:
+    stats = {**_pool_stats([0.9]), "generatingByPriority": {"dialogue": 30.0, "decision": 12.0, "background": 2.0}}
+    run = _run(SimConfig(phones=1), {"npc1": ["ok"]}, stats)
+    run.backend_at_load_end = {**stats, "generatingByPriority": {"dialogue": 28.0, "decision": 1.0, "background": 1.5}}
+    report = build_report(run)
+    assert report["phoneTime"] == {"load": {"dialogue": 28.0, "decision": 1.0, "background": 1.5},
+                                   "run": {"dialogue": 30.0, "decision": 12.0, "background": 2.0}}
+    assert build_report(_run(SimConfig(backend="scripted"), {"s": ["ok"]}))["phoneTime"] is None
+
+
+def test_fairness_counts_the_conversations_by_their_ok_player_dialogue() -> None:
+    run = _run(SimConfig(), {})
+    for owner, kinds in {"npc1": ["talk", "talk", "bark"], "npc2": ["decide"], "npc3": ["talk"], "npc4": []}.items():
+        run.conversations[owner] = Conversation(owner)
+        for second, kind in enumerate(kinds):
+            run.record(TurnSample(owner, float(second), 0.5, "ok", kind=kind))
+    run.record(TurnSample("npc4", 1.0, 0.5, "fallback", kind="talk"))
+    assert build_report(run)["fairness"]["dialogueOkTurns"] == {"0": 2, "1": 1, "2": 1}

@@ -303,6 +303,8 @@ class ModelMetrics:
         self.queue_wait = registry.gauge(
             "oam_model_queue_wait_seconds", "Queue wait of admitted steps since the start, by priority and quantile.",
             ["priority", "quantile"])
+        self.generating = registry.counter(
+            "oam_model_generating_seconds_total", "Seconds the devices spent generating, by priority.", priority)
         self.steps = registry.counter("oam_model_steps_total", "Model steps the pool ended, by outcome (ok, failed).",
                                       ["outcome"])
         self.rerouted = registry.counter("oam_model_rerouted_total", "Steps moved to another device after a failure.")
@@ -323,6 +325,8 @@ class ModelMetrics:
             self._device(device)
         for name, count in (statistics.get("queuedByPriority") or {}).items():
             self.queued.set(count, priority=name)
+        for name, seconds in (statistics.get("generatingByPriority") or {}).items():
+            self.generating.set_total(seconds, priority=name)
         for name, wait in (statistics.get("queueWait") or {}).items():
             for quantile, key in (("0.5", "p50Ms"), ("0.9", "p90Ms"), ("0.99", "p99Ms")):
                 self.queue_wait.set(wait[key] / 1000, priority=name, quantile=quantile)

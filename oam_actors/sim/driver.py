@@ -159,6 +159,8 @@ class SimRun:
     tool_calls_ignored: int = 0
     cancels_sent: int = 0
     backend_stats: dict[str, Any] = field(default_factory=dict)
+    backend_at_load_end: dict[str, Any] = field(default_factory=dict)
+    """The backend's counters when the load ended (before the turns in flight drained)."""
     ambient: AmbientLog = field(default_factory=AmbientLog)
     """Ambient conversations among the NPCs (``sim.conversations``)."""
 
@@ -230,6 +232,7 @@ async def _load(client: Client, run: SimRun, backend: Backend, rng: random.Rando
                           conversation, deadline, random.Random(config.seed * 7000 + index))
         await anyio.sleep(max(0.0, deadline - time.monotonic()))
         run.load_ended = time.monotonic() - run.started
+        run.backend_at_load_end = await backend.statistics()
 
 
 async def _interrupt(stop: anyio.Event, run: SimRun, load: anyio.CancelScope) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import msgspec
 
 from .charts import Bar, Marker, Series, bar_chart, line_chart
-from .driver import ACTIONS, BARK, PRIORITY_OF, SESSION, SimRun, TurnSample
+from .driver import ACTIONS, BARK, PRIORITY_OF, SESSION, TALK, SimRun, TurnSample
 from .stats import CANCELLED, FALLBACK, OK, jain_index, summarize
 
 __all__ = ["SECTIONS", "build_report", "render_html", "write_report"]
@@ -61,13 +62,14 @@ def build_report(run: SimRun, *, startup_seconds: float = 0.0) -> dict[str, Any]
         },
         "cancels": {"sent": run.cancels_sent, "turnsCancelled": outcomes.cancelled},
         "quota": _quota(backend, outcomes.counts.get("rate_limited", 0)),
-        "fairness": _fairness([c.turns_ok for c in run.conversations.values()]),
+        "fairness": _fairness([c.turns_ok for c in run.conversations.values()], _dialogue_ok(run)),
         "queueWait": backend.get("queueWait", {}),
         "throughputTimeline": _timeline(run),
         "actions": _actions(run.samples),
         "actionsPerGeneration": _per_generation(ok, backend),
         "expiry": _expiry(run.samples),
         "quotaUse": _quota_use(backend, _window_scale(run.config.backend == "farm", run.config)),
+        "phoneTime": _phone_time(run.backend_at_load_end, backend),
         "routing": _routing(run.config, backend),
         "ambientConversations": _ambient(run, backend),
         "backend": backend,
@@ -161,6 +163,15 @@ def _quota_use(backend: dict[str, Any], scale: float) -> list[dict[str, Any]] | 
     return rows
 
 
+def _phone_time(at_load_end: dict[str, Any], backend: dict[str, Any]) -> dict[str, Any] | None:
+    """Phone seconds spent generating each priority's steps (summed over the phones) while the
+    load ran and over the whole run (the turns in flight at its end drain after it)."""
+    run = backend.get("generatingByPriority")
+    if not run:
+        return None
+    return {"load": at_load_end.get("generatingByPriority") or {}, "run": run}
+
+
 def _routing(config: Any, backend: dict[str, Any]) -> dict[str, Any] | None:
     """A routed model's steps and spend per backend (with its share of the steps, and for a
     device pool its quota and decode use), per priority and kind, and per tenant."""
@@ -210,14 +221,26 @@ def _quota(backend: dict[str, Any], rate_limited_turns: int) -> dict[str, Any] |
     return None
 
 
-def _fairness(ok_turns: list[int]) -> dict[str, Any]:
-    """Jain's index over conversations' ok turns; null (with the reason) when it is undefined."""
+def _dialogue_ok(run: SimRun) -> list[int]:
+    """Each conversation's ok player dialogue (session turns and NPC talks)."""
+    counts = dict.fromkeys(run.conversations, 0)
+    for sample in run.samples:
+        if sample.outcome == OK and sample.kind in (SESSION, TALK):
+            counts[sample.owner] += 1
+    return list(counts.values())
+
+
+def _fairness(ok_turns: list[int], dialogue_ok: list[int]) -> dict[str, Any]:
+    """Jain's index over conversations' ok turns; null (with the reason) when it is undefined.
+    ``dialogueOkTurns``: how many conversations had how many ok player dialogue turns (which go
+    before NPC work), by count."""
     index = jain_index(ok_turns)
     fairness: dict[str, Any] = {
         "owners": len(ok_turns),
         "jainIndex": None if index is None else round(index, 4),
         "okTurnsMin": min(ok_turns, default=0),
         "okTurnsMax": max(ok_turns, default=0),
+        "dialogueOkTurns": {str(n): c for n, c in sorted(Counter(dialogue_ok).items())},
     }
     if index is None:
         fairness["reason"] = "no conversations ran" if not ok_turns else "no conversation completed a turn"

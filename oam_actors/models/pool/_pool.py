@@ -130,6 +130,7 @@ class DevicePool:
         self._turn = 0
         self._homes: dict[str, int] = {}  # owner → the device its last step went to
         self._waits = {p: WaitSamples(_WAIT_SAMPLES) for p in Priority}
+        self._generating = dict.fromkeys(Priority, 0.0)  # phone seconds spent generating, by priority
         self._steps_ok = self._steps_failed = self._rerouted = 0
         self._absorbed = self._surfaced = 0
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -264,7 +265,7 @@ class DevicePool:
             self._waits[step.priority].append(self._clock.now() - step.started)
             # Closed explicitly when the agent stops reading, so the phone cancels at once.
             pieces = await stack.enter_async_context(aclosing(device.model.stream(step.admitted())))
-            with self._busy(device):
+            with self._busy(device, step.priority):
                 try:
                     async for piece in pieces:
                         attempt.saw(piece)
@@ -279,15 +280,18 @@ class DevicePool:
             attempt.done = True
 
     @contextmanager
-    def _busy(self, device: _Device) -> Iterator[None]:
-        """Count a generation in flight on ``device`` and the time it kept the device busy."""
+    def _busy(self, device: _Device, priority: Priority) -> Iterator[None]:
+        """Count a generation in flight on ``device`` and the time it kept the device busy, on
+        the device's and on its priority's account."""
         started = self._clock.now()
         device.in_flight += 1
         try:
             yield
         finally:
             device.in_flight -= 1
-            device.busy_seconds += self._clock.now() - started
+            seconds = self._clock.now() - started
+            device.busy_seconds += seconds
+            self._generating[priority] += seconds
 
     def _choose(self, step: _Step) -> _Device:
         now = self._clock.now()
@@ -464,6 +468,7 @@ class DevicePool:
             queue_wait={p.name.lower(): summarize_waits(self._waits[p]) for p in Priority},
             elapsed_seconds=round(elapsed, 3),
             queued_by_priority={p.name.lower(): sum(q[p.value] for q in queues) for p in Priority},
+            generating_by_priority={p.name.lower(): round(self._generating[p], 3) for p in Priority},
         )
 
     def _device_statistics(self, device: _Device, now: float, elapsed: float) -> DeviceStatistics:

@@ -67,6 +67,9 @@ class PoolStatistics(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
     elapsed_seconds: float
     coalescing: CoalescingStatistics | None = None
     queued_by_priority: dict[str, int] = msgspec.field(default_factory=dict)  # steps waiting, by priority name
+    # Seconds the devices spent generating, by priority name (summed over devices): what each
+    # class of work cost the phones, whatever bound them (quota or decode time).
+    generating_by_priority: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float:
