@@ -534,10 +534,14 @@ def elsewhere(address: Address, kind: str) -> str:
 
 async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ray_instance: None) -> None:
     village = Address("world", "village")
-    gorm, mira = elsewhere(village, "gorm"), elsewhere(village, "mira")  # they move to the world's shard
+    # They live on the other shard (their own), with a replica of the world's document there.
+    gorm, mira = (next(i for i in (f"{name}{n}" for n in range(100))
+                       if shard_of(Address("npc", i), 2) != shard_of(village, 2)) for name in ("gorm", "mira"))
+    assert shard_of(Address("npc", gorm), 2) == shard_of(Address("npc", mira), 2) != shard_of(village, 2)
     writer = {"type": "scripted", "steps": [tool_step("update_world_state", path="quests.ring", value="started"),
                                             npc_reply("Find my ring.")]}
-    reader = {"type": "scripted", "steps": [tool_step("read_world_state", path="quests.ring"), npc_reply("Hurry.")]}
+    reader = {"type": "scripted", "steps": [tool_step("read_world_state", path="quests.ring"), npc_reply("Hurry."),
+                                            tool_step("read_world_state", path="quests.ring"), npc_reply("Good.")]}
     async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
         await wire.call("world/create", {"world": "village", "state": {"player": {"gold": 60}}})
         await wire.call("world/subscribe", {"world": "village", "path": "quests"})
@@ -563,6 +567,9 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
         wrote = wire.request("world/set", {"world": "village", "path": "quests.ring", "value": "found"})
         changed = await wire.wait_for(lambda m: m.get("method") == "world/changed" and m["params"]["newValue"] == "found")
         assert changed < wire.log.index(await wire.response(wrote))
+        # The NPCs' replica follows the restarted world: it hears of the change made there.
+        read = await wire.call("npc/talk", {"npc": mira, "line": "And now?"})
+        assert read["toolCalls"][0]["output"] == "found"
         check_invariants(wire.log)
 
 

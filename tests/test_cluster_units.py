@@ -524,6 +524,7 @@ class _Hosted:
         self.address, self.blob, self.max_queue, self.placed = address, b"actor", 8, None
         self.owners: list[Any] = []
         self.shares: list[Any] = []
+        self.remote: list[bool] = []
 
 
 class _Waiter:

@@ -23,6 +23,7 @@ from oam_actors.runtime._crossing import (
     EndpointKind,
     EndpointReferences,
     Relay,
+    Replication,
     detached_copy,
     dumps_state,
     endpoint_kind,
@@ -30,6 +31,7 @@ from oam_actors.runtime._crossing import (
     loads_state,
     register_endpoint,
     register_shared,
+    replication_of,
     use_endpoint_references,
 )
 from oam_actors.runtime._hosting import Hosting, hosting_of, register_hosted
@@ -87,6 +89,7 @@ __all__ = [
     "MailboxFull",
     "MessageCancelled",
     "Relay",
+    "Replication",
     "Reply",
     "RuntimeErrorBase",
     "SqliteStore",
@@ -114,6 +117,7 @@ __all__ = [
     "register_endpoint",
     "register_hosted",
     "register_shared",
+    "replication_of",
     "tune_gc_for_servers",
     "use_endpoint_references",
 ]
