@@ -45,10 +45,10 @@ from oam_actors.cluster.wire import (
     loads_actor,
     loads_value,
 )
-from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
+from oam_actors.objects.crossing import OUTLETS, WORLD_REPLICATION, CallTool, Notify, OutletRelay, Release
 from oam_actors.game import WorldState
 from oam_actors.objects import WorldActor
-from oam_actors.objects.world import WorldSet, WorldSubscribe
+from oam_actors.objects.world import WorldMerge, WorldRemove, WorldSet, WorldSubscribe
 from oam_actors.runtime import (
     Actor,
     ActorStopped,
@@ -59,6 +59,7 @@ from oam_actors.runtime import (
     dumps_state,
     endpoint_kind,
     loads_state,
+    replication_of,
     use_endpoint_references,
 )
 
@@ -729,3 +730,31 @@ def test_a_session_checkpoint_is_the_whole_state_however_its_history_changed() -
     agent.history.extend([PromptEntry("q"), ResponseEntry("a")])
     restored.restore(session.snapshot())
     assert restored.agent.history == agent.history and restored.snapshot() == session.snapshot()
+
+
+def test_a_world_replica_follows_its_owner_and_forwards_its_own_writes() -> None:
+    owner = WorldState({"gate": {"open": False}, "quests": {}})
+    copy = pickle.loads(pickle.dumps(detached_copy(owner)))  # as the owner's shard sends it
+    replication = replication_of(owner)
+    assert replication is WORLD_REPLICATION and pickle.loads(pickle.dumps(replication)) is WORLD_REPLICATION
+    forwarded: list[Any] = []
+    replica = replication.replica(copy, forwarded.append)
+    pushed: list[Any] = []
+    stop = replication.follow(owner, lambda change: pushed.append(pickle.loads(pickle.dumps(change))))
+    owner.set("gate.open", True)
+    owner.merge("quests", {"ring": "started", "sword": "found"})
+    owner.remove("quests.sword")
+    for change in pushed:
+        replication.apply(replica, change)
+    assert (replica.snapshot(), replica.version) == (owner.snapshot(), owner.version)
+    # Its own writes: made at once (read back), and sent to the world as the method that makes them.
+    replica.set("quests.ring", "done")
+    replica.merge("gate", {"guard": "Bran"})
+    replica.remove("gate.open")
+    assert replica.get("quests.ring") == "done" and replica.get("gate") == {"guard": "Bran"}
+    assert forwarded == [WorldSet("quests.ring", "done"), WorldMerge("gate", {"guard": "Bran"}), WorldRemove("gate.open")]
+    stop()
+    owner.set("gate.open", False)
+    assert len(pushed) == 4  # nothing pushed once stopped
+    replication.reset(replica, detached_copy(owner))
+    assert (replica.snapshot(), replica.version) == (owner.snapshot(), owner.version)
