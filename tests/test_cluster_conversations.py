@@ -14,7 +14,7 @@ import pytest
 from oam_actors.cluster import RaySystem, shard_of
 from oam_actors.runtime import Address
 
-from test_cluster_ray import HANG_GUARD, check_invariants, elsewhere, kill_and_wait, open_wire, ray_instance  # noqa: F401
+from test_cluster_ray import HANG_GUARD, check_invariants, kill_and_wait, open_wire, ray_instance  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -25,7 +25,8 @@ def lines(*texts: str) -> dict[str, object]:
 
 async def test_a_conversation_and_its_members_come_back_from_their_checkpoints(ray_instance: None) -> None:
     village = Address("world", "village")
-    conversation = elsewhere(village, "table")  # its id hashes to the other shard
+    conversation = next(i for i in (f"table{n}" for n in range(100))  # on the shard the world is not on
+                        if shard_of(Address("conversation", i), 2) != shard_of(village, 2))
     async with RaySystem(shards=2) as system, open_wire(system, game=True) as wire:
         await wire.call("world/create", {"world": "village"})
         for npc, model in (("bran", lines("The bridge is out, Cora.", "Two days.")),
@@ -99,4 +100,29 @@ async def test_members_on_different_shards_talk_remember_and_lose_nothing_when_a
         for npc in members:
             memory = (await wire.call("npc/state", {"npc": npc}))["state"]["memory"]
             assert said(memory) == [*committed, again["lines"][0]["line"]]
+        check_invariants(wire.log)
+
+
+async def test_a_member_on_another_shard_deleted_mid_line_fails_the_request_as_on_one_process(
+        ray_instance: None) -> None:
+    # The conversation asks Cora across shards.
+    conversation = next(i for i in (f"d{n}" for n in range(100))
+                        if shard_of(Address("conversation", i), 2) != shard_of(Address("npc", "cora"), 2))
+    async with RaySystem(shards=2) as system, open_wire(system, game=True) as wire:
+        await wire.call("world/create", {"world": "village"})
+        for npc, model in (("bran", lines("Hello.")), ("cora", {"type": "scripted", "steps": [
+                {"text": "Slow words.", "delayMs": 20_000}]})):
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": npc.title()}, "world": "village",
+                                           "model": model})
+        await wire.call("conversation/create", {"conversation": conversation, "world": "village",
+                                                "members": ["bran", "cora"]})
+        run = wire.request("conversation/run", {"conversation": conversation, "lines": 2, "stream": True})
+        await wire.wait_for(lambda m: m.get("method") == "conversation/event"
+                            and m["params"]["event"] == {"type": "speaker", "npc": "cora", "name": "Cora"})
+        await wire.call("npc/delete", {"npc": "cora"})
+        error = (await wire.response(run))["error"]
+        assert (error["code"], error["data"]) == (-32050, {"code": "npc_not_found", "npc": "cora"})
+        state = (await wire.call("conversation/state", {"conversation": conversation}))["state"]
+        assert (state["lines"], [m["npc"] for m in state["members"]]) == ([], ["bran"])
+        assert "heard" not in (await wire.call("npc/state", {"npc": "bran"}))["state"]["memory"]
         check_invariants(wire.log)

@@ -641,7 +641,16 @@ class RaySystem(SystemBase):
             return
         key = (origin.index, item.seq)
         self._forwards[key] = reply
-        reply.add_done_callback(lambda value, error: (self._forwards.pop(key, None), answer.settle(value, error)))
+
+        def settled(value: Any, error: BaseException | None) -> None:
+            self._forwards.pop(key, None)
+            if isinstance(error, MessageCancelled) and (entry.stopping or self._entries.get(entry.address) is not entry):
+                # Cancelled because its actor is being stopped (deleted): the asker, which cannot
+                # see here that the actor is gone, hears that it stopped.
+                error = ActorStopped(entry.address)
+            answer.settle(value, error)
+
+        reply.add_done_callback(settled)
         entry.link.send(entry, Ask(reply.seq, item.address, item.message, item.flow), reply)
 
     def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]], link: ShardLink) -> Any:
