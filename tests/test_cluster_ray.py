@@ -573,6 +573,36 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
         check_invariants(wire.log)
 
 
+async def test_npcs_on_both_shards_write_one_world_at_once_and_every_shard_reads_both_writes(
+        ray_instance: None) -> None:
+    def on_shard(index: int, name: str) -> str:
+        return next(i for i in (f"{name}{n}" for n in range(100)) if shard_of(Address("npc", i), 2) == index)
+
+    reads = {"toolCalls": [{"name": "read_world_state", "arguments": {"path": f"quests.{key}"}} for key in "ab"]}
+    async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
+        await wire.call("world/create", {"world": "village", "state": {"quests": {}}})
+        writers = {on_shard(index, f"writer{key}"): key for index, key in enumerate("ab")}
+        readers = [on_shard(index, "reader") for index in range(2)]
+        for npc, key in writers.items():
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": "W"}, "world": "village",
+                                           "options": {"worldWritable": ["quests"]}, "model": {"type": "scripted",
+                                           "steps": [tool_step("update_world_state", path=f"quests.{key}", value=npc),
+                                                     npc_reply("Done.")]}})
+        for npc in readers:
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": "R"}, "world": "village",
+                                           "options": {"worldReadable": ["quests"]},
+                                           "model": {"type": "scripted", "steps": [reads, npc_reply("I see.")]}})
+        talks = [wire.request("npc/talk", {"npc": npc, "line": "Go."}) for npc in writers]  # at once
+        for talk in talks:
+            assert "result" in await wire.response(talk)
+        expected = {key: npc for npc, key in writers.items()}
+        assert (await wire.call("world/get", {"world": "village", "path": "quests"}))["value"] == expected
+        for npc in readers:  # the world's shard reads its document; the other its replica, kept in step
+            read = await wire.call("npc/talk", {"npc": npc, "line": "Who went?"})
+            assert [call["output"] for call in read["toolCalls"]] == [expected["a"], expected["b"]]
+        check_invariants(wire.log)
+
+
 async def kill_and_wait(system: RaySystem, index: int) -> None:
     """SIGKILL shard ``index`` and wait until the system has handled its restart."""
     restarts = system.shard_restarts()[index]

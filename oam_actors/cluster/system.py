@@ -28,8 +28,10 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
   (a told message that fails, lost with its shard too, is logged here).
 - An actor in a shard reaches an actor on another shard through this driver: its shard's
   ``lookup`` answers a ref whose messages, cancels and outcomes the driver forwards in order
-  (what a shard sends before an item reaches the other shard before it). Such a ref's
-  ``statistics`` count only what its shard sent and has not heard back.
+  (what a shard sends before an item reaches the other shard before it). Its outcomes are those
+  of a ref here (``HostFailed`` when the other shard dies), except that a message cancelled
+  because its actor is being stopped answers ``ActorStopped``: the asker cannot look the actor
+  up to tell. Such a ref's ``statistics`` count only what its shard sent and has not heard back.
 - A shard whose process dies is restarted by Ray (on another node if its node is gone).
   Messages, control calls and stops it had received resolve with ``HostFailed``; what was still
   queued here goes to the new process. An actor is re-created there when next used: from the
@@ -432,7 +434,8 @@ class RaySystem(SystemBase):
         self._endpoints = Endpoints()
         self._values = ValueWriter(self._endpoints.reference)  # messages: their outlets by reference
         self._copies = SharedCopies()
-        self._forwards: dict[tuple[int, int], _RayReply] = {}  # (shard, its seq) -> the forwarded ask
+        # (shard, its incarnation, its seq) -> the ask it forwarded (a restarted shard counts anew)
+        self._forwards: dict[tuple[int, str | None, int], _RayReply] = {}
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._started_ray = False
@@ -605,7 +608,7 @@ class RaySystem(SystemBase):
             case Forward():
                 self._forward(origin, item)
             case ForwardCancel(seq=seq, address=None):
-                if (reply := self._forwards.get((origin.index, seq))) is not None:
+                if (reply := self._forwards.get((origin.index, origin.incarnation, seq))) is not None:
                     reply.cancel()
             case ForwardCancel(address=address):
                 if (entry := self._entries.get(address)) is not None:
@@ -639,7 +642,7 @@ class RaySystem(SystemBase):
         if answer is None:
             entry.link.send(entry, Tell(reply.seq, item.address, item.message, item.flow), reply)
             return
-        key = (origin.index, item.seq)
+        key = (origin.index, origin.incarnation, item.seq)
         self._forwards[key] = reply
 
         def settled(value: Any, error: BaseException | None) -> None:
