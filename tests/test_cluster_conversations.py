@@ -14,7 +14,7 @@ import pytest
 from oam_actors.cluster import RaySystem, shard_of
 from oam_actors.runtime import Address
 
-from test_cluster_ray import HANG_GUARD, check_invariants, kill_and_wait, open_wire, ray_instance  # noqa: F401
+from test_cluster_ray import HANG_GUARD, check_invariants, kill_and_wait, on_shard, open_wire, ray_instance  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -48,11 +48,6 @@ async def test_a_conversation_and_its_members_come_back_from_their_checkpoints(r
         again = await wire.call("conversation/advance", {"conversation": conversation})
         assert again["lines"][0]["line"] == "Two days."
         check_invariants(wire.log)
-
-
-def on_shard(index: int, name: str) -> str:
-    """An NPC id starting with ``name`` whose shard (of 2) is ``index``."""
-    return next(i for i in (f"{name}{n}" for n in range(100)) if shard_of(Address("npc", i), 2) == index)
 
 
 def said(memory: dict[str, Any]) -> list[str]:

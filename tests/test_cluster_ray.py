@@ -527,6 +527,11 @@ def npc_reply(line: str) -> dict[str, Any]:
     return {"json": {"emotion": "neutral", "line": line, "player_options": [], "ends_conversation": False}}
 
 
+def on_shard(index: int, name: str) -> str:
+    """An NPC id starting with ``name`` whose shard (of 2) is ``index``."""
+    return next(i for i in (f"{name}{n}" for n in range(100)) if shard_of(Address("npc", i), 2) == index)
+
+
 def elsewhere(address: Address, kind: str) -> str:
     """An id of ``kind`` whose own shard is not the shard of ``address``."""
     return next(i for i in (f"{kind}{n}" for n in range(100)) if shard_of(Address(kind, i), 2) != shard_of(address, 2))
@@ -575,9 +580,6 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
 
 async def test_npcs_on_both_shards_write_one_world_at_once_and_every_shard_reads_both_writes(
         ray_instance: None) -> None:
-    def on_shard(index: int, name: str) -> str:
-        return next(i for i in (f"{name}{n}" for n in range(100)) if shard_of(Address("npc", i), 2) == index)
-
     reads = {"toolCalls": [{"name": "read_world_state", "arguments": {"path": f"quests.{key}"}} for key in "ab"]}
     async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
         await wire.call("world/create", {"world": "village", "state": {"quests": {}}})
