@@ -9,7 +9,8 @@ Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process 
 
 See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks. A runtime
 that moves actors to other processes learns what must not be pickled by value from the layers
-that define it (``register_endpoint``, ``register_shared``; see ``_crossing``), which objects it
+that define it (``register_endpoint``, ``register_shared`` with its ``Replication``; see
+``_crossing``), which objects it
 runs once for every process instead (``register_hosted``; see ``_hosting``), and actors write
 checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 """
