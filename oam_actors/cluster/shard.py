@@ -61,6 +61,7 @@ from ..runtime import (
     Address,
     LocalSystem,
     MailboxFull,
+    Replication,
     Reply,
     current_flow,
     detached_copy,
@@ -179,7 +180,7 @@ class Shard:
         # Replicas of objects shared by owners on other shards (in _shares too): how each is
         # replicated, follows under way, writes sent to the owner and not answered yet, and
         # which actors hold which (their replies wait for those writes).
-        self._replicated: dict[SharedRef, Any] = {}
+        self._replicated: dict[SharedRef, Replication] = {}
         self._following: dict[SharedRef, asyncio.Task[Any]] = {}
         self._writes: dict[SharedRef, list[_Forwarded]] = {}
         self._remote_held: dict[Address, list[SharedRef]] = {}
@@ -346,7 +347,8 @@ class Shard:
                 if (replication := self._replicated.get(share)) is not None:
                     replication.apply(self._shares[share], pickle.loads(change))
             case Refollow(owners=owners):
-                for share in [share for share in self._replicated if share.owner in owners]:
+                restarted = set(owners)
+                for share in [share for share in self._replicated if share.owner in restarted]:
                     self._tasks.start_soon(self._refollow, share)
 
     def _lookup(self, address: Address) -> ActorRef | None:
@@ -398,8 +400,7 @@ class Shard:
     async def _follow(self, share: SharedRef) -> Any:
         copy = await self._copy_of(share)
         replication = replication_of(copy)
-        if replication is None:
-            raise TypeError(f"a {type(copy).__name__} cannot be replicated")
+        assert replication is not None  # the driver places no holder away from an owner it cannot replicate
         replica = self._shares[share] = replication.replica(copy, functools.partial(self._write, share))
         self._replicated[share] = replication
         return replica
@@ -459,8 +460,7 @@ class Shard:
         try:
             obj = await self._shared(op.share)
             replication = replication_of(obj)
-            if replication is None:
-                raise TypeError(f"a {type(obj).__name__} cannot be replicated")
+            assert replication is not None  # as in _follow
             copy = pickle.dumps(detached_copy(obj), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - its owner is gone: the follower hears why
             self._emit(Done(op.seq, failure=Failure.of(exc)))
