@@ -545,8 +545,9 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
     assert shard_of(Address("npc", gorm), 2) == shard_of(Address("npc", mira), 2) != shard_of(village, 2)
     writer = {"type": "scripted", "steps": [tool_step("update_world_state", path="quests.ring", value="started"),
                                             npc_reply("Find my ring.")]}
-    reader = {"type": "scripted", "steps": [tool_step("read_world_state", path="quests.ring"), npc_reply("Hurry."),
-                                            tool_step("read_world_state", path="quests.ring"), npc_reply("Good.")]}
+    reader = {"type": "scripted", "steps": [step for reply in ("Hurry.", "Good.", "Still good.")
+                                            for step in (tool_step("read_world_state", path="quests.ring"),
+                                                         npc_reply(reply))]}
     async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
         await wire.call("world/create", {"world": "village", "state": {"player": {"gold": 60}}})
         await wire.call("world/subscribe", {"world": "village", "path": "quests"})
@@ -574,6 +575,10 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
         assert changed < wire.log.index(await wire.response(wrote))
         # The NPCs' replica follows the restarted world: it hears of the change made there.
         read = await wire.call("npc/talk", {"npc": mira, "line": "And now?"})
+        assert read["toolCalls"][0]["output"] == "found"
+        # The NPCs' shard dies: its new process copies the world's document again.
+        await kill_and_wait(game_system, shard_of(Address("npc", mira), 2))
+        read = await wire.call("npc/talk", {"npc": mira, "line": "Still?"})
         assert read["toolCalls"][0]["output"] == "found"
         check_invariants(wire.log)
 
