@@ -60,6 +60,8 @@ async def test_members_on_different_shards_talk_remember_and_lose_nothing_when_a
     bran, cora = on_shard(0, "bran"), on_shard(1, "cora")
     members = [bran, cora]
     assert {shard_of(Address("npc", npc), 2) for npc in members} == {0, 1}
+    # The conversation lives with Bran: Cora's shard dies under her line, not under the conversation.
+    table = next(i for i in (f"table{n}" for n in range(100)) if shard_of(Address("conversation", i), 2) == 0)
     # Cora's third line is slow: her shard is killed while the conversation waits for it.
     scripts = {bran: lines("The bridge is out, Cora.", "Two days.", "Or three.", "Four, then."),
                cora: {"type": "scripted", "steps": [{"text": "Then no flour."}, {"text": "Fine."},
@@ -69,8 +71,8 @@ async def test_members_on_different_shards_talk_remember_and_lose_nothing_when_a
         for npc in members:
             await wire.call("npc/create", {"npc": npc, "persona": {"name": npc.title()}, "world": "village",
                                            "model": scripts[npc]})
-        await wire.call("conversation/create", {"conversation": "table", "world": "village", "members": members})
-        ran = await wire.call("conversation/run", {"conversation": "table", "lines": 4})
+        await wire.call("conversation/create", {"conversation": table, "world": "village", "members": members})
+        ran = await wire.call("conversation/run", {"conversation": table, "lines": 4})
         committed = ["The bridge is out, Cora.", "Then no flour.", "Two days.", "Fine."]
         assert [(line["speaker"], line["line"]) for line in ran["lines"]] == list(zip([bran, cora] * 2, committed))
         for npc in members:
@@ -78,19 +80,19 @@ async def test_members_on_different_shards_talk_remember_and_lose_nothing_when_a
             assert said(memory) == committed
             assert memory["heard"][0].startswith("You" if npc == bran else bran.title())
         # Mid-run: Bran's line is said, Cora's is asked for, and her shard dies.
-        running = wire.request("conversation/run", {"conversation": "table", "lines": 2, "stream": True})
+        running = wire.request("conversation/run", {"conversation": table, "lines": 2, "stream": True})
         await wire.wait_for(lambda m: m.get("method") == "conversation/event"
                             and m["params"]["event"] == {"type": "speaker", "npc": cora, "name": cora.title()})
         await kill_and_wait(system, shard_of(Address("npc", cora), 2))
         with anyio.fail_after(HANG_GUARD):
             answer = await wire.response(running)
         assert answer["error"]["code"] == -32603  # the line's host failed: the run is not committed
-        state = (await wire.call("conversation/state", {"conversation": "table"}))["state"]
+        state = (await wire.call("conversation/state", {"conversation": table}))["state"]
         assert [line["line"] for line in state["lines"]] == committed
         for npc in members:  # Cora's memory came back from her checkpoint; Bran's shard lived on
             assert said((await wire.call("npc/state", {"npc": npc}))["state"]["memory"]) == committed
         # The conversation goes on across the shards; both members hear the new line.
-        again = await wire.call("conversation/advance", {"conversation": "table", "speaker": bran})
+        again = await wire.call("conversation/advance", {"conversation": table, "speaker": bran})
         assert again["lines"][0]["speaker"] == bran
         for npc in members:
             memory = (await wire.call("npc/state", {"npc": npc}))["state"]["memory"]
