@@ -26,9 +26,11 @@ from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
 from oam_actors.cluster.shard import Shard, sweep_stale_directories
 from oam_actors.cluster.wire import (
+    Answer,
     Ask,
     Done,
     Failure,
+    Forward,
     Hello,
     Out,
     Saved,
@@ -53,6 +55,7 @@ from oam_actors.runtime import (
     Actor,
     ActorStopped,
     Address,
+    HostFailed,
     LocalSystem,
     MailboxFull,
     detached_copy,
@@ -758,3 +761,28 @@ def test_a_world_replica_follows_its_owner_and_forwards_its_own_writes() -> None
     assert len(pushed) == 4  # nothing pushed once stopped
     replication.reset(replica, detached_copy(owner))
     assert (replica.snapshot(), replica.version) == (owner.snapshot(), owner.version)
+
+
+def test_a_write_through_a_replica_is_sent_again_while_its_owners_process_dies_under_it() -> None:
+    shard = Shard(0, "node", "127.0.0.1")
+    share = SharedRef(Address("world", "w"), b"document")
+    shard._write(share, WorldSet("gate.open", True))
+    [written] = shard._writes[share]
+    for _ in range(2):  # the owner's process dies before answering: the same write goes again
+        [sent] = shard._take_batch()
+        assert isinstance(sent, Forward) and pickle.loads(sent.message) == WorldSet("gate.open", True)
+        shard._answer(Answer(sent.seq, failure=Failure.of(HostFailed(share.owner))))
+        assert not written.done()
+    [sent] = shard._take_batch()
+    shard._answer(Answer(sent.seq, dumps_value({"version": 3})))
+    assert written.done() and shard._writes[share] == []
+    # Its owner's process dying on every try: the write fails, and the holders' replies with it.
+    shard._write(share, WorldSet("gate.open", False))
+    [written] = shard._writes[share]
+    for _ in range(3):
+        [sent] = shard._take_batch()
+        shard._answer(Answer(sent.seq, failure=Failure.of(HostFailed(share.owner))))
+    assert shard._take_batch() == [] and shard._writes[share] == []
+    errors: list[BaseException | None] = []
+    written.add_done_callback(lambda _, error: errors.append(error))
+    assert [type(error) for error in errors] == [HostFailed]

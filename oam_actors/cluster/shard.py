@@ -59,6 +59,7 @@ from ..runtime import (
     ActorStatistics,
     ActorStopped,
     Address,
+    HostFailed,
     LocalSystem,
     MailboxFull,
     Replication,
@@ -113,6 +114,9 @@ from .wire import (
 __all__ = ["Shard", "ShardHost"]
 
 _log = logging.getLogger(__name__)
+
+_WRITE_TRIES = 3
+"""How often a write made through a replica is sent to its owner, its owner's process dying each time."""
 
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 107 on Linux, fewer elsewhere
 _DIRECTORY_PREFIX = "oam-shard-"  # then the shard's pid, "-", and mkdtemp's random part
@@ -335,12 +339,8 @@ class Shard:
                     ref.cancel_all()
             case Stop(seq=seq, address=address):
                 self._tasks.start_soon(self._stop, seq, address)
-            case Answer(seq=seq, value=value, failure=failure):
-                if (reply := self._forwards.pop(seq, None)) is not None:
-                    if failure is not None:
-                        reply.finish(None, failure.to_exception())
-                    else:
-                        reply.finish(None if value is None else loads_value(value, self._stand_in), None)
+            case Answer():
+                self._answer(op)
             case Replicate():
                 self._tasks.start_soon(self._replicate, op)
             case Apply(share=share, change=change):
@@ -363,6 +363,13 @@ class Shard:
         return None if address is None else self._arriving.get(address)
 
     # --- other shards --------------------------------------------------------------------------
+
+    def _answer(self, answer: Answer) -> None:
+        if (reply := self._forwards.pop(answer.seq, None)) is not None:
+            if answer.failure is not None:
+                reply.finish(None, answer.failure.to_exception())
+            else:
+                reply.finish(None if answer.value is None else loads_value(answer.value, self._stand_in), None)
 
     def _elsewhere(self, address: Address) -> ActorRef:
         return _RemoteRef(self, address)
@@ -423,14 +430,25 @@ class Shard:
 
     def _write(self, share: SharedRef, message: Any) -> None:
         """A write made through the replica of ``share``, sent to its owner; the replies of the
-        actors holding it wait for the owner's answer."""
+        actors holding it wait for the owner's answer (``written``)."""
+        written = _Forwarded(self, 0, share.owner)
+        self._writes.setdefault(share, []).append(written)
+        self._send_write(share, message, written, _WRITE_TRIES)
+
+    def _send_write(self, share: SharedRef, message: Any, written: _Forwarded, tries: int) -> None:
         reply = self._forward(share.owner, message, ASK)
         assert reply is not None
-        self._writes.setdefault(share, []).append(reply)
-        reply.add_done_callback(lambda _, error: self._written(share, reply, error))
+        reply.add_done_callback(lambda _, error: self._written(share, message, written, tries - 1, error))
 
-    def _written(self, share: SharedRef, reply: _Forwarded, error: BaseException | None) -> None:
-        self._writes[share].remove(reply)
+    def _written(self, share: SharedRef, message: Any, written: _Forwarded, tries: int,
+                 error: BaseException | None) -> None:
+        if isinstance(error, HostFailed) and tries:
+            # The owner's process died before it answered: sent again, to its next process (a
+            # replicated object's writes may be made twice: the owner's checkpoint may hold it).
+            self._send_write(share, message, written, tries)
+            return
+        self._writes[share].remove(written)
+        written.finish(None, error)
         if error is not None and not isinstance(error, ActorStopped) and self._tasks is not None:
             _log.warning("shard %d: %s refused a write made through its replica: %r", self.index, share.owner, error)
             self._tasks.start_soon(self._refollow, share)

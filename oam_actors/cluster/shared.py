@@ -19,8 +19,10 @@ declares shared (``runtime``'s ``register_shared``) RaySystem keeps such objects
   order, forwarded as ``Apply``). A write made through the replica is made on it at once and
   forwarded to the owner actor as a message (the owner commits and checkpoints it); the replies
   of the actors holding the replica wait for those writes' answers, so what they wrote is durable
-  before they answer. A write the owner refuses, and a restart of the owner's shard
-  (``Refollow``), make the replica copy the owner's object again.
+  before they answer. A write whose owner's process died before answering is sent again (to
+  its next process; the type's writes are idempotent), up to three times. A write the owner
+  refuses, and a restart of the owner's shard (``Refollow``), make the replica copy the owner's
+  object again.
 """
 
 from __future__ import annotations

@@ -93,7 +93,9 @@ class Replication(Protocol):
     def replica(self, copy: Any, forward: Callable[[Any], None]) -> Any:
         """What holders in another process hold, made from a detached ``copy`` of the owner's
         object: it reads as the copy does, and each write made through it also calls
-        ``forward(message)``, a picklable message the owner actor handles by making that write."""
+        ``forward(message)``, a picklable message the owner actor handles by making that write.
+        Such a message must be idempotent: one whose answer was lost with the owner's process is
+        sent again, and the owner's checkpoint may already hold its write."""
 
     def follow(self, obj: Any, push: Callable[[Any], None]) -> Callable[[], None]:
         """From now on call ``push(change)`` (a picklable value) after each change of the owner's
