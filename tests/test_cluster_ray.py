@@ -527,6 +527,11 @@ def npc_reply(line: str) -> dict[str, Any]:
     return {"json": {"emotion": "neutral", "line": line, "player_options": [], "ends_conversation": False}}
 
 
+def on_shard(index: int, name: str) -> str:
+    """An NPC id starting with ``name`` whose shard (of 2) is ``index``."""
+    return next(i for i in (f"{name}{n}" for n in range(100)) if shard_of(Address("npc", i), 2) == index)
+
+
 def elsewhere(address: Address, kind: str) -> str:
     """An id of ``kind`` whose own shard is not the shard of ``address``."""
     return next(i for i in (f"{kind}{n}" for n in range(100)) if shard_of(Address(kind, i), 2) != shard_of(address, 2))
@@ -534,10 +539,15 @@ def elsewhere(address: Address, kind: str) -> str:
 
 async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ray_instance: None) -> None:
     village = Address("world", "village")
-    gorm, mira = elsewhere(village, "gorm"), elsewhere(village, "mira")  # they move to the world's shard
+    # They live on the other shard (their own), with a replica of the world's document there.
+    gorm, mira = (next(i for i in (f"{name}{n}" for n in range(100))
+                       if shard_of(Address("npc", i), 2) != shard_of(village, 2)) for name in ("gorm", "mira"))
+    assert shard_of(Address("npc", gorm), 2) == shard_of(Address("npc", mira), 2) != shard_of(village, 2)
     writer = {"type": "scripted", "steps": [tool_step("update_world_state", path="quests.ring", value="started"),
                                             npc_reply("Find my ring.")]}
-    reader = {"type": "scripted", "steps": [tool_step("read_world_state", path="quests.ring"), npc_reply("Hurry.")]}
+    reader = {"type": "scripted", "steps": [step for reply in ("Hurry.", "Good.", "Still good.")
+                                            for step in (tool_step("read_world_state", path="quests.ring"),
+                                                         npc_reply(reply))]}
     async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
         await wire.call("world/create", {"world": "village", "state": {"player": {"gold": 60}}})
         await wire.call("world/subscribe", {"world": "village", "path": "quests"})
@@ -563,6 +573,40 @@ async def test_npcs_share_their_worlds_document_across_processes_and_restarts(ra
         wrote = wire.request("world/set", {"world": "village", "path": "quests.ring", "value": "found"})
         changed = await wire.wait_for(lambda m: m.get("method") == "world/changed" and m["params"]["newValue"] == "found")
         assert changed < wire.log.index(await wire.response(wrote))
+        # The NPCs' replica follows the restarted world: it hears of the change made there.
+        read = await wire.call("npc/talk", {"npc": mira, "line": "And now?"})
+        assert read["toolCalls"][0]["output"] == "found"
+        # The NPCs' shard dies: its new process copies the world's document again.
+        await kill_and_wait(game_system, shard_of(Address("npc", mira), 2))
+        read = await wire.call("npc/talk", {"npc": mira, "line": "Still?"})
+        assert read["toolCalls"][0]["output"] == "found"
+        check_invariants(wire.log)
+
+
+async def test_npcs_on_both_shards_write_one_world_at_once_and_every_shard_reads_both_writes(
+        ray_instance: None) -> None:
+    reads = {"toolCalls": [{"name": "read_world_state", "arguments": {"path": f"quests.{key}"}} for key in "ab"]}
+    async with RaySystem(shards=2) as game_system, open_wire(game_system, game=True) as wire:
+        await wire.call("world/create", {"world": "village", "state": {"quests": {}}})
+        writers = {on_shard(index, f"writer{key}"): key for index, key in enumerate("ab")}
+        readers = [on_shard(index, "reader") for index in range(2)]
+        for npc, key in writers.items():
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": "W"}, "world": "village",
+                                           "options": {"worldWritable": ["quests"]}, "model": {"type": "scripted",
+                                           "steps": [tool_step("update_world_state", path=f"quests.{key}", value=npc),
+                                                     npc_reply("Done.")]}})
+        for npc in readers:
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": "R"}, "world": "village",
+                                           "options": {"worldReadable": ["quests"]},
+                                           "model": {"type": "scripted", "steps": [reads, npc_reply("I see.")]}})
+        talks = [wire.request("npc/talk", {"npc": npc, "line": "Go."}) for npc in writers]  # at once
+        for talk in talks:
+            assert "result" in await wire.response(talk)
+        expected = {key: npc for npc, key in writers.items()}
+        assert (await wire.call("world/get", {"world": "village", "path": "quests"}))["value"] == expected
+        for npc in readers:  # the world's shard reads its document; the other its replica, kept in step
+            read = await wire.call("npc/talk", {"npc": npc, "line": "Who went?"})
+            assert [call["output"] for call in read["toolCalls"]] == [expected["a"], expected["b"]]
         check_invariants(wire.log)
 
 

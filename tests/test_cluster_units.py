@@ -26,9 +26,11 @@ from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
 from oam_actors.cluster.shard import Shard, sweep_stale_directories
 from oam_actors.cluster.wire import (
+    Answer,
     Ask,
     Done,
     Failure,
+    Forward,
     Hello,
     Out,
     Saved,
@@ -45,20 +47,22 @@ from oam_actors.cluster.wire import (
     loads_actor,
     loads_value,
 )
-from oam_actors.objects.crossing import OUTLETS, CallTool, Notify, OutletRelay, Release
+from oam_actors.objects.crossing import OUTLETS, WORLD_REPLICATION, CallTool, Notify, OutletRelay, Release
 from oam_actors.game import WorldState
 from oam_actors.objects import WorldActor
-from oam_actors.objects.world import WorldSet, WorldSubscribe
+from oam_actors.objects.world import WorldMerge, WorldRemove, WorldSet, WorldSubscribe
 from oam_actors.runtime import (
     Actor,
     ActorStopped,
     Address,
+    HostFailed,
     LocalSystem,
     MailboxFull,
     detached_copy,
     dumps_state,
     endpoint_kind,
     loads_state,
+    replication_of,
     use_endpoint_references,
 )
 
@@ -524,6 +528,7 @@ class _Hosted:
         self.address, self.blob, self.max_queue, self.placed = address, b"actor", 8, None
         self.owners: list[Any] = []
         self.shares: list[Any] = []
+        self.remote: list[bool] = []
 
 
 class _Waiter:
@@ -728,3 +733,56 @@ def test_a_session_checkpoint_is_the_whole_state_however_its_history_changed() -
     agent.history.extend([PromptEntry("q"), ResponseEntry("a")])
     restored.restore(session.snapshot())
     assert restored.agent.history == agent.history and restored.snapshot() == session.snapshot()
+
+
+def test_a_world_replica_follows_its_owner_and_forwards_its_own_writes() -> None:
+    owner = WorldState({"gate": {"open": False}, "quests": {}})
+    copy = pickle.loads(pickle.dumps(detached_copy(owner)))  # as the owner's shard sends it
+    replication = replication_of(owner)
+    assert replication is WORLD_REPLICATION and pickle.loads(pickle.dumps(replication)) is WORLD_REPLICATION
+    forwarded: list[Any] = []
+    replica = replication.replica(copy, forwarded.append)
+    pushed: list[Any] = []
+    stop = replication.follow(owner, lambda change: pushed.append(pickle.loads(pickle.dumps(change))))
+    owner.set("gate.open", True)
+    owner.merge("quests", {"ring": "started", "sword": "found"})
+    owner.remove("quests.sword")
+    for change in pushed:
+        replication.apply(replica, change)
+    assert (replica.snapshot(), replica.version) == (owner.snapshot(), owner.version)
+    # Its own writes: made at once (read back), and sent to the world as the method that makes them.
+    replica.set("quests.ring", "done")
+    replica.merge("gate", {"guard": "Bran"})
+    replica.remove("gate.open")
+    assert replica.get("quests.ring") == "done" and replica.get("gate") == {"guard": "Bran"}
+    assert forwarded == [WorldSet("quests.ring", "done"), WorldMerge("gate", {"guard": "Bran"}), WorldRemove("gate.open")]
+    stop()
+    owner.set("gate.open", False)
+    assert len(pushed) == 4  # nothing pushed once stopped
+    replication.reset(replica, detached_copy(owner))
+    assert (replica.snapshot(), replica.version) == (owner.snapshot(), owner.version)
+
+
+def test_a_write_through_a_replica_is_sent_again_while_its_owners_process_dies_under_it() -> None:
+    shard = Shard(0, "node", "127.0.0.1")
+    share = SharedRef(Address("world", "w"), b"document")
+    shard._write(share, WorldSet("gate.open", True))
+    [written] = shard._writes[share]
+    for _ in range(2):  # the owner's process dies before answering: the same write goes again
+        [sent] = shard._take_batch()
+        assert isinstance(sent, Forward) and pickle.loads(sent.message) == WorldSet("gate.open", True)
+        shard._answer(Answer(sent.seq, failure=Failure.of(HostFailed(share.owner))))
+        assert not written.done()
+    [sent] = shard._take_batch()
+    shard._answer(Answer(sent.seq, dumps_value({"version": 3})))
+    assert written.done() and shard._writes[share] == []
+    # Its owner's process dying on every try: the write fails, and the holders' replies with it.
+    shard._write(share, WorldSet("gate.open", False))
+    [written] = shard._writes[share]
+    for _ in range(3):
+        [sent] = shard._take_batch()
+        shard._answer(Answer(sent.seq, failure=Failure.of(HostFailed(share.owner))))
+    assert shard._take_batch() == [] and shard._writes[share] == []
+    errors: list[BaseException | None] = []
+    written.add_done_callback(lambda _, error: errors.append(error))
+    assert [type(error) for error in errors] == [HostFailed]

@@ -587,3 +587,21 @@ async def test_an_actor_can_stop_itself_from_handle() -> None:
         assert [await outcome(first), await outcome(second)] == [ActorStopped, ActorStopped]
         assert system.lookup(NPC) is None
         assert isinstance(system, rt.ActorSystem)
+
+
+async def test_lookup_answers_for_actors_elsewhere_and_spawn_and_hosted_see_only_this_systems() -> None:
+    async with LocalSystem() as far:
+        remote = far.spawn(NPC, Probe)
+        asked: list[Address] = []
+
+        def elsewhere(address: Address) -> Any:
+            asked.append(address)
+            return remote if address == NPC else None
+
+        async with LocalSystem(elsewhere=elsewhere) as near:
+            assert near.lookup(NPC) is remote and near.hosted(NPC) is None
+            assert near.lookup(Address("npc", "nobody")) is None
+            here = near.spawn(NPC, Probe)  # not this system's: free here
+            assert near.lookup(NPC) is here and near.hosted(NPC) is here
+            assert asked == [NPC, Address("npc", "nobody")]
+            assert await remote.ask(("echo", "far")) == "far"

@@ -10,9 +10,10 @@ members). Ops that cannot be
 planned (the store failed) fail their callers; the link goes on.
 
 Back: each item batch is handled in order as its frame arrives (in the read callback, no reader
-task): checkpoints are written to the store first (one transaction per batch), then outlet calls
-and outcomes are dispatched, so a response is only ever written after its events and its
-checkpoint.
+task): checkpoints are written to the store first (one transaction per batch), then outlet calls,
+outcomes and what goes on to another shard (``crossed``: forwarded messages, replicas' follows and
+changes) are dispatched, so a response is only ever written, and a message only ever forwarded,
+after the events and checkpoints before it.
 
 Faults: when the connection ends, the shard (or the way to it) failed. The link finds the shard
 again over Ray (``ping``), restarting it if its process still runs, so that nothing it received
@@ -39,10 +40,15 @@ from .wire import (
     Ask,
     Control,
     Done,
+    Follow,
+    Forward,
+    ForwardCancel,
     Hello,
     Item,
     Op,
     Out,
+    Push,
+    Replicate,
     Resolve,
     Saved,
     SharedRef,
@@ -79,8 +85,9 @@ class Waiter(Protocol):
 
 
 class Hosted(Protocol):
-    """What the link needs to know of a spawned actor (``owners``: actors whose state it holds
-    by reference, ``shares`` those references)."""
+    """What the link needs to know of a spawned actor (``owners``: actors on its shard whose state
+    it holds by reference; ``shares``: all such references, ``remote`` telling those whose owner
+    is on another shard)."""
 
     address: Address
     blob: bytes
@@ -93,6 +100,9 @@ class Hosted(Protocol):
     @property
     def shares(self) -> list[SharedRef]: ...
 
+    @property
+    def remote(self) -> list[bool]: ...
+
 
 class ShardLink:
     """One shard as the driver sees it. ``load_state``/``save_states`` are the store's
@@ -100,7 +110,8 @@ class ShardLink:
     batch's outcomes are dispatched; ``not_durable`` hears of each object whose write failed); ``deliver_out`` hands an ``Out`` item to its endpoint; ``unhosted``
     hears of an actor the shard could not host; ``replacement(index)`` makes a new shard actor
     when Ray says this one is gone for good (its node died); ``resolve_reply`` turns a shared
-    object's reference in a reply into the driver's copy. ``node_id`` is the driver's node: a
+    object's reference in a reply into the driver's copy; ``crossed(link, item)`` takes what the
+    shard sends on to another shard. ``node_id`` is the driver's node: a
     shard on it is reached over its Unix socket, any other over TCP."""
 
     def __init__(
@@ -117,8 +128,10 @@ class ShardLink:
         resolve_reply: Resolve,
         node_id: str | None = None,
         restarted: Callable[[ShardLink], None] | None = None,
+        crossed: Callable[[ShardLink, Forward | ForwardCancel | Follow | Push], None] | None = None,
     ) -> None:
         self.index = index
+        self._crossed = crossed
         self._restarted = restarted
         self.handle = handle
         self.hello: Hello | None = None
@@ -229,7 +242,8 @@ class ShardLink:
         return ops
 
     def _spawn(self, hosted: Hosted) -> Spawn:
-        return Spawn(hosted.address, hosted.blob, hosted.max_queue, self._load_state(hosted.address), hosted.shares)
+        return Spawn(hosted.address, hosted.blob, hosted.max_queue, self._load_state(hosted.address), hosted.shares,
+                     hosted.remote)
 
     # --- what comes back -----------------------------------------------------------------------
 
@@ -274,6 +288,8 @@ class ShardLink:
                     self._deliver_out(item)
                 elif isinstance(item, Unhosted):
                     self._unhosted(item.address, item.failure.to_exception())
+                elif self._crossed is not None:
+                    self._crossed(self, item)
             except Exception as exc:  # noqa: BLE001 - one bad item must not stop the stream
                 _log.error("shard %d: item not delivered: %r", self.index, item, exc_info=exc)
 
@@ -347,7 +363,7 @@ class ShardLink:
 
 def _waited(op: Op | None) -> int:
     """The number the outcome of ``op`` is waited on by, or -1 (cancels, activations)."""
-    return op.seq if isinstance(op, Ask | Tell | Control | Stop) else -1
+    return op.seq if isinstance(op, Ask | Tell | Control | Stop | Replicate) else -1
 
 
 def _needs_actor(op: Op | None) -> bool:

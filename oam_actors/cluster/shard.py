@@ -22,6 +22,11 @@ Checkpoints that hold a stand-in (a world's subscribers) write it as the endpoin
 (the shard is their ``runtime.EndpointReferences``), so a restarted shard relays to the same
 driver endpoint.
 
+Actors here reach actors on other shards through the driver: the shard's ``LocalSystem`` answers
+``lookup`` for an address it does not host with a :class:`_RemoteRef`, whose messages leave as
+``Forward`` items (outlets in them as their endpoints) and whose outcomes come back as ``Answer``
+ops. A shared object whose owner is on another shard is a replica here (:mod:`.shared`).
+
 When the connection ends, the shard has lost its driver: the driver restarts it (its actors come
 back from their checkpoints), so this process serves no second connection.
 """
@@ -30,7 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hmac
+import itertools
 import logging
 import os
 import pickle
@@ -49,35 +56,54 @@ import anyio.abc
 from ..runtime import (
     Actor,
     ActorRef,
+    ActorStatistics,
     ActorStopped,
     Address,
+    HostFailed,
     LocalSystem,
     MailboxFull,
+    Replication,
+    Reply,
+    current_flow,
     detached_copy,
     flow,
+    replication_of,
     tune_gc_for_servers,
     use_endpoint_references,
 )
 from .endpoints import StandIns, provisional_ids
 from .frames import CONNECTION_LOST, FrameProtocol
+from .replies import SettledReply
 from .wire import (
+    ASK,
+    CONTROL,
+    TELL,
+    Answer,
+    Apply,
     Ask,
     CancelAll,
     CancelOne,
     Control,
     Done,
     Failure,
+    Follow,
+    Forward,
+    ForwardCancel,
     Hello,
     Item,
     Op,
     Out,
+    Push,
     Reference,
+    Refollow,
+    Replicate,
     Saved,
     SharedRef,
     Spawn,
     Stop,
     Tell,
     Unhosted,
+    ValueWriter,
     decode_ops,
     dumps_value,
     encode_items,
@@ -88,6 +114,9 @@ from .wire import (
 __all__ = ["Shard", "ShardHost"]
 
 _log = logging.getLogger(__name__)
+
+_WRITE_TRIES = 3
+"""How often a write made through a replica is sent to its owner, its owner's process dying each time."""
 
 _MAX_SOCKET_PATH = 100  # bytes; AF_UNIX allows 107 on Linux, fewer elsewhere
 _DIRECTORY_PREFIX = "oam-shard-"  # then the shard's pid, "-", and mkdtemp's random part
@@ -147,6 +176,20 @@ class Shard:
         self._actors: weakref.WeakValueDictionary[Address, Actor] = weakref.WeakValueDictionary()
         self._arriving: dict[Address, list[Op]] = {}
         self._owner_states: dict[Address, bytes | None] = {}  # the last checkpoint queued of each owner
+        # Other shards' actors: messages forwarded through the driver, waiting for their Answer
+        # (and this shard's Follows); outlets in them travel as the endpoints they stand for.
+        self._forward_seqs = itertools.count(1)
+        self._forwards: dict[int, _Forwarded] = {}
+        self._forward_values = ValueWriter(self._stand_ins.reference)
+        # Replicas of objects shared by owners on other shards (in _shares too): how each is
+        # replicated, follows under way, writes sent to the owner and not answered yet, and
+        # which actors hold which (their replies wait for those writes).
+        self._replicated: dict[SharedRef, Replication] = {}
+        self._following: dict[SharedRef, asyncio.Task[Any]] = {}
+        self._writes: dict[SharedRef, list[_Forwarded]] = {}
+        self._remote_held: dict[Address, list[SharedRef]] = {}
+        # As an owner's shard: what stops pushing each share's changes to each other shard.
+        self._followers: dict[tuple[SharedRef, int], Callable[[], None]] = {}
 
     async def hello(self) -> Hello:
         await self._ensure_started()
@@ -170,7 +213,8 @@ class Shard:
         # control calls) has the references too.
         self._context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        async with LocalSystem(checkpoint=self._saved, max_running=self._max_running) as system, anyio.create_task_group() as tasks:
+        async with LocalSystem(checkpoint=self._saved, max_running=self._max_running, elsewhere=self._elsewhere
+                               ) as system, anyio.create_task_group() as tasks:
             self._system, self._tasks = system, tasks
             server = await loop.create_server(self._new_connection, self._host, 0)
             async with server:
@@ -295,17 +339,158 @@ class Shard:
                     ref.cancel_all()
             case Stop(seq=seq, address=address):
                 self._tasks.start_soon(self._stop, seq, address)
+            case Answer():
+                self._answer(op)
+            case Replicate():
+                self._tasks.start_soon(self._replicate, op)
+            case Apply(share=share, change=change):
+                if (replication := self._replicated.get(share)) is not None:
+                    replication.apply(self._shares[share], pickle.loads(change))
+            case Refollow(owners=owners):
+                restarted = set(owners)
+                for share in [share for share in self._replicated if share.owner in restarted]:
+                    self._tasks.start_soon(self._refollow, share)
 
     def _lookup(self, address: Address) -> ActorRef | None:
         assert self._system is not None
-        return self._system.lookup(address)
+        return self._system.hosted(address)
 
     def _waiting_list(self, op: Op) -> list[Op] | None:
+        if isinstance(op, CancelOne):
+            return next((ops for ops in self._arriving.values() if any(getattr(o, "seq", None) == op.seq for o in ops)),
+                        None)
         address = getattr(op, "address", None)
-        if address is not None:
-            return self._arriving.get(address)
-        assert isinstance(op, CancelOne)
-        return next((ops for ops in self._arriving.values() if any(getattr(o, "seq", None) == op.seq for o in ops)), None)
+        return None if address is None else self._arriving.get(address)
+
+    # --- other shards --------------------------------------------------------------------------
+
+    def _answer(self, answer: Answer) -> None:
+        if (reply := self._forwards.pop(answer.seq, None)) is not None:
+            if answer.failure is not None:
+                reply.finish(None, answer.failure.to_exception())
+            else:
+                reply.finish(None if answer.value is None else loads_value(answer.value, self._stand_in), None)
+
+    def _elsewhere(self, address: Address) -> ActorRef:
+        return _RemoteRef(self, address)
+
+    def _forward(self, address: Address, message: Any, kind: int) -> _Forwarded | None:
+        """Send ``message`` to the actor at ``address`` on another shard; its reply (not a tell's)."""
+        payload = self._forward_values.dumps(message)
+        seq = next(self._forward_seqs)
+        reply = None
+        if kind != TELL:
+            reply = self._forwards[seq] = _Forwarded(self, seq, address)
+        self._emit(Forward(seq, address, payload, kind, current_flow()))
+        return reply
+
+    def _cancel_forwarded(self, seq: int) -> None:
+        self._emit(ForwardCancel(seq))
+
+    def _cancel_all_forwarded(self, address: Address) -> None:
+        self._emit(ForwardCancel(0, address))
+
+    def _pending_to(self, address: Address) -> int:
+        return sum(reply.address == address for reply in self._forwards.values())
+
+    async def _replica(self, share: SharedRef) -> Any:
+        """This shard's replica of ``share``, whose owner is on another shard (one per shard,
+        made on first use)."""
+        if share in self._shares:
+            return self._shares[share]
+        following = self._following.get(share)
+        if following is None:
+            following = self._following[share] = asyncio.get_running_loop().create_task(self._follow(share))
+            following.add_done_callback(lambda _: self._following.pop(share, None))
+        return await asyncio.shield(following)
+
+    async def _follow(self, share: SharedRef) -> Any:
+        copy = await self._copy_of(share)
+        replication = replication_of(copy)
+        assert replication is not None  # the driver places no holder away from an owner it cannot replicate
+        replica = self._shares[share] = replication.replica(copy, functools.partial(self._write, share))
+        self._replicated[share] = replication
+        return replica
+
+    async def _copy_of(self, share: SharedRef) -> Any:
+        """A detached copy of ``share`` from its owner's shard, which pushes its changes from now on."""
+        seq = next(self._forward_seqs)
+        reply = self._forwards[seq] = _Forwarded(self, seq, share.owner)
+        self._emit(Follow(seq, share))
+        return await reply.wait()
+
+    async def _refollow(self, share: SharedRef) -> None:
+        """The replica of ``share`` from its owner again (its shard restarted, or it refused a write)."""
+        try:
+            copy = await self._copy_of(share)
+        except Exception as exc:  # noqa: BLE001 - its owner is gone: the replica stays as it was
+            _log.warning("shard %d: the replica of %s is not followed again: %r", self.index, share.owner, exc)
+            return
+        self._replicated[share].reset(self._shares[share], copy)
+
+    def _write(self, share: SharedRef, message: Any) -> None:
+        """A write made through the replica of ``share``, sent to its owner; the replies of the
+        actors holding it wait for the owner's answer (``written``)."""
+        written = _Forwarded(self, 0, share.owner)
+        self._writes.setdefault(share, []).append(written)
+        self._send_write(share, message, written, _WRITE_TRIES)
+
+    def _send_write(self, share: SharedRef, message: Any, written: _Forwarded, tries: int) -> None:
+        reply = self._forward(share.owner, message, ASK)
+        assert reply is not None
+        reply.add_done_callback(lambda _, error: self._written(share, message, written, tries - 1, error))
+
+    def _written(self, share: SharedRef, message: Any, written: _Forwarded, tries: int,
+                 error: BaseException | None) -> None:
+        if isinstance(error, HostFailed) and tries:
+            # The owner's process died before it answered: sent again, to its next process (a
+            # replicated object's writes may be made twice: the owner's checkpoint may hold it).
+            self._send_write(share, message, written, tries)
+            return
+        self._writes[share].remove(written)
+        written.finish(None, error)
+        if error is not None and not isinstance(error, ActorStopped) and self._tasks is not None:
+            _log.warning("shard %d: %s refused a write made through its replica: %r", self.index, share.owner, error)
+            self._tasks.start_soon(self._refollow, share)
+
+    def _after_writes(self, address: Address, then: Callable[[BaseException | None], None]) -> None:
+        """``then(error)`` once the writes the actor at ``address`` may have made through its
+        replicas are answered (``error``: the first that failed; none for an owner that is gone,
+        whose holders keep its object as in one process)."""
+        pending = [write for share in self._remote_held[address] for write in self._writes.get(share, ())]
+        if not pending:
+            then(None)
+            return
+        left, failed = [len(pending)], [None]
+
+        def one(_: Any, error: BaseException | None) -> None:
+            if not isinstance(error, ActorStopped):
+                failed[0] = failed[0] or error
+            left[0] -= 1
+            if not left[0]:
+                then(failed[0])
+
+        for write in pending:
+            write.add_done_callback(one)
+
+    async def _replicate(self, op: Replicate) -> None:
+        """Answer a replica's follow: a copy of the live object, then its changes, pushed in order."""
+        try:
+            obj = await self._shared(op.share)
+            replication = replication_of(obj)
+            assert replication is not None  # as in _follow
+            copy = pickle.dumps(detached_copy(obj), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - its owner is gone: the follower hears why
+            self._emit(Done(op.seq, failure=Failure.of(exc)))
+            return
+        key = (op.share, op.to)
+        if (stop := self._followers.pop(key, None)) is not None:
+            stop()
+        self._followers[key] = replication.follow(obj, functools.partial(self._push, op.to, op.share))
+        self._emit(Done(op.seq, copy))
+
+    def _push(self, to: int, share: SharedRef, change: Any) -> None:
+        self._emit(Push(to, share, pickle.dumps(change, protocol=pickle.HIGHEST_PROTOCOL)))
 
     def _spawn(self, op: Spawn) -> None:
         if not op.shares:
@@ -316,8 +501,10 @@ class Shard:
         self._tasks.start_soon(self._spawn_sharing, op)
 
     async def _spawn_sharing(self, op: Spawn) -> None:
+        remote = op.remote or [False] * len(op.shares)
         try:
-            live = {share: await self._shared(share) for share in op.shares}
+            live = {share: await (self._replica(share) if away else self._shared(share))
+                    for share, away in zip(op.shares, remote, strict=True)}
         except Exception as exc:  # noqa: BLE001 - its owner is gone: reported as not hosted
             self._unhosted(op.address, exc)
         else:
@@ -346,10 +533,13 @@ class Shard:
             self._unhosted(op.address, exc)
             return
         self._actors[op.address] = actor
-        if op.shares:
+        remote = op.remote or [False] * len(op.shares)
+        if held := [share for share, away in zip(op.shares, remote, strict=True) if away]:
+            self._remote_held[op.address] = held
+        if local := [share for share, away in zip(op.shares, remote, strict=True) if not away]:
             # Each owner once: an actor holding its owner's object in two places (an NPC's
             # world tools and its grounding) shares it twice, and each commit snapshots owners.
-            owners = self._owners_of[op.address] = list(dict.fromkeys(share.owner for share in op.shares))
+            owners = self._owners_of[op.address] = list(dict.fromkeys(share.owner for share in local))
             for owner in owners:
                 self._owner_states.setdefault(owner, None)
 
@@ -369,7 +559,11 @@ class Shard:
             self._emit(Done(seq, failure=Failure.of(exc)))
             return
         self._asks[seq] = reply
-        reply.add_done_callback(lambda value, error: answered(seq, value, error))
+        if address in self._remote_held:  # answered once what it wrote through a replica is
+            reply.add_done_callback(lambda value, error: self._after_writes(
+                address, lambda failed: answered(seq, value, error or failed)))
+        else:
+            reply.add_done_callback(lambda value, error: answered(seq, value, error))
 
     def _answered(self, seq: int, value: Any, error: BaseException | None) -> None:
         self._asks.pop(seq, None)
@@ -406,8 +600,11 @@ class Shard:
         assert self._system is not None
         self._owners_of.pop(address, None)
         self._owner_states.pop(address, None)
-        for share in [share for share in self._shares if share.owner == address]:
+        self._remote_held.pop(address, None)
+        for share in [share for share in self._shares if share.owner == address and share not in self._replicated]:
             del self._shares[share]  # its holders keep the object; new ones will not find it
+        for key in [key for key in self._followers if key[0].owner == address]:
+            self._followers.pop(key)()  # other shards' replicas of it hear no more
         try:
             stopped = await self._system.stop(address)
         except Exception as exc:  # noqa: BLE001 - on_stop's error, raised by the driver's stop
@@ -489,3 +686,56 @@ def _done(seq: int, value: Any, error: BaseException | None, reference: Referenc
         return Done(seq, dumps_value(value, reference))
     except TypeError as exc:
         return Done(seq, failure=Failure.of(exc))
+
+
+class _Forwarded(SettledReply):
+    """The reply of a message forwarded to another shard (or of a follow), settled by its ``Answer``."""
+
+    __slots__ = ("_shard", "address", "seq")
+
+    def __init__(self, shard: Shard, seq: int, address: Address) -> None:
+        super().__init__()
+        self._shard = shard
+        self.seq = seq
+        self.address = address
+
+    def cancel(self) -> bool:
+        if self._done:
+            return False
+        self._shard._cancel_forwarded(self.seq)
+        return True
+
+
+class _RemoteRef(ActorRef):
+    """An actor on another shard, as actors here reach it (through the driver, in order)."""
+
+    __slots__ = ("_shard",)
+
+    def __init__(self, shard: Shard, address: Address) -> None:
+        self.address = address
+        self._shard = shard
+
+    def ask_nowait(self, message: Any) -> Reply:
+        reply = self._shard._forward(self.address, message, ASK)
+        assert reply is not None
+        return reply
+
+    def tell_nowait(self, message: Any) -> None:
+        self._shard._forward(self.address, message, TELL)
+
+    async def ask_control(self, message: Any) -> Any:
+        reply = self._shard._forward(self.address, message, CONTROL)
+        assert reply is not None
+        return await reply.wait()
+
+    def cancel_all(self) -> int:
+        self._shard._cancel_all_forwarded(self.address)
+        return self._shard._pending_to(self.address)
+
+    def statistics(self) -> ActorStatistics:
+        sent = self._shard._pending_to(self.address)
+        return ActorStatistics(queued=max(sent - 1, 0), running=min(sent, 1), processed=0, failed=0, cancelled=0,
+                               max_queue=0)
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.address} (another shard)>"

@@ -8,11 +8,21 @@ declares shared (``runtime``'s ``register_shared``) RaySystem keeps such objects
 - A shard answering a control call with a shared object sends the driver a detached copy
   (``runtime.detached_copy``) tagged with a :class:`~oam_actors.cluster.wire.SharedRef` (owner +
   control message).
-- When the driver ships an actor that holds such a copy, the copy travels as its reference, the
-  actor is placed on the owner's shard, and the shard gives it the owner's live object (asking
-  the owner again after a restart).
-- When an actor holding shared state commits, the shard checkpoints the owners too, so changes
-  made through the shared object (an NPC's world tool) are as durable as the owner's own.
+- When the driver ships an actor that holds such a copy, the copy travels as its reference (the
+  actor is placed by its own address). On the owner's shard it gets the owner's live object
+  (asked of the owner again after a restart); when an actor holding it commits, the shard
+  checkpoints the owner too, so changes made through the shared object (an NPC's world tool) are
+  as durable as the owner's own.
+- On any other shard it gets that shard's replica (the type's ``runtime.Replication``), one per
+  shard: the shard sends ``Follow``, the driver asks the owner's shard (``Replicate``), which
+  answers a detached copy and from then on pushes each change of the live object (``Push``, in
+  order, forwarded as ``Apply``). A write made through the replica is made on it at once and
+  forwarded to the owner actor as a message (the owner commits and checkpoints it); the replies
+  of the actors holding the replica wait for those writes' answers, so what they wrote is durable
+  before they answer. A write whose owner's process died before answering is sent again (to
+  its next process; the type's writes are idempotent), up to three times. A write the owner
+  refuses, and a restart of the owner's shard (``Refollow``), make the replica copy the owner's
+  object again.
 """
 
 from __future__ import annotations

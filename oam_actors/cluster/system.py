@@ -12,7 +12,9 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
   if its state does not pickle. An endpoint it holds (what its layer declared with
   ``register_endpoint``: a connection's outlet) stays here: the shard gets a stand-in that
   relays, in order (:mod:`.endpoints`). State it shares with another actor (declared with
-  ``register_shared``: a world's document, :mod:`.shared`) places it on that actor's shard. A
+  ``register_shared``: a world's document, :mod:`.shared`) is the owner's live object when the
+  two share a shard, else a replica kept in step with it (the actor is placed by its own
+  address all the same). A
   backend it holds that its layer declared hosted (``register_hosted``: a proxy backend a session
   named) travels as the :class:`~.models.RemoteModel` of its named model actor, one per
   backend for the whole cluster, started on first use (:mod:`.models`).
@@ -24,6 +26,12 @@ The ``ActorSystem`` contract holds with these differences, all because the actor
   messages count until the shard has handled them, as asks do: a tell past ``max_queue`` raises
   ``MailboxFull`` here, and one accepted here is handled unless its actor stops or its shard dies
   (a told message that fails, lost with its shard too, is logged here).
+- An actor in a shard reaches an actor on another shard through this driver: its shard's
+  ``lookup`` answers a ref whose messages, cancels and outcomes the driver forwards in order
+  (what a shard sends before an item reaches the other shard before it). Its outcomes are those
+  of a ref here (``HostFailed`` when the other shard dies), except that a message cancelled
+  because its actor is being stopped answers ``ActorStopped``: the asker cannot look the actor
+  up to tell. Such a ref's ``statistics`` count only what its shard sent and has not heard back.
 - A shard whose process dies is restarted by Ray (on another node if its node is gone).
   Messages, control calls and stops it had received resolve with ``HostFailed``; what was still
   queued here goes to the new process. An actor is re-created there when next used: from the
@@ -46,12 +54,11 @@ import logging
 import shutil
 import tempfile
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from typing import Any, final
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import msgspec
 import ray
 import ray.util
@@ -72,19 +79,32 @@ from ..runtime import (
     Reply,
     SystemBase,
     current_flow,
+    replication_of,
 )
 from .endpoints import Endpoints
 from .link import ShardLink
 from .models import hosted_reduce
+from .replies import SettledReply
 from .shard import ShardHost
 from .shared import SharedCopies
 from .store import MemoryStore, StateStore
 from .wire import (
+    CONTROL,
+    TELL,
+    Answer,
+    Apply,
     Ask,
     CancelAll,
     CancelOne,
     Control,
+    Failure,
+    Follow,
+    Forward,
+    ForwardCancel,
     Hello,
+    Push,
+    Refollow,
+    Replicate,
     SharedRef,
     Stop,
     Tell,
@@ -180,7 +200,7 @@ class _Entry:
     """One spawned actor as this side knows it."""
 
     __slots__ = ("address", "blob", "cancelled", "failed", "link", "max_queue", "outstanding", "owners", "placed",
-                 "processed", "shares", "stopping")
+                 "processed", "remote", "shares", "stopping")
 
     def __init__(
         self, address: Address, blob: bytes, max_queue: int, link: ShardLink, shares: list[tuple[_Entry, SharedRef]]
@@ -189,8 +209,9 @@ class _Entry:
         self.blob = blob
         self.max_queue = max_queue
         self.link = link
-        self.owners = [owner for owner, _ in shares]  # hosted before it, on its shard
+        self.owners = [owner for owner, _ in shares if owner.link is link]  # hosted before it, on its shard
         self.shares = [ref for _, ref in shares]
+        self.remote = [owner.link is not link for owner, _ in shares]  # those it holds a replica of
         self.placed: str | None = None  # the shard incarnation hosting it, once sent there
         self.outstanding: dict[int, _RayReply] = {}
         self.stopping = False
@@ -221,44 +242,19 @@ class _Outcome:
 
 
 @final
-class _RayReply(Reply):
+class _RayReply(SettledReply):
     """An ask's reply, or a told message's (``told``: nobody holds it; its failure is logged)."""
 
-    __slots__ = ("_callbacks", "_cancelling", "_done", "_entry", "_error", "_event", "_value", "address", "sent_to",
-                 "seq", "told")
+    __slots__ = ("_cancelling", "_entry", "address", "sent_to", "seq", "told")
 
     def __init__(self, seq: int, entry: _Entry, *, told: bool = False) -> None:
+        super().__init__()
         self.seq = seq
         self.told = told
         self.address = entry.address
         self.sent_to: str | None = None
         self._entry = entry
-        self._done = False
         self._cancelling = False
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._event: anyio.Event | None = None
-        self._callbacks: list[Callable[[Any, BaseException | None], None]] = []
-
-    def done(self) -> bool:
-        return self._done
-
-    async def wait(self) -> Any:
-        if not self._done:
-            if self._event is None:
-                self._event = anyio.Event()
-            await self._event.wait()
-        else:
-            await anyio.lowlevel.checkpoint()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def add_done_callback(self, fn: Callable[[Any, BaseException | None], None]) -> None:
-        if self._done:
-            fn(self._value, self._error)
-        else:
-            self._callbacks.append(fn)
 
     def cancel(self) -> bool:
         if not self.claim_cancel():
@@ -274,8 +270,6 @@ class _RayReply(Reply):
         return True
 
     def settle(self, value: Any, error: BaseException | None) -> None:
-        self._done = True
-        self._value, self._error = value, error
         entry = self._entry
         entry.outstanding.pop(self.seq, None)
         if error is None:
@@ -286,11 +280,7 @@ class _RayReply(Reply):
             entry.failed += 1
             if self.told:  # as LocalSystem logs it, here where the message was sent
                 _log.error("%s: a told message failed", self.address, exc_info=error)
-        for fn in self._callbacks:
-            fn(value, error)
-        self._callbacks.clear()
-        if self._event is not None:
-            self._event.set()
+        self.finish(value, error)
 
 
 @final
@@ -359,6 +349,34 @@ class _RayRef(ActorRef):
         return f"<ActorRef {self.address} (shard {self._entry.link.index})>"
 
 
+@final
+class _Answer:
+    """The outcome of a shard's ``Forward`` (or ``Follow``), sent back to it as an ``Answer``
+    unless it restarted meanwhile (the asker is gone with it)."""
+
+    __slots__ = ("address", "incarnation", "origin", "sent_to", "seq", "values")
+
+    def __init__(self, origin: ShardLink, seq: int, address: Address, values: ValueWriter) -> None:
+        self.origin = origin
+        self.incarnation = origin.incarnation
+        self.seq = seq
+        self.address = address
+        self.values = values
+        self.sent_to: str | None = None
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        if self.origin.incarnation != self.incarnation:
+            return
+        if error is None:
+            try:
+                answer = Answer(self.seq, self.values.dumps(value))
+            except TypeError as exc:
+                answer = Answer(self.seq, failure=Failure.of(exc))
+        else:
+            answer = Answer(self.seq, failure=Failure.of(error))
+        self.origin.send(None, answer)
+
+
 class ShardInfo(msgspec.Struct, frozen=True):
     """One shard now: its incarnation (new after each restart), process, node and address, and
     how many restarts this system has handled."""
@@ -416,6 +434,8 @@ class RaySystem(SystemBase):
         self._endpoints = Endpoints()
         self._values = ValueWriter(self._endpoints.reference)  # messages: their outlets by reference
         self._copies = SharedCopies()
+        # (shard, its incarnation, its seq) -> the ask it forwarded (a restarted shard counts anew)
+        self._forwards: dict[tuple[int, str | None, int], _RayReply] = {}
         self._seqs = itertools.count(1)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._started_ray = False
@@ -441,6 +461,7 @@ class RaySystem(SystemBase):
                 resolve_reply=self._resolve_reply,
                 node_id=node_id,
                 restarted=self._host_again,
+                crossed=self._crossed,
             )
             for index in range(self.shards)
         ]
@@ -513,12 +534,8 @@ class RaySystem(SystemBase):
 
     def _host(self, address: Address, actor: Actor, max_queue: int) -> ActorRef:
         shares: list[tuple[_Entry, SharedRef]] = []
-        blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares), hosted_reduce)
         link = self._links[shard_of(address, self.shards)]
-        if shares:  # it holds another actor's state by reference: it lives where that actor does
-            link = shares[0][0].link
-            if any(owner.link is not link for owner, _ in shares):
-                raise TypeError(f"{address} shares state with actors on different shards")
+        blob = dumps_actor(actor, lambda obj: self._actor_reference(obj, shares, link), hosted_reduce)
         entry = self._entries[address] = _Entry(address, blob, max_queue, link, shares)
         entry.link.send(entry, None)  # host it now (on_start runs), not at its first message
         return _RayRef(self, entry)
@@ -574,12 +591,72 @@ class RaySystem(SystemBase):
     def _host_again(self, link: ShardLink) -> None:
         """A shard restarted: every actor it held comes back now, from its checkpoint, in the
         order they were spawned (what one shares is there before it), not at its next message:
-        the actors on it ask each other (a conversation its members) without the driver."""
+        the actors on it ask each other (a conversation its members) without the driver. The
+        replicas other shards hold of what they share follow them again."""
+        owners = []
         for entry in list(self._entries.values()):
             if entry.link is link and not entry.stopping:
                 link.send(entry, None)
+                owners.append(entry.address)
+        for other in self._links:
+            if other is not link:
+                other.send(None, Refollow(owners))
 
-    def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]]) -> Any:
+    def _crossed(self, origin: ShardLink, item: Forward | ForwardCancel | Follow | Push) -> None:
+        """What a shard sends to another: forwarded in the order it came (see the module docstring)."""
+        match item:
+            case Forward():
+                self._forward(origin, item)
+            case ForwardCancel(seq=seq, address=None):
+                if (reply := self._forwards.get((origin.index, origin.incarnation, seq))) is not None:
+                    reply.cancel()
+            case ForwardCancel(address=address):
+                if (entry := self._entries.get(address)) is not None:
+                    _RayRef(self, entry).cancel_all()
+            case Follow(seq=seq, share=share):
+                answer = _Answer(origin, seq, share.owner, self._values)
+                owner = self._entries.get(share.owner)
+                if owner is None or owner.stopping:
+                    answer.settle(None, ActorStopped(share.owner))
+                else:
+                    owner.link.send(None, Replicate(self._next_seq(), share, origin.index), answer)
+            case Push(to=to, share=share, change=change):
+                self._links[to].send(None, Apply(share, change))
+
+    def _forward(self, origin: ShardLink, item: Forward) -> None:
+        answer = None if item.kind == TELL else _Answer(origin, item.seq, item.address, self._values)
+        entry = self._entries.get(item.address)
+        if entry is None or entry.stopping:
+            if answer is not None:
+                answer.settle(None, ActorStopped(item.address))
+            return
+        if item.kind == CONTROL:
+            entry.link.send(entry, Control(self._next_seq(), item.address, item.message), answer)
+            return
+        if len(entry.outstanding) > entry.max_queue:
+            if answer is not None:
+                answer.settle(None, MailboxFull(item.address, entry.max_queue))
+            return
+        reply = _RayReply(self._next_seq(), entry, told=answer is None)
+        entry.outstanding[reply.seq] = reply
+        if answer is None:
+            entry.link.send(entry, Tell(reply.seq, item.address, item.message, item.flow), reply)
+            return
+        key = (origin.index, origin.incarnation, item.seq)
+        self._forwards[key] = reply
+
+        def settled(value: Any, error: BaseException | None) -> None:
+            self._forwards.pop(key, None)
+            if isinstance(error, MessageCancelled) and (entry.stopping or self._entries.get(entry.address) is not entry):
+                # Cancelled because its actor is being stopped (deleted): the asker, which cannot
+                # see here that the actor is gone, hears that it stopped.
+                error = ActorStopped(entry.address)
+            answer.settle(value, error)
+
+        reply.add_done_callback(settled)
+        entry.link.send(entry, Ask(reply.seq, item.address, item.message, item.flow), reply)
+
+    def _actor_reference(self, obj: Any, shares: list[tuple[_Entry, SharedRef]], link: ShardLink) -> Any:
         endpoint = self._endpoints.reference(obj)
         if endpoint is not None:
             return endpoint
@@ -587,6 +664,9 @@ class RaySystem(SystemBase):
         owner = None if ref is None else self._entries.get(ref.owner)
         if ref is None or owner is None or owner.stopping:
             return None  # not shared, or its owner is gone: it travels as the copy it is
+        if owner.link is not link and replication_of(obj) is None:
+            raise TypeError(f"a {type(obj).__name__} shared by {owner.address}, on another shard, has no "
+                            "replication (runtime.register_shared)")
         shares.append((owner, ref))
         return ref
 

@@ -5,6 +5,12 @@ Driver → shard: batches of *ops* (``Spawn``, ``Ask``, ``Tell``, ``Control``, `
 *items* (``Done``, ``Saved``, ``Out``, ``Unhosted``), in batches, so everything an actor produced before its
 reply (events, tool calls, its checkpoint) reaches the driver before that reply.
 
+Between shards, through the driver (which forwards in the order it receives): an actor's message
+to an actor on another shard (item ``Forward``, cancelled by ``ForwardCancel``; its outcome comes
+back as the op ``Answer``), and a shared object's replica (item ``Follow``: the driver asks the
+owner's shard with ``Replicate``, whose ``Push`` items of changes reach the holder's shard as
+``Apply``; ``Refollow`` after the owner's shard restarted).
+
 Ops and items are msgspec Structs, and a batch of them travels as one MessagePack frame
 (:func:`encode_ops` / :func:`decode_ops`, :func:`encode_items` / :func:`decode_items`): encoded
 once, with no pickling of the envelope. What is inside them and may be any object travels pickled
@@ -38,8 +44,16 @@ __all__ = [
     "CancelAll",
     "CancelOne",
     "Control",
+    "Answer",
+    "Apply",
     "Done",
     "Failure",
+    "Follow",
+    "Forward",
+    "ForwardCancel",
+    "Push",
+    "Refollow",
+    "Replicate",
     "Hello",
     "Item",
     "Op",
@@ -84,6 +98,7 @@ class Spawn(msgspec.Struct, frozen=True, array_like=True, tag=True):
     max_queue: int
     state: bytes | None = None
     shares: list[SharedRef] = []
+    remote: list[bool] = []  # per share: its owner is on another shard (the actor gets a replica)
 
 
 class Ask(msgspec.Struct, frozen=True, array_like=True, tag=True):
@@ -124,7 +139,38 @@ class Stop(msgspec.Struct, frozen=True, array_like=True, tag=True):
     address: Address
 
 
-Op = Spawn | Ask | Tell | Control | CancelOne | CancelAll | Stop
+class Answer(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """The outcome of this shard's ``Forward`` or ``Follow`` numbered ``seq``: a pickled value or a
+    failure."""
+
+    seq: int
+    value: bytes | None = None
+    failure: Failure | None = None
+
+
+class Replicate(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """Answer ``seq`` with a detached copy of ``share`` (its owner is here) and push its changes
+    from now on to shard ``to`` (in place of what was pushed there before)."""
+
+    seq: int
+    share: SharedRef
+    to: int
+
+
+class Apply(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """A change of ``share`` (pickled) for its replica here."""
+
+    share: SharedRef
+    change: bytes
+
+
+class Refollow(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """The shard hosting ``owners`` restarted: the replicas of what they share follow them again."""
+
+    owners: list[Address]
+
+
+Op = Spawn | Ask | Tell | Control | CancelOne | CancelAll | Stop | Answer | Replicate | Apply | Refollow
 
 
 # --- items: shard → driver -----------------------------------------------------------------------
@@ -216,7 +262,45 @@ class Out(msgspec.Struct, frozen=True, array_like=True, tag=True):
         return pickle.loads(self.call)
 
 
-Item = Done | Saved | Out | Unhosted
+ASK, TELL, CONTROL = 0, 1, 2  # a Forward's kind
+
+
+class Forward(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """An actor here sends ``message`` (pickled, endpoints by reference) to the actor at
+    ``address`` on another shard: ``kind`` ask, tell or control call; answered by ``Answer(seq)``
+    (a tell is not)."""
+
+    seq: int
+    address: Address
+    message: bytes
+    kind: int = ASK
+    flow: str = ""
+
+
+class ForwardCancel(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """Cancel the forwarded ask numbered ``seq``; with ``address``, every message of that actor."""
+
+    seq: int
+    address: Address | None = None
+
+
+class Follow(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """An actor here holds ``share``, whose owner is on another shard: a replica, please
+    (``Answer(seq)`` with a detached copy; its changes follow as ``Apply``)."""
+
+    seq: int
+    share: SharedRef
+
+
+class Push(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """A change of ``share`` (pickled) for its replica on shard ``to``."""
+
+    to: int
+    share: SharedRef
+    change: bytes
+
+
+Item = Done | Saved | Out | Unhosted | Forward | ForwardCancel | Follow | Push
 
 
 # --- frames: one MessagePack encoding per batch ----------------------------------------------------

@@ -331,6 +331,21 @@ class WorldState:
         self._observers[self._observer_ids] = _Observer(_as_path(path), handler)
         return Observation(self._observers, self._observer_ids)
 
+    # --- replicas -----------------------------------------------------------------------------
+
+    def adopt(self, path: str, new: Any | Missing, version: int) -> None:
+        """Take a change the original of this copy made (a replica of a document kept in
+        another process): ``new`` (:data:`MISSING`: removed) at the canonical ``path``, and the
+        original's ``version``. Observers do not run."""
+        parsed = WorldPath.parse(path)
+        if not json_equal(lookup(self._document, parsed), new):
+            self._document = self._rewritten(parsed, new)
+        self._version = version
+
+    def replace(self, other: WorldState) -> None:
+        """Become a copy of ``other``'s document and version (observers stay, and do not run)."""
+        self._document, self._version = other.snapshot(), other.version
+
     # --- checkpoints --------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:

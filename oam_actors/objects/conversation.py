@@ -132,8 +132,8 @@ class ConversationActor(Actor):
         self.state = state
         self.outlet = outlet
         self.addresses = dict(addresses)
-        # The world's document, shared with the world and its NPCs (on Ray, so the conversation
-        # lives on their shard): who is at the conversation's location.
+        # The world's document, shared with the world and its NPCs (on Ray, on another shard than
+        # the world's, a replica of it): who is at the conversation's location.
         self.world = world
         # The player's lines said and not committed yet, each with the event its say waits on:
         # a running request takes them before its next line, else TakeInterjections does.

@@ -13,8 +13,14 @@ release (a timeout reports the completion first, then cancels), always right aft
 stream, so the relay remembers the last :data:`RELEASED_KEPT` released ids.
 
 **A world's document is shared.** A :class:`~oam_actors.game.WorldState` handed out by
-``WorldShare`` is shared by reference with the NPCs on the world; it leaves its process as a
-copy without its observers.
+``WorldShare`` is shared by reference with the NPCs on the world (and its conversations); it
+leaves its process as a copy without its observers. Holders in another process get a
+:class:`WorldReplica` (:data:`WORLD_REPLICATION`): it reads as the document did when copied, plus
+every change of the world's document since, pushed in order; a write through it is made on it at
+once (a world tool reads its own writes) and sent to the world actor as the world method that
+makes it (``WorldSet``, ``WorldMerge``, ``WorldRemove``), which commits and checkpoints it there
+and notifies the world's subscribers. Concurrent writes from several processes end as the world
+actor ordered them.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from typing import Any
 import msgspec
 
 from ..agent import ToolCall
-from ..game import WorldState
+from ..game import MISSING, Change, WorldPath, WorldState
 from ..runtime import Address, register_endpoint, register_shared
 from .outlet import Outlet, RequestId
+from .world import WorldMerge, WorldRemove, WorldSet
 
 __all__ = [
     "OUTLETS",
@@ -41,6 +48,9 @@ __all__ = [
     "OutletRelay",
     "OutletStandIn",
     "Release",
+    "WORLD_REPLICATION",
+    "WorldReplica",
+    "WorldReplication",
 ]
 
 RELEASED_KEPT = 1024
@@ -138,5 +148,65 @@ class OutletKind:
 
 OUTLETS = OutletKind()
 
+class WorldReplica(WorldState):
+    """A world's document in another process than the world's (see the module docstring):
+    ``forward(message)`` sends each write made through it to the world actor."""
+
+    def __init__(self, copy: WorldState, forward: Callable[[Any], None]) -> None:
+        super().__init__(copy.document, version=copy.version)
+        self._forward = forward
+
+    def set(self, path: str | WorldPath, value: Any) -> list[Change]:
+        changes = super().set(path, value)
+        self._forward(WorldSet(str(path), value))
+        return changes
+
+    def remove(self, path: str | WorldPath) -> tuple[Any, list[Change]]:
+        removed = super().remove(path)
+        self._forward(WorldRemove(str(path)))
+        return removed
+
+    def modify(self, path: str | WorldPath, transform: Callable[[Any], Any]) -> list[Change]:
+        changes = super().modify(path, transform)
+        value = self.get(path)
+        self._forward(WorldRemove(str(path)) if value is MISSING else WorldSet(str(path), value))
+        return changes
+
+    def merge(self, path: str | WorldPath, patch: Any) -> list[Change]:
+        changes = super().merge(path, patch)
+        self._forward(WorldMerge(str(path), patch))
+        return changes
+
+
+WorldChange = tuple[str, bool, Any, int]
+"""A change pushed to replicas: canonical path, whether it was removed, the new value, the version."""
+
+
+class WorldReplication:
+    """The runtime's ``Replication`` of world documents."""
+
+    def replica(self, copy: WorldState, forward: Callable[[Any], None]) -> WorldReplica:
+        return WorldReplica(copy, forward)
+
+    def follow(self, state: WorldState, push: Callable[[WorldChange], None]) -> Callable[[], None]:
+        def pushed(change: Change) -> None:
+            removed = change.new is MISSING
+            push((change.path, removed, None if removed else change.new, state.version))
+
+        return state.observe("", pushed).cancel
+
+    def apply(self, replica: WorldState, change: WorldChange) -> None:
+        path, removed, new, version = change
+        replica.adopt(path, MISSING if removed else new, version)
+
+    def reset(self, replica: WorldState, copy: WorldState) -> None:
+        replica.replace(copy)
+
+    def __reduce__(self) -> str:
+        return "WORLD_REPLICATION"
+
+
+WORLD_REPLICATION = WorldReplication()
+
 register_endpoint(OUTLETS)
-register_shared(WorldState, lambda state: WorldState.from_json(state.to_json()))
+register_shared(WorldState, lambda state: WorldState.from_json(state.to_json()), WORLD_REPLICATION)

@@ -9,7 +9,8 @@ Knows nothing of the protocol. ``LocalSystem`` runs every actor in this process 
 
 See ``ActorSystem`` for the contract every runtime keeps and ``Actor`` for the hooks. A runtime
 that moves actors to other processes learns what must not be pickled by value from the layers
-that define it (``register_endpoint``, ``register_shared``; see ``_crossing``), which objects it
+that define it (``register_endpoint``, ``register_shared`` with its ``Replication``; see
+``_crossing``), which objects it
 runs once for every process instead (``register_hosted``; see ``_hosting``), and actors write
 checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 """
@@ -23,6 +24,7 @@ from oam_actors.runtime._crossing import (
     EndpointKind,
     EndpointReferences,
     Relay,
+    Replication,
     detached_copy,
     dumps_state,
     endpoint_kind,
@@ -30,6 +32,7 @@ from oam_actors.runtime._crossing import (
     loads_state,
     register_endpoint,
     register_shared,
+    replication_of,
     use_endpoint_references,
 )
 from oam_actors.runtime._hosting import Hosting, hosting_of, register_hosted
@@ -87,6 +90,7 @@ __all__ = [
     "MailboxFull",
     "MessageCancelled",
     "Relay",
+    "Replication",
     "Reply",
     "RuntimeErrorBase",
     "SqliteStore",
@@ -114,6 +118,7 @@ __all__ = [
     "register_endpoint",
     "register_hosted",
     "register_shared",
+    "replication_of",
     "tune_gc_for_servers",
     "use_endpoint_references",
 ]

@@ -12,9 +12,12 @@ which they are (the runtime knows no protocol). That layer declares them here, o
   relay maps that id to the real answer.
 - A **shared** object is state one actor hands to others in its process by reference (a world's
   document, which the NPCs on it read and write). A copy would silently diverge, so a remote
-  runtime keeps the holders beside the owner and gives them the owner's live object. It needs to
-  know which types are shared, and how to copy one without its process-bound parts (observers,
-  callbacks) when a reply carries one out of its process: :func:`register_shared`.
+  runtime gives holders beside the owner the owner's live object, and holders in another
+  process a *replica* kept in step (a :class:`Replication`: the owner's changes are pushed to
+  it in order, and each write made through it is also sent to the owner actor as a message). It
+  needs to know which types are shared, how to copy one without its process-bound parts
+  (observers, callbacks) when a reply carries one out of its process, and how to replicate it:
+  :func:`register_shared`.
 
 How an actor's state is checkpointed is the actor's own hook (``Actor.snapshot`` / ``restore``).
 State that holds endpoints (a world's subscribers) is written with :func:`dumps_state` and read
@@ -41,6 +44,7 @@ __all__ = [
     "EndpointKind",
     "EndpointReferences",
     "Relay",
+    "Replication",
     "detached_copy",
     "dumps_state",
     "endpoint_kind",
@@ -48,6 +52,7 @@ __all__ = [
     "loads_state",
     "register_endpoint",
     "register_shared",
+    "replication_of",
     "use_endpoint_references",
 ]
 
@@ -81,9 +86,32 @@ class EndpointKind(Protocol):
         unique across processes and restarts, for calls that must answer at once."""
 
 
+class Replication(Protocol):
+    """How a shared type is kept in step across processes (see the module docstring); like an
+    :class:`EndpointKind`, a module-level object."""
+
+    def replica(self, copy: Any, forward: Callable[[Any], None]) -> Any:
+        """What holders in another process hold, made from a detached ``copy`` of the owner's
+        object: it reads as the copy does, and each write made through it also calls
+        ``forward(message)``, a picklable message the owner actor handles by making that write.
+        Such a message must be idempotent: one whose answer was lost with the owner's process is
+        sent again, and the owner's checkpoint may already hold its write."""
+
+    def follow(self, obj: Any, push: Callable[[Any], None]) -> Callable[[], None]:
+        """From now on call ``push(change)`` (a picklable value) after each change of the owner's
+        ``obj``, in order; returns what stops it."""
+
+    def apply(self, replica: Any, change: Any) -> None:
+        """Make in ``replica`` a change ``follow`` pushed (without forwarding it)."""
+
+    def reset(self, replica: Any, copy: Any) -> None:
+        """Make ``replica`` the owner's object again, from a newer detached ``copy``."""
+
+
 _endpoint_kinds: list[EndpointKind] = []
 _kind_by_type: dict[type, EndpointKind | None] = {}
 _detachers: dict[type, Callable[[Any], Any]] = {}
+_replications: dict[type, Replication] = {}
 
 
 def register_endpoint(kind: EndpointKind) -> None:
@@ -113,10 +141,18 @@ def held_by_reference(cls: type) -> bool:
     return cls in _detachers or _kind_of(cls) is not None
 
 
-def register_shared(cls: type[T], detach: Callable[[T], T]) -> None:
+def register_shared(cls: type[T], detach: Callable[[T], T], replication: Replication | None = None) -> None:
     """Declare ``cls`` (exactly, not its subclasses) shared by reference; ``detach(obj)`` is a
-    copy of ``obj`` fit to leave its process."""
+    copy of ``obj`` fit to leave its process; ``replication``, how holders in another process
+    share it (without one, a remote runtime keeps them in the owner's process)."""
     _detachers[cls] = detach
+    if replication is not None:
+        _replications[cls] = replication
+
+
+def replication_of(obj: Any) -> Replication | None:
+    """How ``obj``'s shared type is replicated, if it is."""
+    return _replications.get(type(obj))
 
 
 def detached_copy(obj: Any) -> Any | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, final
 
 import anyio
@@ -78,6 +78,9 @@ class LocalSystem(SystemBase):
     handlers inside ``Actor.admission()`` at once, admitted flow by flow in turn, each flow's in
     arrival order, and at most ``OPEN_PER_SLOT`` times that many of one flow's started and
     unfinished, paused ones included (``None``: no gate; see ``AdmissionGate``).
+    ``elsewhere(address)``, when given, is ``lookup``'s answer for an actor this system does not
+    host (a runtime whose actors span processes: a ref that reaches it there); :meth:`hosted`
+    answers for this system's own actors only.
     """
 
     def __init__(
@@ -87,8 +90,10 @@ class LocalSystem(SystemBase):
         checkpoint: Checkpoint | None = None,
         max_running: int | None = None,
         durability: Durability | None = None,
+        elsewhere: Callable[[Address], ActorRef | None] | None = None,
     ) -> None:
         super().__init__(max_queue=max_queue)
+        self._elsewhere = elsewhere
         if checkpoint is not None and durability is not None:
             raise ValueError("give checkpoint or durability, not both")
         self.durability = durability
@@ -140,6 +145,16 @@ class LocalSystem(SystemBase):
             self._crashes.append(error)
 
     def lookup(self, address: Address) -> ActorRef | None:
+        ref = self._refs.get(address)
+        if ref is None and self._elsewhere is not None:
+            return self._elsewhere(address)
+        return ref
+
+    def _hosts(self, address: Address) -> bool:
+        return address in self._refs
+
+    def hosted(self, address: Address) -> ActorRef | None:
+        """The ref of the actor at ``address`` if this system hosts it."""
         return self._refs.get(address)
 
     def _checkpoint_durably(self, address: Address, state: bytes) -> Awaitable[None] | None:

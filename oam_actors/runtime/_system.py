@@ -166,9 +166,13 @@ class SystemBase(ActorSystem):
         """Check that ``address`` may be spawned now; the bound of its ordered lane."""
         if self._state is not SystemState.OPEN:
             raise RuntimeError(f"cannot spawn {address}: the system is {self._state.value}")
-        if self.lookup(address) is not None:
+        if self._hosts(address):
             raise ActorExists(address)
         return self._max_queue if max_queue is None else _checked_bound(max_queue)
+
+    def _hosts(self, address: Address) -> bool:
+        """Whether this system hosts an actor at ``address``."""
+        return self.lookup(address) is not None
 
     @staticmethod
     def _build(address: Address, factory: Callable[[], Actor]) -> Actor:
