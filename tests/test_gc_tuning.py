@@ -30,7 +30,7 @@ print(json.dumps(collected))
 
 
 def test_survivors_move_on_a_few_young_collections_at_a_time() -> None:
-    survivors = 8 * GEN0_THRESHOLD
+    survivors = 12 * GEN0_THRESHOLD
     run = subprocess.run([sys.executable, "-c", PROGRAM.format(survivors=survivors)],
                          capture_output=True, text=True, check=True, timeout=120)
     generations = json.loads(run.stdout)
