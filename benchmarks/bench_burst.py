@@ -7,7 +7,11 @@ sends a waiting tool answer before the next piece of the burst (:data:`PIECE` ta
 server with one socket does. Printed per transport: the burst's turns per second (first talk
 written → last response read), the p50 / p99 latency, and when the median response arrived as a
 share of the burst's time (goal: at most 60 %; 50 % is arrival order at a steady rate), with the
-server's CPU time per turn and the load average.
+server's CPU time per turn and the load average. Two figures say why the median is where it is:
+how many talks were answered before the talk written just before them (out of arrival order), and
+when the server had read the whole burst (a ``ping`` written behind the last talk is answered as
+soon as it is read): the client's tool answers queue behind whatever of the burst the pipe or the
+socket already holds, so no turn can finish before the server has read that far.
 
 Run: python3 benchmarks/bench_burst.py [--npcs 10000] [--transports stdio,tcp] [--repeat 1]
      [--max-running-turns N]
@@ -21,6 +25,7 @@ import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an 
 import argparse
 import collections
 import io
+import itertools
 import os
 import shutil
 import socket
@@ -166,6 +171,8 @@ class Burst(msgspec.Struct):
     latencies: list[float]
     median_share: float  # when the median response arrived, as a share of the burst
     cpu: float  # the server's CPU seconds for the burst
+    out_of_order: int  # talks answered before the talk written just before them
+    read_share: float  # when the ping behind the burst was answered, as a share of the burst
 
 
 def burst(transport: str, npcs: int, max_running: int) -> Burst:
@@ -179,8 +186,8 @@ def burst(transport: str, npcs: int, max_running: int) -> Burst:
         pid = connection.proc.pid
         cpu_before = cpu_seconds(pid)
         talks = [(f"t{n}", "npc/talk", {"npc": f"n{n}", "line": "What does a sword cost?"}) for n in range(npcs)]
-        started = connection.send(talks)
-        connection.wait([i for i, _, _ in talks])
+        started = connection.send([*talks, ("read", "ping", {})])
+        connection.wait([*(i for i, _, _ in talks), "read"])
         cpu = cpu_seconds(pid) - cpu_before
         arrivals = sorted(connection.arrived[i] - started for i, _, _ in talks)
         result = connection.results["t0"]
@@ -188,7 +195,10 @@ def burst(transport: str, npcs: int, max_running: int) -> Burst:
     finally:
         connection.close()
     seconds = arrivals[-1]
-    return Burst(seconds, arrivals, crowd.percentile(arrivals, 0.5) / seconds, cpu)
+    in_order = [connection.arrived[i] for i, _, _ in talks]
+    late = sum(1 for before, after in itertools.pairwise(in_order) if after < before)
+    read = (connection.arrived["read"] - started) / seconds
+    return Burst(seconds, arrivals, crowd.percentile(arrivals, 0.5) / seconds, cpu, late, read)
 
 
 def main() -> None:
@@ -205,12 +215,15 @@ def main() -> None:
         share = statistics.median(r.median_share for r in runs)
         p50, p99 = (statistics.median(crowd.percentile(r.latencies, q) for r in runs) * 1000 for q in (0.5, 0.99))
         cpu = statistics.median(r.cpu for r in runs)
+        late = statistics.median(r.out_of_order for r in runs)
+        read = statistics.median(r.read_share for r in runs)
         print(f"burst over {transport}: {args.npcs:,} pipelined npc/talk with a client grounding tool, "
               f"at most {args.max_running_turns} turns at once ({load_average()}; median of {len(runs)})")
         print(f"  turns:   {args.npcs / seconds:>10,.0f} turns/s  ({seconds:.2f} s); "
               f"{cpu / args.npcs * 1e6:,.0f} µs server CPU per turn")
         print(f"  latency: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms; the median response at {share:.0%} of the burst "
               "(goal <= 60%)")
+        print(f"  order:   {late:,.0f} talks answered before the one written just before them; the whole burst read at {read:.0%} of it")
 
 
 if __name__ == "__main__":
