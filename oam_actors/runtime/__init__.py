@@ -15,7 +15,7 @@ runs once for every process instead (``register_hosted``; see ``_hosting``), and
 checkpoints that hold endpoints with ``dumps_state`` / ``loads_state``.
 """
 
-from oam_actors.runtime._actor import Actor
+from oam_actors.runtime._actor import Actor, ActorSystem
 from oam_actors.runtime._address import Address
 from oam_actors.runtime._admission import Admission, AdmissionGate, Arrival, GateStatistics, current_flow, flow
 from oam_actors.runtime._fair import FairQueue
@@ -60,7 +60,7 @@ from oam_actors.runtime._store import (
 )
 from oam_actors.runtime._ref import ActorRef, Reply
 from oam_actors.runtime._statistics import ActorStatistics
-from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ActorSystem, ExcInfo, SystemBase, SystemState
+from oam_actors.runtime._system import DEFAULT_MAX_QUEUE, ExcInfo, SystemBase, SystemState
 from oam_actors.runtime._tuning import tune_gc_for_servers
 
 __all__ = [

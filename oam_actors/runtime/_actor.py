@@ -1,4 +1,6 @@
-"""The ``Actor`` base class: private state behind two lanes, and its lifecycle hooks.
+"""The two sides of the runtime's contract: the ``Actor`` base class (private state behind two
+lanes, and its lifecycle hooks) and ``ActorSystem``, the seam every runtime implements (an actor
+knows its system, a system hosts actors, so they live together).
 
 An actor is created by its system (``ActorSystem.spawn``) and runs on one task of its own, the
 *actor task*, which runs ``on_start``, then every ordered message through ``handle`` one at a
@@ -9,16 +11,20 @@ queued behind a slow ordered message. Nothing else may touch the actor's state f
 
 from __future__ import annotations
 
+import abc
 import contextvars
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from oam_actors.runtime._address import Address
+from oam_actors.runtime._durable import Durability
+from oam_actors.runtime._ref import ActorRef
 
 if TYPE_CHECKING:
     from oam_actors.runtime._admission import Admission
-    from oam_actors.runtime._system import ActorSystem
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "ActorSystem"]
 
 
 class _Host(Protocol):
@@ -132,3 +138,60 @@ class Actor:
         if host is None or host.actor is not self:
             raise RuntimeError("admission() is only valid inside this actor's handle()")
         return host.admission_of_running()
+
+
+class ActorSystem(abc.ABC):
+    """Creates, finds and stops actors; used as ``async with System(...) as system``.
+
+    Leaving the ``async with`` block stops every actor (as ``aclose``).
+    """
+
+    durability: Durability | None = None
+    """Where this system's durable objects' commits go (``None``: nowhere; see ``Durability``)."""
+
+    @abc.abstractmethod
+    def spawn(self, address: Address, factory: Callable[[], Actor], *, max_queue: int | None = None) -> ActorRef:
+        """Create the actor ``factory()`` at ``address``, start it and return its ref.
+
+        ``max_queue`` bounds its ordered lane (the system default if ``None``). Raises
+        ``ActorExists`` if the address is taken (by a live or still-stopping actor) and
+        ``RuntimeError`` if the system is not open. ``factory`` runs on the caller's task.
+        """
+
+    @abc.abstractmethod
+    def lookup(self, address: Address) -> ActorRef | None:
+        """The ref of the actor at ``address`` (live or still stopping), or ``None``."""
+
+    @abc.abstractmethod
+    def addresses(self, kind: str | None = None) -> list[Address]:
+        """Addresses of the actors present, in spawn order, optionally only of one ``kind``."""
+
+    @abc.abstractmethod
+    async def stop(self, address: Address) -> bool:
+        """Stop the actor at ``address`` gracefully; ``False`` if there was none.
+
+        New messages are refused at once (``ActorStopped``). The running message is cancelled
+        unless committed (a committed one finishes and delivers its result); it and every
+        queued message resolve with ``ActorStopped``, in queue order. Control calls in flight
+        are cancelled and raise ``ActorStopped``. Then ``on_stop`` runs, the address is free
+        again, and this returns; it raises what ``on_stop`` raised. An actor must not await its
+        own stop from ``on_stop`` or a committed section: that waits for itself.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop every actor as ``stop`` does, concurrently; then no more spawns.
+
+        Raises an ``ExceptionGroup`` of the ``on_stop`` errors, once every actor has stopped.
+        """
+
+    @abc.abstractmethod
+    async def __aenter__(self) -> Self: ...
+
+    @abc.abstractmethod
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
