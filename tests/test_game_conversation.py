@@ -6,6 +6,7 @@ what the NPC heard."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,135 @@ async def test_compaction_folds_what_the_npc_heard_into_its_summary() -> None:
     assert await npc.run_pending_compaction()
     assert "Bran to you: The bridge is out." in model.requests[-1].prompt  # the summarizer saw it
     assert (npc.memory.summary, npc.memory.heard) == ("Cora heard that the bridge is out.", ())
+
+
+# --- knowledge scoping in coalesced batches -------------------------------------------------------
+
+_BATCHED = re.compile(r"^Conversation (\d+): (\w+)", re.MULTILINE)
+
+
+def leaking(request: GenerationRequest) -> str:
+    """A batch answer that carries each conversation's content into the next one's line: its
+    last line, and its members' names, as a small model copying across items would."""
+    blocks = request.prompt.split("\n\n")[:-1]
+    lasts = [block.splitlines()[-1].partition(": ") for block in blocks]
+    return "\n".join(f"{n}. [happy] Did you hear? {words.rstrip('.')}, says {name}."
+                     for n, (name, _, words) in ((n, lasts[n % len(lasts)]) for n in range(1, len(blocks) + 1)))
+
+
+def two_conversations() -> list[ConversationState]:
+    pairs = [(Member("g", "Gorm"), Member("e", "Elsa")), (Member("m", "Mira"), Member("u", "Ulf"))]
+    states = [ConversationState(world="w", members=pair, situation=where)
+              for pair, where in zip(pairs, ("By the forge.", "At the bakery."), strict=True)]
+    return [said(states[0], "e", "The north bridge has collapsed."), said(states[1], "u", "The flour mill burned down.")]
+
+
+async def gorm_and_mira(rig: Rig, *, gorm_heard: tuple[str, ...] = (), mira_heard: tuple[str, ...] = ()) -> list[Any]:
+    """Gorm's and Mira's next lines, each in its own conversation, asked together on ``rig``."""
+    await rig.warm_up()
+    gorm = NPC(Persona(name="Gorm", role="a smith"), rig.model, owner="Gorm")
+    mira = NPC(Persona(name="Mira", role="a baker"), rig.model, owner="Mira")
+    gorm.hear(gorm_heard)
+    mira.hear(mira_heard)
+    states = two_conversations()
+    return await rig.run([lambda: gorm.converse(view_for(states[0], "g")),
+                          lambda: mira.converse(view_for(states[1], "m"))])
+
+
+async def test_a_line_never_carries_another_conversations_content_from_a_shared_batch() -> None:
+    rig = Rig(leaking)
+    replies = await gorm_and_mira(rig)
+    assert len(rig.batches) == 1  # they shared a generation, and its answer mixed them up
+    assert "Ulf" in rig.batches[0].prompt and "Elsa" in rig.batches[0].prompt
+    gorm_line, mira_line = (r.line for r in replies)
+    assert not re.search(r"Ulf|mill", gorm_line) and not re.search(r"Elsa|bridge", mira_line)
+    stats = rig.model.coalescing_statistics()
+    assert stats.misattributed == 2 and stats.retried_alone == 2
+    assert all("mill" not in r.system + r.prompt for r in rig.alone if "Gorm" in r.system)
+
+
+async def test_a_speaker_that_heard_something_elsewhere_says_its_line_alone() -> None:
+    rig = Rig(leaking)
+    replies = await gorm_and_mira(rig, gorm_heard=("(overheard) Hild to Odo: The key is under the red barrel.",),
+                                  mira_heard=("Ulf to you: The flour mill burned down.",))  # her own conversation's
+    assert all("barrel" not in batch.prompt for batch in rig.batches)
+    assert [r.line for r in replies] == ["Gorm alone.", "Mira alone."]
+    assert any("barrel" in r.system for r in rig.alone if "Gorm" in r.system)  # its own step shows it
+    assert rig.model.coalescing_statistics().passthrough >= 1
+
+
+def test_private_knowledge_is_memory_beyond_the_conversation_being_continued() -> None:
+    own = "Ulf to you: Mira, the flour mill burned down."
+    assert not NPCMemory(relationship=30, heard=(own,)).private_knowledge(["Mira, the flour mill burned down."])
+    assert NPCMemory(heard=(own,)).private_knowledge()
+    assert NPCMemory(heard=(own, "(overheard) Hild to Odo: The key.")).private_knowledge(
+        ["Mira, the flour mill burned down."])
+    for memory in (NPCMemory(facts=("Likes bread.",)), NPCMemory(summary="Met the player."),
+                   NPCMemory(others=(("Bran", 5),))):
+        assert memory.private_knowledge()
+
+
+async def test_a_talk_of_an_npc_that_heard_something_never_shares_a_batch() -> None:
+    from oam_actors.game import NPCOptions
+
+    rig = Rig(lambda request: "\n".join(f"{n}. {name}: [happy] Under the red barrel."
+                                         for n, name in _BATCHED.findall(request.prompt)))
+    await rig.warm_up()
+    options = NPCOptions.from_wire({"replyFormat": "text", "memoryTools": "none"}).value
+    hild, odo, petra = (NPC(Persona(name=name), rig.model, options=options, owner=name)
+                        for name in ("Hild", "Odo", "Petra"))
+    hild.hear(["(overheard) Gorm to Mira: The key is under the red barrel."])
+    turns = await rig.run([lambda npc=npc: npc.talk("Where is the key?") for npc in (hild, odo, petra)])
+    assert all("barrel" not in batch.prompt for batch in rig.batches)
+    assert len(rig.batches) == 1 and "Hild" not in rig.batches[0].prompt  # Odo and Petra shared one
+    alone = [r for r in rig.alone if "Hild" in r.system]
+    assert len(alone) == 1 and alone[0].system.rstrip().endswith("- Gorm to Mira: The key is under the red barrel.")
+    assert turns[0].line == "Hild alone."
+
+
+# --- repairing the shapes of bad lines ------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "speaker", "role", "repaired"), [
+    ('The village blacksmith grunted, "Well, it\'s a matter of price. "', "Gorm", "the village blacksmith",
+     (None, "Well, it's a matter of price.")),
+    ('<The village blacksmith grunted, "Okay, let\'s talk."> <I\'m glad you agree, Elsa.>', "Gorm",
+     "the village blacksmith", (None, "Okay, let's talk.")),
+    ('<Ulf muttered, "I\'m sorry, Ulf. We should talk it out. ">', "Ulf", "a farmhand",
+     (None, "I'm sorry. We should talk it out.")),
+    ('"Aye, the forge is hot," Gorm said.', "Gorm", None, (None, "Aye, the forge is hot.")),
+    ("<happy> [laughing] I've got it!", "Mira", "the baker", ("happy", "I've got it!")),
+    ("[angry] *sighs* Fine weather, friend.", "Ulf", None, ("angry", "Fine weather, friend.")),
+    ("[Gorm] Mira, I know this is terrible news.", "Gorm", None, ("Gorm", "Mira, I know this is terrible news.")),
+    ("[happy] Ulf, you should rest.", "Ulf", None, ("happy", "You should rest.")),
+    ("(quietly) The well is poisoned.\nMira: What?", "Hild", None, (None, "The well is poisoned.")),
+    ('The password is "turnip".', "Gorm", None, (None, 'The password is "turnip".')),
+    ("<Hild>: I'm so happy!", "Hild", None, (None, "<Hild>: I'm so happy!")),  # a label: check_line's
+    ("Gorm alone.", "Gorm", None, (None, "Gorm alone.")),
+])
+def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str, role: str | None,
+                                                        repaired: tuple[str | None, str]) -> None:
+    from oam_actors.game.conversation import RepairedLine, repaired_line
+
+    assert repaired_line(text, speaker, role) == RepairedLine(*repaired)
+
+
+@pytest.mark.parametrize(("text", "speaker", "role"), [
+    ("I'm sorry, but I can't assist with that.", "Gorm", None),
+    ("As an AI language model, I have no opinion on grain.", "Gorm", None),
+    ("Gorm nods slowly.", "Gorm", None),
+    ("Gorm's heart sinks at the news.", "Gorm", None),
+    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith"),
+    ("[happy] *waves*", "Gorm", None),
+    ("   ", "Gorm", None),
+])
+def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None) -> None:
+    from oam_actors.game.conversation import repaired_line
+
+    assert repaired_line(text, speaker, role) is None
+
+
+async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None:
+    replies = await gorm_and_mira(Rig(lambda request: "1. [neutral] I'm sorry, but I can't assist with that.\n"
+                                                      "2. <happy> [laughing] Lovely bread!"))
+    assert [(r.line, r.emotion, r.retried) for r in replies] == [("Gorm alone.", "neutral", True),
+                                                                 ("Lovely bread!", "happy", False)]

@@ -19,7 +19,9 @@ I/O, no actors, no clock (:class:`QueuePressure` is given the time).
   numbered (prompt). Lines of conversations among NPCs (unlabelled reply items) have a form of
   their own, ``3. [emotion] words``: the item's heading names its speaker, so the answer does not
   repeat it (the output per line is then the line, its tag and its number); read back as a
-  reply is (a label, if the model writes one anyway, must be the item's own speaker).
+  reply is (a label, if the model writes one anyway, must be the item's own speaker), and the
+  other members of every other conversation of the batch count as its other characters: a
+  line naming one carries content across conversations and runs alone.
 - :func:`read_batch` splits the answer: numbered lines, read leniently (``3. …``, ``3: …``,
   ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
@@ -578,7 +580,7 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
     if truncated and lines:
         del lines[max(lines)]
     items = [r.item for r in requests]
-    names = [_speaker(item) for item in items]
+    names = [_characters(item) for item in items]
     results: list[ItemResult] = []
     for number, item in enumerate(items, 1):
         assert item is not None
@@ -589,7 +591,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         if line is None:
             results.append(Unanswered(Why.INVALID, "answered more than once"))
             continue
-        others = [n for i, n in enumerate(names, 1) if i != number and n and not _names(_own_text(item), n)]
+        own = _own_text(item)
+        others = [n for i, group in enumerate(names, 1) if i != number for n in group if n and not _names(own, n)]
         if isinstance(item, BarkItem):
             results.append(_read_bark(line, item, others))
         elif isinstance(item, ReplyItem):
@@ -639,13 +642,22 @@ def _speaker(item: BatchItem | None) -> str:
     return ""
 
 
+def _characters(item: BatchItem | None) -> list[str]:
+    """The characters of an item that no other item's answer may name: its speaker and, for a
+    line of a conversation among NPCs, the conversation's other members."""
+    if isinstance(item, ReplyItem):
+        return [item.speaker.strip(), *(m.strip() for m in item.members)]
+    return [_speaker(item)]
+
+
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
     if isinstance(item, ToolChoiceItem | StructuredReplyItem):
         return _own_text(item.talk)
     if isinstance(item, ReplyItem):
-        return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
+        return "\n".join([item.speaker, *item.members, item.character, *item.conversation, item.line,
+                          *item.tool_results])
     assert isinstance(item, DecisionItem)
     options = " ".join(f"{o.id} {o.description}" for o in item.options)
     return f"{item.actor}\n{item.character}\n{item.situation}\n{options}"
