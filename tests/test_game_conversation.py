@@ -258,6 +258,7 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     ("Gorm nods slowly.", "Gorm", None),
     ("Gorm's heart sinks at the news.", "Gorm", None),
     ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith"),
+    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain"),
     ("[happy] *waves*", "Gorm", None),
     ("   ", "Gorm", None),
 ])
@@ -272,3 +273,11 @@ async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None
                                                       "2. <happy> [laughing] Lovely bread!"))
     assert [(r.line, r.emotion, r.retried) for r in replies] == [("Gorm alone.", "neutral", True),
                                                                  ("Lovely bread!", "happy", False)]
+
+
+def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:
+    from oam_actors.game.conversation import repeats
+
+    said = ("I'm just going to wait for the sun to rise.", "Stay indoors.")
+    assert repeats("i'm just going to wait for the sun to rise!", said)
+    assert not repeats("I'm going to wait for the rain to stop.", said) and not repeats("...", said)

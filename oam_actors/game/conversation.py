@@ -53,6 +53,7 @@ __all__ = [
     "lines_from_wire",
     "next_speaker",
     "repaired_line",
+    "repeats",
     "spoken",
     "view_for",
 ]
@@ -356,8 +357,19 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
     ``Gorm's heart sinks.``)."""
     names = [re.escape(speaker.strip())]
     if role is not None and role.split():
-        names.append(rf"the\s+(?:\w+\s+)?{re.escape(role.split()[-1])}")
+        names.append(rf"the\s+(?:[\w-]+\s+){{0,3}}{re.escape(role.split()[-1])}")
     return re.match(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+\w+(?:s|ed)\b)", line, re.IGNORECASE) is not None
+
+
+def repeats(line: str, said: Sequence[str]) -> bool:
+    """Whether ``line`` says again, word for word (case and punctuation aside), a line of the
+    conversation: a small model copies the line it answers."""
+    key = _words(line)
+    return bool(key) and any(_words(earlier) == key for earlier in said)
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))
 
 
 def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:

@@ -73,7 +73,7 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text
-from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line
+from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line, repeats
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
@@ -668,8 +668,9 @@ class NPC:
         coalescing backend may answer it together with other conversations' lines (its item
         shows the persona's essentials, the situation and this conversation only; a speaker whose
         memory holds more than this conversation's lines says it alone). A line is repaired
-        into shape first (:func:`~.conversation.repaired_line`); one that cannot be is asked
-        again alone, as a misattributed one is. Raises
+        into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
+        repeats a line of the conversation word for word, is asked again alone, as a
+        misattributed one is. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -719,7 +720,7 @@ class NPC:
                 break
             repaired = repaired_line(result.text, speaker, persona.role)
             line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
-            if repaired is not None and line is not None:
+            if repaired is not None and line is not None and not repeats(line, view.said):
                 emotion = (Emotion.matching(repaired.tag) if repaired.tag is not None else None) or persona.default_emotion
                 reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
                 break

@@ -175,8 +175,9 @@ Rules:
 - One sentence per line.
 - Begin each line with the character's current emotion in square brackets, such as [happy] or [angry].
 - Every line belongs to the character its heading names: never speak as anyone else, and do not write the speaker's name.
-- No narration, no quotation marks. Never say you are an AI.
-- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. [<emotion>] <line>
+- The conversations know nothing of each other: a line never mentions anyone or anything from another conversation.
+- Only the spoken words: no narration, no actions, no quotation marks, no angle brackets. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: number. [emotion] spoken words
 Example of the form:
 {example}"""
 
