@@ -262,7 +262,8 @@ def line_prompt(view: ConversationView, speaker: str) -> str:
     lines = [f"A conversation between you ({speaker}) and {', '.join(view.others)}."]
     lines.extend(view.earlier)
     lines.append(f"{view.last_label}: {view.last_line}")
-    lines.append(f"Say your next line as {speaker} only, in one sentence.")
+    lines.append(f"Say your next line as {speaker} only, in one sentence: only the words {speaker} says aloud, "
+                 "in the first person, with no narration.")
     return "\n".join(lines)
 
 

@@ -669,8 +669,8 @@ class NPC:
         shows the persona's essentials, the situation and this conversation only; a speaker whose
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
-        repeats a line of the conversation word for word, is asked again alone, as a
-        misattributed one is. Raises
+        repeats the line it answers word for word, is asked again alone, as a misattributed one
+        is. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -720,7 +720,7 @@ class NPC:
                 break
             repaired = repaired_line(result.text, speaker, persona.role)
             line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
-            if repaired is not None and line is not None and not repeats(line, view.said):
+            if repaired is not None and line is not None and not repeats(line, (view.last_line,)):
                 emotion = (Emotion.matching(repaired.tag) if repaired.tag is not None else None) or persona.default_emotion
                 reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
                 break

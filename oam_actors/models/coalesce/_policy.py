@@ -170,13 +170,13 @@ Example of the form:
 _LINE_SYSTEM = """\
 You write the next line of conversations among characters in a video game.
 Each numbered conversation below is separate, somewhere else; its heading names the character who speaks next.
-For each conversation, write that character's next line, in their own voice, answering what was said last.
+For each conversation, write the words that character says aloud next, in the first person and in their own voice, answering what was said last.
 Rules:
 - One sentence per line.
 - Begin each line with the character's current emotion in square brackets, such as [happy] or [angry].
 - Every line belongs to the character its heading names: never speak as anyone else, and do not write the speaker's name.
 - The conversations know nothing of each other: a line never mentions anyone or anything from another conversation.
-- Only the spoken words: no narration, no actions, no quotation marks, no angle brackets. Never say you are an AI.
+- Only the spoken words: never describe the character (no "The blacksmith nods", no "she says"), no actions, no quotation marks, no angle brackets. Never say you are an AI.
 - Answer with exactly {count} lines, in the order given, one per conversation, each written as: number. [emotion] spoken words
 Example of the form:
 {example}"""
