@@ -281,3 +281,12 @@ def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:
     said = ("I'm just going to wait for the sun to rise.", "Stay indoors.")
     assert repeats("i'm just going to wait for the sun to rise!", said)
     assert not repeats("I'm going to wait for the rain to stop.", said) and not repeats("...", said)
+
+
+async def test_a_line_alone_shows_what_was_heard_elsewhere_but_not_its_own_conversation_twice() -> None:
+    rig = Rig(leaking)
+    await gorm_and_mira(rig, gorm_heard=("(overheard) Hild to Odo: The key is under the red barrel.",
+                                         "Elsa to you: The north bridge has collapsed."))
+    gorm = next(r for r in rig.alone if "Gorm" in r.system)
+    assert "- Hild to Odo: The key is under the red barrel." in gorm.system
+    assert "collapsed" not in gorm.system and "Elsa: The north bridge has collapsed." in gorm.prompt

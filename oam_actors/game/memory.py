@@ -158,9 +158,16 @@ class NPCMemory:
         feelings toward other characters, or a heard line that is not one of ``said`` (the
         words of the conversation being continued, which its batch item shows anyway). The
         relationship toward the player is a number, not knowledge."""
-        if self.facts or trimmed_or_none(self.summary) is not None or self.others:
-            return True
-        return any(not any(note.endswith(f": {words}") for words in said) for note in self.heard)
+        rest = self.without_heard(said)
+        return bool(rest.facts or trimmed_or_none(rest.summary) is not None or rest.others or rest.heard)
+
+    def without_heard(self, said: Collection[str]) -> NPCMemory:
+        """Without the heard notes of lines whose words are among ``said`` (a conversation's
+        own lines, which its prompt shows already)."""
+        if not said or not self.heard:
+            return self
+        endings = tuple(f": {words}" for words in said)
+        return dataclasses.replace(self, heard=tuple(note for note in self.heard if not note.endswith(endings)))
 
     def to_wire(self) -> dict[str, Any]:
         """``{"facts", "relationship", "summary"?}``."""

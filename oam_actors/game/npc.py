@@ -676,7 +676,8 @@ class NPC:
         speaker = persona.name.strip()
         memory = self._store.memory
         world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
-        note = prompting.context_note(memory, options, world_summary, view.situation)
+        # This conversation's lines are in the prompt: its notes would only be shown twice.
+        note = prompting.context_note(memory.without_heard(view.said), options, world_summary, view.situation)
         one_off = Agent(
             self.model,
             instructions=prompting.instructions(persona, options, [], memory, text_reply=True),
