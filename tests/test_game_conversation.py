@@ -290,3 +290,24 @@ async def test_a_line_alone_shows_what_was_heard_elsewhere_but_not_its_own_conve
     gorm = next(r for r in rig.alone if "Gorm" in r.system)
     assert "- Hild to Odo: The key is under the red barrel." in gorm.system
     assert "collapsed" not in gorm.system and "Elsa: The north bridge has collapsed." in gorm.prompt
+
+
+async def test_lines_of_conversations_sharing_a_name_never_share_a_generation() -> None:
+    """Two conversations with a Gorm and a Mira each: a line carrying one's content into the
+    other could not be told by the names it uses, so they run in generations of their own."""
+    from oam_actors.agent.model import ReplyItem
+    from oam_actors.models.coalesce import apart
+
+    def item(speaker: str, *members: str) -> ReplyItem:
+        return ReplyItem(speaker=speaker, unlabelled=True, members=members)
+
+    assert apart(item("Mira", "Gorm"), item("Mira", "Gorm")) and apart(item("Ulf", "Gorm"), item("Gorm", "Elsa"))
+    assert not apart(item("Mira", "Gorm"), item("Ulf", "Elsa")) and not apart(ReplyItem(speaker="Mira"),
+                                                                              ReplyItem(speaker="Mira"))
+    rig = Rig(leaking)
+    await rig.warm_up()
+    states = [said(ConversationState(world="w", members=(Member(f"g{n}", "Gorm"), Member(f"m{n}", "Mira"))),
+                   f"g{n}", words) for n, words in enumerate(("The key is under the barrel.", "The mill burned."))]
+    npcs = [NPC(Persona(name="Mira", role="a baker"), rig.model, owner=f"m{n}") for n in range(2)]
+    replies = await rig.run([lambda n=n: npcs[n].converse(view_for(states[n], f"m{n}")) for n in range(2)])
+    assert rig.batches == [] and [r.line for r in replies] == ["Mira alone.", "Mira alone."]

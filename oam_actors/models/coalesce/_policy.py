@@ -12,6 +12,9 @@ I/O, no actors, no clock (:class:`QueuePressure` is given the time).
   choice, or an item whose answer could not be read back from one line or would crowd the
   batch: a decision with an option id holding spaces or ``|``, too many options or tools, a
   reply or tool choice whose conversation is over :data:`REPLY_ITEM_TOKENS`).
+- :func:`apart` says which items of one key must still not share a generation (lines of
+  conversations whose characters share a name: the check for content carried across could not
+  tell them apart).
 - :func:`pack` counts how many of the waiting steps fit one generation: at most ``max_items``,
   the prompt plus the reserved answer within the backend's context, the answers within its
   output limit.
@@ -91,6 +94,7 @@ __all__ = [
     "QueuePressure",
     "Unanswered",
     "Why",
+    "apart",
     "batch_key",
     "batch_request",
     "combinable",
@@ -380,6 +384,17 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
     # Unlabelled reply items (conversation lines) are answered in a form of their own.
     kind = "line" if isinstance(item, ReplyItem) and item.unlabelled else type(item).__name__
     return (kind, request.priority, request.temperature, request.sampling)
+
+
+def apart(item: BatchItem | None, other: BatchItem | None) -> bool:
+    """Whether two items must not share a generation: lines of conversations among NPCs whose
+    characters share a name. A line naming another conversation's character is what tells
+    content carried across a batch (:func:`read_batch`); with a name in common, that check could
+    not tell the two conversations apart."""
+    if not (isinstance(item, ReplyItem) and item.unlabelled and isinstance(other, ReplyItem) and other.unlabelled):
+        return False
+    mine = {name.casefold() for name in _characters(item) if name}
+    return any(name.casefold() in mine for name in _characters(other) if name)
 
 
 # --- packing -------------------------------------------------------------------------------------
