@@ -107,6 +107,9 @@ async def test_a_talk_with_the_player_draws_on_what_the_npc_heard() -> None:
     await npc.talk("Any news?")
     request = model.requests[0]
     assert "Bran to you: The bridge is out." in request.system + request.prompt
+    # in a section of its own, last, next to the player's words (after the Memory block's facts)
+    assert request.system.rstrip().endswith("tell it when you are asked about it:\n- Bran to you: The bridge is out.")
+    assert request.system.index("Likes bread.") < request.system.index("What you heard and overheard")
     assert npc.memory.heard == ("Bran to you: The bridge is out.",)
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
 
@@ -208,10 +211,12 @@ def test_private_knowledge_is_memory_beyond_the_conversation_being_continued() -
         assert memory.private_knowledge()
 
 
-async def test_a_talk_of_an_npc_that_heard_something_never_shares_a_batch() -> None:
+async def test_a_talk_never_carries_what_another_npc_of_its_batch_heard() -> None:
+    """Hild overheard where the key is; Odo and Petra did not. Their talks share a generation
+    whose answer gives all three Hild's knowledge: Hild's reply stands, the others run alone."""
     from oam_actors.game import NPCOptions
 
-    rig = Rig(lambda request: "\n".join(f"{n}. {name}: [happy] Under the red barrel."
+    rig = Rig(lambda request: "\n".join(f"{n}. {name}: [happy] Under the red barrel, friend."
                                          for n, name in _BATCHED.findall(request.prompt)))
     await rig.warm_up()
     options = NPCOptions.from_wire({"replyFormat": "text", "memoryTools": "none"}).value
@@ -219,11 +224,10 @@ async def test_a_talk_of_an_npc_that_heard_something_never_shares_a_batch() -> N
                         for name in ("Hild", "Odo", "Petra"))
     hild.hear(["(overheard) Gorm to Mira: The key is under the red barrel."])
     turns = await rig.run([lambda npc=npc: npc.talk("Where is the key?") for npc in (hild, odo, petra)])
-    assert all("barrel" not in batch.prompt for batch in rig.batches)
-    assert len(rig.batches) == 1 and "Hild" not in rig.batches[0].prompt  # Odo and Petra shared one
-    alone = [r for r in rig.alone if "Hild" in r.system]
-    assert len(alone) == 1 and alone[0].system.rstrip().endswith("- Gorm to Mira: The key is under the red barrel.")
-    assert turns[0].line == "Hild alone."
+    assert len(rig.batches) == 1 and "- Gorm to Mira: The key is under the red barrel." in rig.batches[0].prompt
+    assert [t.line for t in turns] == ["Under the red barrel, friend.", "Odo alone.", "Petra alone."]
+    stats = rig.model.coalescing_statistics()
+    assert (stats.answered, stats.misattributed, stats.retried_alone) == (1, 2, 2)
 
 
 # --- repairing the shapes of bad lines ------------------------------------------------------------

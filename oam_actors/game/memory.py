@@ -161,6 +161,13 @@ class NPCMemory:
         rest = self.without_heard(said)
         return bool(rest.facts or trimmed_or_none(rest.summary) is not None or rest.others or rest.heard)
 
+    def private_texts(self) -> tuple[str, ...]:
+        """What this memory holds that only this NPC knows: facts, summary, the characters it
+        feels about, heard lines."""
+        summary = trimmed_or_none(self.summary)
+        return (*self.facts, *((summary,) if summary is not None else ()), *(name for name, _ in self.others),
+                *self.heard)
+
     def without_heard(self, said: Collection[str]) -> NPCMemory:
         """Without the heard notes of lines whose words are among ``said`` (a conversation's
         own lines, which its prompt shows already)."""

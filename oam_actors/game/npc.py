@@ -356,9 +356,10 @@ class NPC:
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
         coalescing backend may answer its decide steps and its reply step (plain or structured)
         together with other NPCs' (:func:`~._items.reply_item` says when it may; the text retry
-        runs alone, and so does every step of an NPC whose memory holds private knowledge:
-        :meth:`~.memory.NPCMemory.private_knowledge`). Raises :class:`AgentError` for errors no fallback covers; see the module
-        docstring for events and commit."""
+        runs alone; a batch answer of another NPC's step that carries what this NPC privately
+        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone). Raises
+        :class:`AgentError` for errors no fallback covers; see the module docstring for events
+        and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget, coalesce=coalesce)
         self._creation = None  # the attempt's instructions are the agent's from now on
@@ -425,8 +426,7 @@ class NPC:
             options=options,
             world_summary=world_summary,
             situation=situation,
-            # What the NPC heard elsewhere, its facts and summary are its own: never in a batch.
-            coalesce=may_coalesce(self.model, coalesce) and not memory.private_knowledge(),
+            coalesce=may_coalesce(self.model, coalesce),
         )
 
     def _schema_for(self, persona: Persona, options: NPCOptions) -> Schema:
@@ -506,8 +506,10 @@ class NPC:
         history = agent.history_lines(Labels(options.user_label, options.assistant_label))
         conversation = history.text().splitlines()
         tools = [line for entry in agent.turn_entries[1:] if (line := history.line(entry)) is not None]
+        # What only this NPC knows goes with its item, so that no other item's answer carries it.
         reply = reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
-                           conversation, tools, request.user_prompt, options.user_label)
+                           conversation, tools, request.user_prompt, options.user_label,
+                           self._store.memory.private_texts())
         if reply is None:
             return None
         if request.kind is StepKind.DECIDE:

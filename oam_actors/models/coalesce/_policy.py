@@ -597,6 +597,7 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         del lines[max(lines)]
     items = [r.item for r in requests]
     names = [_characters(item) for item in items]
+    private = [_private_words(item) for item in items]
     results: list[ItemResult] = []
     for number, item in enumerate(items, 1):
         assert item is not None
@@ -620,7 +621,37 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         else:
             assert isinstance(item, DecisionItem)
             results.append(_read_decision(line, item, others))
+        results[-1] = _unless_carried(results[-1], own, [words for i, words in enumerate(private, 1) if i != number])
     return results
+
+
+_COMMON = frozenset(
+    "that this with have what your from they will been were there their about would could should which when "
+    "where just like know here then them some more very into over also only much well said says told heard "
+    "overheard listen your yours mine ours these those than because while after before today tomorrow yesterday "
+    "really think going want need good yes sure right "
+    # the keys and values of the JSON answers a batch's reader writes back
+    "action arguments respond reasoning choice confidence emotion line player options ends conversation "
+    "true false".split())
+
+
+def _private_words(item: BatchItem | None) -> frozenset[str]:
+    """The telling words (four letters or more, not the commonest) of what only the item's NPC knows."""
+    talk = item.talk if isinstance(item, ToolChoiceItem | StructuredReplyItem) else item
+    if not isinstance(talk, ReplyItem) or not talk.private:
+        return frozenset()
+    return frozenset(w for w in re.findall(r"[a-z]{4,}", " ".join(talk.private).casefold()) if w not in _COMMON)
+
+
+def _unless_carried(result: ItemResult, own: str, private: list[frozenset[str]]) -> ItemResult:
+    """``result``, unless its answer carries a telling word of another item's private knowledge
+    that its own item does not hold: then it runs alone (the batch showed it what only another
+    NPC knows)."""
+    if not isinstance(result, Answer) or not any(private):
+        return result
+    said = set(re.findall(r"[a-z]{4,}", result.text.casefold())) - set(re.findall(r"[a-z]{4,}", own.casefold()))
+    carried = next((word for words in private for word in sorted(words & said)), None)
+    return result if carried is None else Unanswered(Why.MISATTRIBUTED, f"carries another's private knowledge: {carried}")
 
 
 def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
