@@ -163,7 +163,8 @@ def two_conversations() -> list[ConversationState]:
     pairs = [(Member("g", "Gorm"), Member("e", "Elsa")), (Member("m", "Mira"), Member("u", "Ulf"))]
     states = [ConversationState(world="w", members=pair, situation=where)
               for pair, where in zip(pairs, ("By the forge.", "At the bakery."), strict=True)]
-    return [said(states[0], "e", "The north bridge has collapsed."), said(states[1], "u", "The flour mill burned down.")]
+    return [said(states[0], "e", "The north bridge has collapsed."),
+            said(states[1], "u", "The flour mill burned down.")]
 
 
 async def gorm_and_mira(rig: Rig, *, gorm_heard: tuple[str, ...] = (), mira_heard: tuple[str, ...] = ()) -> list[Any]:

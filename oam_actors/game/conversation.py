@@ -320,17 +320,20 @@ def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedL
 
 
 def _narrator(words: str, speaker: str, role: str | None) -> bool:
-    """Whether ``words`` (before or after a quote) narrate who speaks: the speaker, a pronoun or
-    an article as subject, ending in a verb of saying (``The village blacksmith grunted``)."""
-    parts = words.strip(" ,.").split()
+    """Whether ``words`` (before or after a quote) narrate who speaks: the speaker, a pronoun, an
+    article or a word of its role as subject, and a verb of saying (``The village blacksmith
+    grunted``, ``Gorm said``)."""
+    parts = [part.casefold() for part in words.strip(" ,.").split()]
     if not parts or len(parts) > 8:
         return False
-    starts = parts[0].casefold() in {speaker.casefold(), *(w.casefold() for w in speaker.split())} or \
-        _NARRATOR_START.match(words.strip()) is not None or (role is not None and parts[0].casefold() in role.casefold().split())
-    verb = parts[-1].casefold()
-    return starts and verb not in _NOT_VERBS and (verb.endswith(("ed", "s")) or verb in {"say", "said"} or
-                                                   any(p.casefold().endswith(("ed", "s")) and p.casefold() not in _NOT_VERBS
-                                                       for p in parts[1:]))
+    subjects = {speaker.casefold(), *(w.casefold() for w in speaker.split()), *(role or "").casefold().split()}
+    subject = parts[0] in subjects or _NARRATOR_START.match(words.strip()) is not None
+    return subject and any(_saying(part) for part in parts[1:] or parts)
+
+
+def _saying(word: str) -> bool:
+    """A verb, as narration has it: ``said``, ``grunted``, ``mutters``."""
+    return word not in _NOT_VERBS and (word in {"say", "said"} or word.endswith(("ed", "s")))
 
 
 def _quoted(line: str, speaker: str, role: str | None) -> str:

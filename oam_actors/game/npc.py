@@ -724,7 +724,8 @@ class NPC:
             repaired = repaired_line(result.text, speaker, persona.role)
             line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
             if repaired is not None and line is not None and not repeats(line, (view.last_line,)):
-                emotion = (Emotion.matching(repaired.tag) if repaired.tag is not None else None) or persona.default_emotion
+                tagged = Emotion.matching(repaired.tag) if repaired.tag is not None else None
+                emotion = tagged or persona.default_emotion
                 reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
                 break
         if reply is None:

@@ -651,7 +651,9 @@ def _unless_carried(result: ItemResult, own: str, private: list[frozenset[str]])
         return result
     said = set(re.findall(r"[a-z]{4,}", result.text.casefold())) - set(re.findall(r"[a-z]{4,}", own.casefold()))
     carried = next((word for words in private for word in sorted(words & said)), None)
-    return result if carried is None else Unanswered(Why.MISATTRIBUTED, f"carries another's private knowledge: {carried}")
+    if carried is None:
+        return result
+    return Unanswered(Why.MISATTRIBUTED, f"carries another's private knowledge: {carried}")
 
 
 def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
