@@ -37,13 +37,16 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
 
 2. Overheard-fact probes (``--probes``, 10 facts): per probe a fresh world with NPCs A, B (the
    conversation's members), C (its ``audience``) and D (on the same world, not there). A knows
-   the fact (persona ``knowledge``) and the situation has A tell B; the conversation goes on one
-   line at a time from A until C has overheard the fact (its ``memory.heard`` holds the fact's
-   keywords), at most ``--probe-lines`` lines. Then the player asks C and D the probe's
-   question (``npc/talk``, plain text). C *used the fact* when its answer contains every keyword
-   of the fact (case-insensitive whole words, plurals too); D *knew nothing* when its answer contains
-   none of them. A probe whose members never said the fact counts as not used (C could not
-   know it); how many reached C is printed beside.
+   the fact (persona ``knowledge``) and says it: A's first line is planted by a scripted step
+   (A's own ``model``), so that what is measured is whether C uses what it overheard, not whether
+   a 1.5B model happens to say a fact; B answers on the real model (coalesced with the other
+   probes' lines), and the conversation goes on one line at a time until C has overheard the
+   fact (its ``memory.heard`` holds the fact's keywords) and B has spoken, at most
+   ``--probe-lines`` lines. Then the player asks C and D the probe's question (``npc/talk``,
+   plain text). C *used the fact* when its answer contains every keyword of the fact
+   (case-insensitive whole words, plurals too); D *knew nothing* when its answer contains none of
+   them. A probe whose members never said the fact counts as not used (C could not know it); how
+   many reached C is printed beside.
 
 Printed (stdout): both parts' counts against the goals, and the coalescing statistics as JSON.
 On stderr, as they come: each line delivered and each answer (``--show-generations``: also
@@ -200,10 +203,14 @@ def log(text: str) -> None:
 
 
 async def create_npc(client: Client, npc: str, world: str, persona: tuple[str, str, str],
-                     knowledge: tuple[str, ...] = ()) -> None:
+                     knowledge: tuple[str, ...] = (), says: str | None = None) -> None:
+    """``says``: the NPC's first line, planted by a scripted step (its own model), word for word."""
     name, role, personality = persona
-    await client.call("npc/create", {"npc": npc, "world": world, "options": NPC_OPTIONS, "persona": {
-        "name": name, "role": role, "personality": personality, "knowledge": list(knowledge)}})
+    params: dict[str, Any] = {"npc": npc, "world": world, "options": NPC_OPTIONS, "persona": {
+        "name": name, "role": role, "personality": personality, "knowledge": list(knowledge)}}
+    if says is not None:
+        params["model"] = {"type": "scripted", "steps": [{"text": f"[neutral] {says}"}]}
+    await client.call("npc/create", params)
 
 
 async def converse(client: Client, conversation: str, members: list[tuple[str, str]], elsewhere: list[str],
@@ -269,17 +276,18 @@ async def probe(client: Client, n: int, args: argparse.Namespace, tally: Probes)
     await client.call("world/create", {"world": world})
     cast = [CAST[(n * 4 + i) % len(CAST)] for i in range(4)]
     ids = [f"{world}_{role}" for role in "abcd"]
-    for i, (npc, persona) in enumerate(zip(ids, cast, strict=True)):
-        await create_npc(client, npc, world, persona, (f"News: {fact}.",) if i == 0 else ())
-    a, b, c, d = ids
     teller, listener = cast[0][0], cast[1][0]
+    for i, (npc, persona) in enumerate(zip(ids, cast, strict=True)):
+        await create_npc(client, npc, world, persona, (f"News: {fact}.",) if i == 0 else (),
+                         says=f"{listener}, listen, {fact}!" if i == 0 else None)
+    a, b, c, d = ids
     try:
         await client.call("conversation/create", {
             "conversation": f"talk{n}", "world": world, "members": [a, b], "audience": [c],
             "situation": f"{teller} has just found out some news and tells {listener}, word for word: {fact}.",
             "lineBudget": args.probe_lines})
         overheard = False
-        for turn in range(args.probe_lines):  # until the bystander has heard the fact
+        for turn in range(args.probe_lines):  # until the bystander has heard the fact and B has spoken
             said = await client.call("conversation/advance", {"conversation": f"talk{n}"})
             for line in said["lines"]:
                 speaker, other = (a, listener) if turn % 2 == 0 else (b, teller)
@@ -287,7 +295,7 @@ async def probe(client: Client, n: int, args: argparse.Namespace, tally: Probes)
                 log(f"probe {n} | {line['name']}: {line['line']}")
             heard = (await client.call("npc/state", {"npc": c}))["state"].get("memory", {}).get("heard", [])
             overheard = all(any(mentions(note, k) for note in heard) for k in keywords)
-            if overheard:
+            if overheard and turn >= 1:
                 break
         answers: dict[str, str] = {}
         async with anyio.create_task_group() as tasks:
@@ -409,7 +417,8 @@ def main() -> int:
     parser.add_argument("--lines", type=positive_int, default=6, help="lines per ambient conversation")
     parser.add_argument("--probes", type=non_negative_int, default=10, help="overheard-fact probes")
     parser.add_argument("--probe-lines", type=positive_int, default=4,
-                        help="conversation lines per probe at most (it stops once the bystander heard the fact)")
+                        help="conversation lines per probe at most (it stops once the bystander heard the fact "
+                             "and the listener answered)")
     parser.add_argument("--probes-at-once", type=positive_int, default=5)
     parser.add_argument("--batch", type=positive_int, default=6, help="items per generation at most")
     parser.add_argument("--linger", type=float, default=0.5,

@@ -6,6 +6,7 @@ what the NPC heard."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,9 @@ async def test_a_talk_with_the_player_draws_on_what_the_npc_heard() -> None:
     await npc.talk("Any news?")
     request = model.requests[0]
     assert "Bran to you: The bridge is out." in request.system + request.prompt
+    # in a section of its own, last, next to the player's words (after the Memory block's facts)
+    assert request.system.rstrip().endswith("tell it when you are asked about it:\n- Bran to you: The bridge is out.")
+    assert request.system.index("Likes bread.") < request.system.index("What you heard and overheard")
     assert npc.memory.heard == ("Bran to you: The bridge is out.",)
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
 
@@ -139,3 +143,176 @@ async def test_compaction_folds_what_the_npc_heard_into_its_summary() -> None:
     assert await npc.run_pending_compaction()
     assert "Bran to you: The bridge is out." in model.requests[-1].prompt  # the summarizer saw it
     assert (npc.memory.summary, npc.memory.heard) == ("Cora heard that the bridge is out.", ())
+
+
+# --- knowledge scoping in coalesced batches -------------------------------------------------------
+
+_BATCHED = re.compile(r"^Conversation (\d+): (\w+)", re.MULTILINE)
+
+
+def leaking(request: GenerationRequest) -> str:
+    """A batch answer that carries each conversation's content into the next one's line: its
+    last line, and its members' names, as a small model copying across items would."""
+    blocks = request.prompt.split("\n\n")[:-1]
+    lasts = [block.splitlines()[-1].partition(": ") for block in blocks]
+    return "\n".join(f"{n}. [happy] Did you hear? {words.rstrip('.')}, says {name}."
+                     for n, (name, _, words) in ((n, lasts[n % len(lasts)]) for n in range(1, len(blocks) + 1)))
+
+
+def two_conversations() -> list[ConversationState]:
+    pairs = [(Member("g", "Gorm"), Member("e", "Elsa")), (Member("m", "Mira"), Member("u", "Ulf"))]
+    states = [ConversationState(world="w", members=pair, situation=where)
+              for pair, where in zip(pairs, ("By the forge.", "At the bakery."), strict=True)]
+    return [said(states[0], "e", "The north bridge has collapsed."),
+            said(states[1], "u", "The flour mill burned down.")]
+
+
+async def gorm_and_mira(rig: Rig, *, gorm_heard: tuple[str, ...] = (), mira_heard: tuple[str, ...] = ()) -> list[Any]:
+    """Gorm's and Mira's next lines, each in its own conversation, asked together on ``rig``."""
+    await rig.warm_up()
+    gorm = NPC(Persona(name="Gorm", role="a smith"), rig.model, owner="Gorm")
+    mira = NPC(Persona(name="Mira", role="a baker"), rig.model, owner="Mira")
+    gorm.hear(gorm_heard)
+    mira.hear(mira_heard)
+    states = two_conversations()
+    return await rig.run([lambda: gorm.converse(view_for(states[0], "g")),
+                          lambda: mira.converse(view_for(states[1], "m"))])
+
+
+async def test_a_line_never_carries_another_conversations_content_from_a_shared_batch() -> None:
+    rig = Rig(leaking)
+    replies = await gorm_and_mira(rig)
+    assert len(rig.batches) == 1  # they shared a generation, and its answer mixed them up
+    assert "Ulf" in rig.batches[0].prompt and "Elsa" in rig.batches[0].prompt
+    gorm_line, mira_line = (r.line for r in replies)
+    assert not re.search(r"Ulf|mill", gorm_line) and not re.search(r"Elsa|bridge", mira_line)
+    stats = rig.model.coalescing_statistics()
+    assert stats.misattributed == 2 and stats.retried_alone == 2
+    assert all("mill" not in r.system + r.prompt for r in rig.alone if "Gorm" in r.system)
+
+
+async def test_a_speaker_that_heard_something_elsewhere_says_its_line_alone() -> None:
+    rig = Rig(leaking)
+    replies = await gorm_and_mira(rig, gorm_heard=("(overheard) Hild to Odo: The key is under the red barrel.",),
+                                  mira_heard=("Ulf to you: The flour mill burned down.",))  # her own conversation's
+    assert all("barrel" not in batch.prompt for batch in rig.batches)
+    assert [r.line for r in replies] == ["Gorm alone.", "Mira alone."]
+    assert any("barrel" in r.system for r in rig.alone if "Gorm" in r.system)  # its own step shows it
+    assert rig.model.coalescing_statistics().passthrough >= 1
+
+
+def test_private_knowledge_is_memory_beyond_the_conversation_being_continued() -> None:
+    own = "Ulf to you: Mira, the flour mill burned down."
+    assert not NPCMemory(relationship=30, heard=(own,)).private_knowledge(["Mira, the flour mill burned down."])
+    assert NPCMemory(heard=(own,)).private_knowledge()
+    assert NPCMemory(heard=(own, "(overheard) Hild to Odo: The key.")).private_knowledge(
+        ["Mira, the flour mill burned down."])
+    for memory in (NPCMemory(facts=("Likes bread.",)), NPCMemory(summary="Met the player."),
+                   NPCMemory(others=(("Bran", 5),))):
+        assert memory.private_knowledge()
+
+
+async def test_a_talk_never_carries_what_another_npc_of_its_batch_heard() -> None:
+    """Hild overheard where the key is; Odo and Petra did not. Their talks share a generation
+    whose answer gives all three Hild's knowledge: Hild's reply stands, the others run alone."""
+    from oam_actors.game import NPCOptions
+
+    rig = Rig(lambda request: "\n".join(f"{n}. {name}: [happy] Under the red barrel, friend."
+                                         for n, name in _BATCHED.findall(request.prompt)))
+    await rig.warm_up()
+    options = NPCOptions.from_wire({"replyFormat": "text", "memoryTools": "none"}).value
+    hild, odo, petra = (NPC(Persona(name=name), rig.model, options=options, owner=name)
+                        for name in ("Hild", "Odo", "Petra"))
+    hild.hear(["(overheard) Gorm to Mira: The key is under the red barrel."])
+    turns = await rig.run([lambda npc=npc: npc.talk("Where is the key?") for npc in (hild, odo, petra)])
+    assert len(rig.batches) == 1 and "- Gorm to Mira: The key is under the red barrel." in rig.batches[0].prompt
+    assert [t.line for t in turns] == ["Under the red barrel, friend.", "Odo alone.", "Petra alone."]
+    stats = rig.model.coalescing_statistics()
+    assert (stats.answered, stats.misattributed, stats.retried_alone) == (1, 2, 2)
+
+
+# --- repairing the shapes of bad lines ------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "speaker", "role", "repaired"), [
+    ('The village blacksmith grunted, "Well, it\'s a matter of price. "', "Gorm", "the village blacksmith",
+     (None, "Well, it's a matter of price.")),
+    ('<The village blacksmith grunted, "Okay, let\'s talk."> <I\'m glad you agree, Elsa.>', "Gorm",
+     "the village blacksmith", (None, "Okay, let's talk.")),
+    ('<Ulf muttered, "I\'m sorry, Ulf. We should talk it out. ">', "Ulf", "a farmhand",
+     (None, "I'm sorry. We should talk it out.")),
+    ('"Aye, the forge is hot," Gorm said.', "Gorm", None, (None, "Aye, the forge is hot.")),
+    ("<happy> [laughing] I've got it!", "Mira", "the baker", ("happy", "I've got it!")),
+    ("[angry] *sighs* Fine weather, friend.", "Ulf", None, ("angry", "Fine weather, friend.")),
+    ("[Gorm] Mira, I know this is terrible news.", "Gorm", None, ("Gorm", "Mira, I know this is terrible news.")),
+    ("[happy] Ulf, you should rest.", "Ulf", None, ("happy", "You should rest.")),
+    ("(quietly) The well is poisoned.\nMira: What?", "Hild", None, (None, "The well is poisoned.")),
+    ('The password is "turnip".', "Gorm", None, (None, 'The password is "turnip".')),
+    ("<Hild>: I'm so happy!", "Hild", None, (None, "<Hild>: I'm so happy!")),  # a label: check_line's
+    ("Gorm alone.", "Gorm", None, (None, "Gorm alone.")),
+])
+def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str, role: str | None,
+                                                        repaired: tuple[str | None, str]) -> None:
+    from oam_actors.game.conversation import RepairedLine, repaired_line
+
+    assert repaired_line(text, speaker, role) == RepairedLine(*repaired)
+
+
+@pytest.mark.parametrize(("text", "speaker", "role"), [
+    ("I'm sorry, but I can't assist with that.", "Gorm", None),
+    ("As an AI language model, I have no opinion on grain.", "Gorm", None),
+    ("Gorm nods slowly.", "Gorm", None),
+    ("Gorm's heart sinks at the news.", "Gorm", None),
+    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith"),
+    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain"),
+    ("[happy] *waves*", "Gorm", None),
+    ("   ", "Gorm", None),
+])
+def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None) -> None:
+    from oam_actors.game.conversation import repaired_line
+
+    assert repaired_line(text, speaker, role) is None
+
+
+async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None:
+    replies = await gorm_and_mira(Rig(lambda request: "1. [neutral] I'm sorry, but I can't assist with that.\n"
+                                                      "2. <happy> [laughing] Lovely bread!"))
+    assert [(r.line, r.emotion, r.retried) for r in replies] == [("Gorm alone.", "neutral", True),
+                                                                 ("Lovely bread!", "happy", False)]
+
+
+def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:
+    from oam_actors.game.conversation import repeats
+
+    said = ("I'm just going to wait for the sun to rise.", "Stay indoors.")
+    assert repeats("i'm just going to wait for the sun to rise!", said)
+    assert not repeats("I'm going to wait for the rain to stop.", said) and not repeats("...", said)
+
+
+async def test_a_line_alone_shows_what_was_heard_elsewhere_but_not_its_own_conversation_twice() -> None:
+    rig = Rig(leaking)
+    await gorm_and_mira(rig, gorm_heard=("(overheard) Hild to Odo: The key is under the red barrel.",
+                                         "Elsa to you: The north bridge has collapsed."))
+    gorm = next(r for r in rig.alone if "Gorm" in r.system)
+    assert "- Hild to Odo: The key is under the red barrel." in gorm.system
+    assert "collapsed" not in gorm.system and "Elsa: The north bridge has collapsed." in gorm.prompt
+
+
+async def test_lines_of_conversations_sharing_a_name_never_share_a_generation() -> None:
+    """Two conversations with a Gorm and a Mira each: a line carrying one's content into the
+    other could not be told by the names it uses, so they run in generations of their own."""
+    from oam_actors.agent.model import ReplyItem
+    from oam_actors.models.coalesce import apart
+
+    def item(speaker: str, *members: str) -> ReplyItem:
+        return ReplyItem(speaker=speaker, unlabelled=True, members=members)
+
+    assert apart(item("Mira", "Gorm"), item("Mira", "Gorm")) and apart(item("Ulf", "Gorm"), item("Gorm", "Elsa"))
+    assert not apart(item("Mira", "Gorm"), item("Ulf", "Elsa")) and not apart(ReplyItem(speaker="Mira"),
+                                                                              ReplyItem(speaker="Mira"))
+    rig = Rig(leaking)
+    await rig.warm_up()
+    states = [said(ConversationState(world="w", members=(Member(f"g{n}", "Gorm"), Member(f"m{n}", "Mira"))),
+                   f"g{n}", words) for n, words in enumerate(("The key is under the barrel.", "The mill burned."))]
+    npcs = [NPC(Persona(name="Mira", role="a baker"), rig.model, owner=f"m{n}") for n in range(2)]
+    replies = await rig.run([lambda n=n: npcs[n].converse(view_for(states[n], f"m{n}")) for n in range(2)])
+    assert rig.batches == [] and [r.line for r in replies] == ["Mira alone.", "Mira alone."]

@@ -105,7 +105,10 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     the player's ``line``, at most ``sentences`` sentences. The answer is the reply text as the
     step itself would have written it (``[emotion] words``). ``unlabelled``: a line of a
     conversation among NPCs, whose batch answers each item without the speaker's name (its
-    item already says who speaks): ``3. [emotion] words``."""
+    item already says who speaks): ``3. [emotion] words``; its ``members`` are the names of the
+    conversation's other members, whom no other item's answer may name (content carried across
+    the batch). ``private``: what of ``character`` only this NPC knows (remembered facts, heard
+    lines, a summary): no other item's answer may carry it."""
 
     speaker: str
     character: str = ""
@@ -115,6 +118,8 @@ class ReplyItem(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     user_label: str = "Player"
     sentences: int = 2
     unlabelled: bool = False
+    members: tuple[str, ...] = ()
+    private: tuple[str, ...] = ()
 
 
 class ToolChoiceItem(msgspec.Struct, frozen=True, kw_only=True, tag="decide"):

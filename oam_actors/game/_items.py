@@ -62,9 +62,11 @@ def decision_item(actor: Persona | None, situation: str, context: object,
 
 
 def reply_item(persona: Persona, extra_instructions: str | None, context_note: str | None,
-               conversation: Sequence[str], tool_results: Sequence[str], line: str, user_label: str) -> ReplyItem | None:
+               conversation: Sequence[str], tool_results: Sequence[str], line: str, user_label: str,
+               private: Sequence[str] = ()) -> ReplyItem | None:
     """A plain-text reply of ``persona`` to ``line``, or ``None`` when it must run alone: a
-    persona with secrets (their guarded rules are the solo instructions' to keep)."""
+    persona with secrets (their guarded rules are the solo instructions' to keep). ``private``:
+    what of ``context_note`` only this NPC knows, which no other item's answer may carry."""
     if persona.secrets:
         return None
     lines = _character(persona, goals=True, knowledge=True)
@@ -74,7 +76,7 @@ def reply_item(persona: Persona, extra_instructions: str | None, context_note: s
         lines.append(note)
     return ReplyItem(speaker=persona.name.strip(), character="\n".join(lines), conversation=tuple(conversation),
                      tool_results=tuple(tool_results), line=line, user_label=user_label,
-                     sentences=persona.sentence_limit)
+                     sentences=persona.sentence_limit, private=tuple(private))
 
 
 def structured_reply_item(reply: ReplyItem, options: NPCOptions) -> StructuredReplyItem:

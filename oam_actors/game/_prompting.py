@@ -69,7 +69,10 @@ def instructions(
 
 
 def memory_note(memory: NPCMemory, options: NPCOptions) -> str | None:
-    return memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)
+    """The ``Memory:`` block, then what the NPC heard in conversations (its own section, last)."""
+    parts = [memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools),
+             memory.heard_section()]
+    return "\n".join(p for p in parts if p is not None) or None
 
 
 def context_note(
@@ -79,10 +82,11 @@ def context_note(
     situation: str | None,
     facts: Sequence[ToolCallRecord] = (),
 ) -> str | None:
-    """Memory, ``Game state:``, ``Situation:`` (this turn only) and, for a text retry, the facts
-    tools already returned. The player's words stay the prompt on their own."""
+    """Memory, ``Game state:``, ``Situation:`` (this turn only), for a text retry the facts
+    tools already returned, and last, next to the player's words, what the NPC heard in
+    conversations among NPCs. The player's words stay the prompt on their own."""
     parts = []
-    if (note := memory_note(memory, options)) is not None:
+    if (note := memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)) is not None:
         parts.append(note)
     if (summary := trimmed_or_none(world_summary)) is not None:
         parts.append(f"Game state:\n{summary}")
@@ -90,6 +94,8 @@ def context_note(
         parts.append(f"Situation: {now}")
     if (looked_up := facts_note(facts)) is not None:
         parts.append(looked_up)
+    if (heard := memory.heard_section()) is not None:
+        parts.append(heard)
     return "\n".join(parts) or None
 
 

@@ -29,7 +29,8 @@ from typing import Any
 import msgspec
 
 from ..errors import invalid_params
-from ._text import trimmed_or_none
+from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none
+from .memory import HEARD_LINES, OVERHEARD
 
 __all__ = [
     "LINE_SENTENCES",
@@ -42,6 +43,7 @@ __all__ = [
     "ConversationView",
     "LineReply",
     "Member",
+    "RepairedLine",
     "TurnOrder",
     "addressee_of",
     "check_line",
@@ -50,6 +52,8 @@ __all__ = [
     "located_at",
     "lines_from_wire",
     "next_speaker",
+    "repaired_line",
+    "repeats",
     "spoken",
     "view_for",
 ]
@@ -199,6 +203,7 @@ class ConversationView(msgspec.Struct, frozen=True, kw_only=True):
     last_label: str
     last_line: str
     background: bool
+    said: tuple[str, ...] = ()  # the words of its latest lines (as many as a memory keeps heard)
 
 
 class LineReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -239,13 +244,14 @@ def spoken(state: ConversationState, line: ConversationLine) -> ConversationStat
 def view_for(state: ConversationState, speaker: str) -> ConversationView:
     """What ``speaker`` is shown for its next line."""
     labelled = [f"{line.name}: {line.line}" for line in state.lines[-MAX_LINES_SHOWN:]]
+    said = tuple(line.line for line in state.lines[-HEARD_LINES:])
     names = [m.name for m in state.members if m.npc != speaker]
     if state.player is not None:
         names.append(state.player)
     if labelled:
         last = state.lines[-1]
         return ConversationView(others=tuple(names), situation=state.situation, earlier=tuple(labelled[:-1]),
-                                last_label=last.name, last_line=last.line, background=state.ambient)
+                                last_label=last.name, last_line=last.line, background=state.ambient, said=said)
     return ConversationView(others=tuple(names), situation=state.situation, earlier=(), last_label="Situation",
                             last_line=trimmed_or_none(state.situation) or "The conversation begins.",
                             background=state.ambient)
@@ -256,8 +262,118 @@ def line_prompt(view: ConversationView, speaker: str) -> str:
     lines = [f"A conversation between you ({speaker}) and {', '.join(view.others)}."]
     lines.extend(view.earlier)
     lines.append(f"{view.last_label}: {view.last_line}")
-    lines.append(f"Say your next line as {speaker} only, in one sentence.")
+    lines.append(f"Say your next line as {speaker} only, in one sentence: only the words {speaker} says aloud, "
+                 "in the first person, with no narration.")
     return "\n".join(lines)
+
+
+class RepairedLine(msgspec.Struct, frozen=True):
+    """A generated line in the shape a conversation line has: its emotion tag (``None`` when it
+    had none) and its words."""
+
+    tag: str | None
+    line: str
+
+
+_REFUSAL = re.compile(
+    r"\bas an ai\b|\b(?:ai )?language model\b|\bi(?:'m| am) (?:just |only )?an? (?:ai|assistant|virtual assistant)\b"
+    r"|\bi (?:cannot|can'?t|am unable to|'m unable to) (?:assist|comply|fulfil+)\b"
+    r"|\bi (?:cannot|can'?t) help (?:you )?with (?:that|this|your request)\b",
+    re.IGNORECASE)
+_ANGLE_TAG = re.compile(r"^<\s*([A-Za-z][A-Za-z -]{0,20}?)\s*>(?!\s*:)\s*")
+_WRAPPER = re.compile(r"^<([^<>]+)>\s*(?:$|<)")
+_NARRATED = re.compile(r"^(?P<who>[^\"“”<>\[\].!?:]{1,80}?)\s*[,:]\s*[\"“](?P<quote>[^\"“”]+)(?:[\"”]|$)")
+_QUOTE_THEN_NARRATION = re.compile(r"^[\"“](?P<quote>[^\"“”]+)[\"”]\s*,?\s*(?P<who>[^\"“”]{1,60})$")
+_NARRATOR_START = re.compile(r"^(?:the|a|an|he|she|they|his|her)\b", re.IGNORECASE)
+_NOT_VERBS = frozenset({"is", "was", "has", "this", "us", "yes", "his", "its", "as", "thus", "always", "perhaps"})
+_STAGE = re.compile(r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*|^\s*\([^()\n]{1,60}\)")
+
+
+def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedLine | None:
+    """The line a speaker's generated ``text`` holds, in a conversation line's shape, or
+    ``None`` when no deterministic repair gives one (then it is asked again alone): a refusal or
+    assistant-speak, no words left, or third-person narration of the speaker without a quote
+    (``Gorm nods.``). Repaired: the first non-blank line only; a leading ``<happy>`` tag read as
+    ``[happy]``; a line wrapped in ``<…>`` (the first wrapped part is the line, a second one is
+    another line copied); narration wrapping a quote (``The village blacksmith grunted, "…"``,
+    ``"…," Gorm said.``) gives the quote; stage directions (``[laughing]``, ``*sighs*``, a
+    leading ``(…)``) and quotes around the whole line go; the speaker's own name spoken to
+    itself (``I'm sorry, Ulf.`` said by Ulf) goes. The attribution check
+    (:func:`check_line`) comes after."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    if _REFUSAL.search(line):
+        return None
+    tag = None
+    if (angle := _ANGLE_TAG.match(line)) is not None:
+        tag, line = angle.group(1).strip(), line[angle.end():]
+    split = split_emotion_tag(line)
+    if split.tag is not None:
+        tag, line = tag or split.tag.strip(), split.rest
+    if (wrapped := _WRAPPER.match(line)) is not None:
+        line = wrapped.group(1)
+    line = _quoted(line.strip(), speaker, role)
+    line = spoken_line(" ".join(_STAGE.sub(" ", line).split()), speaker)
+    line = _unaddressed(line, speaker)
+    if not any(c.isalnum() for c in line) or _narrates(line, speaker, role):
+        return None
+    return RepairedLine(tag, line)
+
+
+def _narrator(words: str, speaker: str, role: str | None) -> bool:
+    """Whether ``words`` (before or after a quote) narrate who speaks: the speaker, a pronoun, an
+    article or a word of its role as subject, and a verb of saying (``The village blacksmith
+    grunted``, ``Gorm said``)."""
+    parts = [part.casefold() for part in words.strip(" ,.").split()]
+    if not parts or len(parts) > 8:
+        return False
+    subjects = {speaker.casefold(), *(w.casefold() for w in speaker.split()), *(role or "").casefold().split()}
+    subject = parts[0] in subjects or _NARRATOR_START.match(words.strip()) is not None
+    return subject and any(_saying(part) for part in parts[1:] or parts)
+
+
+def _saying(word: str) -> bool:
+    """A verb, as narration has it: ``said``, ``grunted``, ``mutters``."""
+    return word not in _NOT_VERBS and (word in {"say", "said"} or word.endswith(("ed", "s")))
+
+
+def _quoted(line: str, speaker: str, role: str | None) -> str:
+    """The quote that third-person narration wraps, else ``line``."""
+    if (narrated := _NARRATED.match(line)) is not None and _narrator(narrated.group("who"), speaker, role):
+        return narrated.group("quote").strip()
+    if (after := _QUOTE_THEN_NARRATION.match(line)) is not None and _narrator(after.group("who"), speaker, role):
+        return sentence(after.group("quote").strip().rstrip(",").strip())
+    return line
+
+
+def _unaddressed(line: str, speaker: str) -> str:
+    """``line`` without the speaker's own name spoken to itself (``I'm sorry, Ulf.``, ``Ulf, I…``)."""
+    name = re.escape(speaker.strip())
+    if not name:
+        return line
+    text = re.sub(rf",\s*{name}(?=\s*[.!?,;]|\s*$)", "", line, flags=re.IGNORECASE)
+    text = re.sub(rf"(^|[.!?]\s+){name},\s*(\w)", lambda m: m.group(1) + m.group(2).upper(), text, flags=re.IGNORECASE)
+    return text.strip()
+
+
+def _narrates(line: str, speaker: str, role: str | None) -> bool:
+    """Whether ``line`` narrates its speaker in the third person: its name, or "the" and its
+    role's last word, as the subject of a verb (``Gorm nods.``, ``The blacksmith is pleased.``,
+    ``Gorm's heart sinks.``)."""
+    names = [re.escape(speaker.strip())]
+    if role is not None and role.split():
+        names.append(rf"the\s+(?:[\w-]+\s+){{0,3}}{re.escape(role.split()[-1])}")
+    return re.match(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+\w+(?:s|ed)\b)", line, re.IGNORECASE) is not None
+
+
+def repeats(line: str, said: Sequence[str]) -> bool:
+    """Whether ``line`` says again, word for word (case and punctuation aside), a line of the
+    conversation: a small model copies the line it answers."""
+    key = _words(line)
+    return bool(key) and any(_words(earlier) == key for earlier in said)
+
+
+def _words(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))
 
 
 def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
@@ -319,5 +435,5 @@ def heard_note(state: ConversationState, line: ConversationLine, listener: str, 
         target = " to you"
     else:
         target = f" to {state.name_of(line.addressee)}"
-    prefix = "(overheard) " if overheard else ""
+    prefix = OVERHEARD if overheard else ""
     return f"{prefix}{speaker}{target}: {line.line}"

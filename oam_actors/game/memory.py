@@ -15,6 +15,7 @@ Contract (protocol-game §6.4, §6.7, §6.8):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Any
 
 from ..agent.schema import Schema
@@ -35,6 +36,9 @@ __all__ = [
     "secret_visibility",
 ]
 
+OVERHEARD = "(overheard) "
+"""The prefix of a heard note of a line the NPC overheard as a bystander."""
+HEARD_HEADING = "What you heard and overheard (who said what, to whom); tell it when you are asked about it:"
 HEARD_LINES = 24
 """Conversation lines an NPC keeps verbatim (:attr:`NPCMemory.heard`); compaction folds them
 into its summary, and beyond this many the oldest go."""
@@ -138,9 +142,39 @@ class NPCMemory:
             lines.append(f"- Earlier conversation: {summary}")
         for name, value in self.others:
             lines.append(f"- You feel {attitude(value)} toward {name} ({value} on a scale from -100 to 100).")
-        if self.heard:
-            lines.append("- You heard (who said what, to whom):\n" + "\n".join(f"  {h}" for h in self.heard))
         return "Memory:\n" + "\n".join(lines) if lines else None
+
+    def heard_section(self) -> str | None:
+        """The lines heard in conversations among NPCs as a section of their own, for the end of
+        the system text (next to the question: a small model overlooks them inside ``Memory:``);
+        ``None`` when none was heard."""
+        if not self.heard:
+            return None
+        notes = "\n".join(f"- {h.removeprefix(OVERHEARD)}" for h in self.heard)
+        return f"{HEARD_HEADING}\n{notes}"
+
+    def private_knowledge(self, said: Collection[str] = ()) -> bool:
+        """Whether this memory holds knowledge another NPC must not see: facts, a summary,
+        feelings toward other characters, or a heard line that is not one of ``said`` (the
+        words of the conversation being continued, which its batch item shows anyway). The
+        relationship toward the player is a number, not knowledge."""
+        rest = self.without_heard(said)
+        return bool(rest.facts or trimmed_or_none(rest.summary) is not None or rest.others or rest.heard)
+
+    def private_texts(self) -> tuple[str, ...]:
+        """What this memory holds that only this NPC knows: facts, summary, the characters it
+        feels about, heard lines."""
+        summary = trimmed_or_none(self.summary)
+        return (*self.facts, *((summary,) if summary is not None else ()), *(name for name, _ in self.others),
+                *self.heard)
+
+    def without_heard(self, said: Collection[str]) -> NPCMemory:
+        """Without the heard notes of lines whose words are among ``said`` (a conversation's
+        own lines, which its prompt shows already)."""
+        if not said or not self.heard:
+            return self
+        endings = tuple(f": {words}" for words in said)
+        return dataclasses.replace(self, heard=tuple(note for note in self.heard if not note.endswith(endings)))
 
     def to_wire(self) -> dict[str, Any]:
         """``{"facts", "relationship", "summary"?}``."""

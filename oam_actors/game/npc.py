@@ -73,7 +73,7 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text
-from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt
+from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line, repeats
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
@@ -356,8 +356,10 @@ class NPC:
         while the reply streams (``Agent.respond``), only its end is emitted. ``coalesce``: a
         coalescing backend may answer its decide steps and its reply step (plain or structured)
         together with other NPCs' (:func:`~._items.reply_item` says when it may; the text retry
-        runs alone). Raises :class:`AgentError` for errors no fallback covers; see the module
-        docstring for events and commit."""
+        runs alone; a batch answer of another NPC's step that carries what this NPC privately
+        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone). Raises
+        :class:`AgentError` for errors no fallback covers; see the module docstring for events
+        and commit."""
         await self.run_pending_compaction()
         attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget, coalesce=coalesce)
         self._creation = None  # the attempt's instructions are the agent's from now on
@@ -504,8 +506,10 @@ class NPC:
         history = agent.history_lines(Labels(options.user_label, options.assistant_label))
         conversation = history.text().splitlines()
         tools = [line for entry in agent.turn_entries[1:] if (line := history.line(entry)) is not None]
+        # What only this NPC knows goes with its item, so that no other item's answer carries it.
         reply = reply_item(attempt.persona, attempt.options.extra_instructions, attempt.note,
-                           conversation, tools, request.user_prompt, options.user_label)
+                           conversation, tools, request.user_prompt, options.user_label,
+                           self._store.memory.private_texts())
         if reply is None:
             return None
         if request.kind is StepKind.DECIDE:
@@ -663,13 +667,19 @@ class NPC:
         once, then replaced by the next fallback line. ``view.background``: background priority
         (an ambient conversation), else dialogue. When ``budget`` runs out before the model takes
         the step, the next fallback line stands in, marked ``degraded``. ``coalesce``: a
-        coalescing backend may answer it together with other lines, barks and replies. Raises
+        coalescing backend may answer it together with other conversations' lines (its item
+        shows the persona's essentials, the situation and this conversation only; a speaker whose
+        memory holds more than this conversation's lines says it alone). A line is repaired
+        into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
+        repeats the line it answers word for word, is asked again alone, as a misattributed one
+        is. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
         memory = self._store.memory
         world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
-        note = prompting.context_note(memory, options, world_summary, view.situation)
+        # This conversation's lines are in the prompt: its notes would only be shown twice.
+        note = prompting.context_note(memory.without_heard(view.said), options, world_summary, view.situation)
         one_off = Agent(
             self.model,
             instructions=prompting.instructions(persona, options, [], memory, text_reply=True),
@@ -681,10 +691,17 @@ class NPC:
             ),
             owner=self.owner,
         )
-        item = reply_item(persona, options.extra_instructions, note, view.earlier, (), view.last_line, view.last_label) \
-            if may_coalesce(self.model, coalesce) else None
+        # A batch shows every item to the model: the line's item carries only the persona's
+        # essentials, the situation and its own conversation, and a speaker whose memory holds
+        # more (what it heard elsewhere, facts, a summary) says its line alone.
+        item = None
+        if may_coalesce(self.model, coalesce) and not memory.private_knowledge(view.said):
+            shared = prompting.context_note(NPCMemory(relationship=memory.relationship), options, world_summary,
+                                            view.situation)
+            item = reply_item(persona, options.extra_instructions, shared, view.earlier, (), view.last_line,
+                              view.last_label)
         if item is not None:
-            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES, unlabelled=True)
+            item = msgspec.structs.replace(item, sentences=LINE_SENTENCES, unlabelled=True, members=view.others)
         tracker = LineTracker(speaker)
 
         async def forward(event: TurnEvent) -> None:
@@ -704,10 +721,12 @@ class NPC:
                 if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
                     raise
                 break
-            parsed = parse_text_reply(result.text, persona)
-            line = check_line(parsed.line, speaker, view.others)
-            if line is not None:
-                reply = LineReply(line=line, emotion=parsed.emotion.value, retried=attempt > 0)
+            repaired = repaired_line(result.text, speaker, persona.role)
+            line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
+            if repaired is not None and line is not None and not repeats(line, (view.last_line,)):
+                tagged = Emotion.matching(repaired.tag) if repaired.tag is not None else None
+                emotion = tagged or persona.default_emotion
+                reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
                 break
         if reply is None:
             reply = self.fallback_line()

@@ -20,7 +20,6 @@ ticket; cancelling a leader mid-batch queues the others again.
 
 from __future__ import annotations
 
-import heapq
 import inspect
 import math
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -35,7 +34,7 @@ from ...agent.model import Availability, GenerationRequest, LanguageModel, Model
 from ...clock import Clock, MonotonicClock
 from ...errors import AgentError, ErrorCode
 from ..scheduler import Seat, SeatTaken
-from ._policy import Answer, CoalesceSettings, QueuePressure, batch_key, batch_request, pack, read_batch
+from ._policy import Answer, CoalesceSettings, QueuePressure, apart, batch_key, batch_request, pack, read_batch
 
 __all__ = ["CoalescingModel", "CoalescingStatistics", "DefersRequest", "open_coalesced"]
 
@@ -359,11 +358,16 @@ class CoalescingModel:
         waiting = [s for s in line.waiting if s.lingering is not None or s.seat.queued]
         backend = self.backend
         if isinstance(backend, DefersRequest) and len(waiting) > room:
-            # nsmallest is stable: the longest waiting first among owners served alike.
-            waiting = heapq.nsmallest(room, waiting, key=lambda s: (
+            # sorted is stable: the longest waiting first among owners served alike.
+            waiting = sorted(waiting, key=lambda s: (
                 math.floor(backend.service(s.request.owner or "anonymous")),
                 math.inf if s.deadline is None else s.deadline))
-        candidates = [leader, *waiting[:room]]
+        candidates = [leader]
+        for step in waiting:
+            if len(candidates) > room:
+                break
+            if not any(apart(step.request.item, chosen.request.item) for chosen in candidates):
+                candidates.append(step)
         count = pack([s.request for s in candidates], backend.capabilities, self.settings.max_items)
         batch = candidates[:count]
         for member in batch[1:]:

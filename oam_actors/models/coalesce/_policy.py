@@ -12,6 +12,9 @@ I/O, no actors, no clock (:class:`QueuePressure` is given the time).
   choice, or an item whose answer could not be read back from one line or would crowd the
   batch: a decision with an option id holding spaces or ``|``, too many options or tools, a
   reply or tool choice whose conversation is over :data:`REPLY_ITEM_TOKENS`).
+- :func:`apart` says which items of one key must still not share a generation (lines of
+  conversations whose characters share a name: the check for content carried across could not
+  tell them apart).
 - :func:`pack` counts how many of the waiting steps fit one generation: at most ``max_items``,
   the prompt plus the reserved answer within the backend's context, the answers within its
   output limit.
@@ -19,7 +22,9 @@ I/O, no actors, no clock (:class:`QueuePressure` is given the time).
   numbered (prompt). Lines of conversations among NPCs (unlabelled reply items) have a form of
   their own, ``3. [emotion] words``: the item's heading names its speaker, so the answer does not
   repeat it (the output per line is then the line, its tag and its number); read back as a
-  reply is (a label, if the model writes one anyway, must be the item's own speaker).
+  reply is (a label, if the model writes one anyway, must be the item's own speaker), and the
+  other members of every other conversation of the batch count as its other characters: a
+  line naming one carries content across conversations and runs alone.
 - :func:`read_batch` splits the answer: numbered lines, read leniently (``3. …``, ``3: …``,
   ``[3] …``, ``Item 3 - …``), never one JSON document (a small model breaks JSON arrays of lines
   with unescaped quotes). Each item is checked on its own: a bark must be one non-empty line
@@ -89,6 +94,7 @@ __all__ = [
     "QueuePressure",
     "Unanswered",
     "Why",
+    "apart",
     "batch_key",
     "batch_request",
     "combinable",
@@ -168,13 +174,14 @@ Example of the form:
 _LINE_SYSTEM = """\
 You write the next line of conversations among characters in a video game.
 Each numbered conversation below is separate, somewhere else; its heading names the character who speaks next.
-For each conversation, write that character's next line, in their own voice, answering what was said last.
+For each conversation, write the words that character says aloud next, in the first person and in their own voice, answering what was said last.
 Rules:
 - One sentence per line.
 - Begin each line with the character's current emotion in square brackets, such as [happy] or [angry].
 - Every line belongs to the character its heading names: never speak as anyone else, and do not write the speaker's name.
-- No narration, no quotation marks. Never say you are an AI.
-- Answer with exactly {count} lines, in the order given, one per conversation, each written as: <number>. [<emotion>] <line>
+- The conversations know nothing of each other: a line never mentions anyone or anything from another conversation.
+- Only the spoken words: never describe the character (no "The blacksmith nods", no "she says"), no actions, no quotation marks, no angle brackets. Never say you are an AI.
+- Answer with exactly {count} lines, in the order given, one per conversation, each written as: number. [emotion] spoken words
 Example of the form:
 {example}"""
 
@@ -379,6 +386,17 @@ def batch_key(request: GenerationRequest) -> Hashable | None:
     return (kind, request.priority, request.temperature, request.sampling)
 
 
+def apart(item: BatchItem | None, other: BatchItem | None) -> bool:
+    """Whether two items must not share a generation: lines of conversations among NPCs whose
+    characters share a name. A line naming another conversation's character is what tells
+    content carried across a batch (:func:`read_batch`); with a name in common, that check could
+    not tell the two conversations apart."""
+    if not (isinstance(item, ReplyItem) and item.unlabelled and isinstance(other, ReplyItem) and other.unlabelled):
+        return False
+    mine = {name.casefold() for name in _characters(item) if name}
+    return any(name.casefold() in mine for name in _characters(other) if name)
+
+
 # --- packing -------------------------------------------------------------------------------------
 
 
@@ -578,7 +596,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
     if truncated and lines:
         del lines[max(lines)]
     items = [r.item for r in requests]
-    names = [_speaker(item) for item in items]
+    names = [_characters(item) for item in items]
+    private = [_private_words(item) for item in items]
     results: list[ItemResult] = []
     for number, item in enumerate(items, 1):
         assert item is not None
@@ -589,7 +608,8 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         if line is None:
             results.append(Unanswered(Why.INVALID, "answered more than once"))
             continue
-        others = [n for i, n in enumerate(names, 1) if i != number and n and not _names(_own_text(item), n)]
+        own = _own_text(item)
+        others = [n for i, group in enumerate(names, 1) if i != number for n in group if n and not _names(own, n)]
         if isinstance(item, BarkItem):
             results.append(_read_bark(line, item, others))
         elif isinstance(item, ReplyItem):
@@ -601,7 +621,39 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
         else:
             assert isinstance(item, DecisionItem)
             results.append(_read_decision(line, item, others))
+        results[-1] = _unless_carried(results[-1], own, [words for i, words in enumerate(private, 1) if i != number])
     return results
+
+
+_COMMON = frozenset(
+    "that this with have what your from they will been were there their about would could should which when "
+    "where just like know here then them some more very into over also only much well said says told heard "
+    "overheard listen your yours mine ours these those than because while after before today tomorrow yesterday "
+    "really think going want need good yes sure right "
+    # the keys and values of the JSON answers a batch's reader writes back
+    "action arguments respond reasoning choice confidence emotion line player options ends conversation "
+    "true false".split())
+
+
+def _private_words(item: BatchItem | None) -> frozenset[str]:
+    """The telling words (four letters or more, not the commonest) of what only the item's NPC knows."""
+    talk = item.talk if isinstance(item, ToolChoiceItem | StructuredReplyItem) else item
+    if not isinstance(talk, ReplyItem) or not talk.private:
+        return frozenset()
+    return frozenset(w for w in re.findall(r"[a-z]{4,}", " ".join(talk.private).casefold()) if w not in _COMMON)
+
+
+def _unless_carried(result: ItemResult, own: str, private: list[frozenset[str]]) -> ItemResult:
+    """``result``, unless its answer carries a telling word of another item's private knowledge
+    that its own item does not hold: then it runs alone (the batch showed it what only another
+    NPC knows)."""
+    if not isinstance(result, Answer) or not any(private):
+        return result
+    said = set(re.findall(r"[a-z]{4,}", result.text.casefold())) - set(re.findall(r"[a-z]{4,}", own.casefold()))
+    carried = next((word for words in private for word in sorted(words & said)), None)
+    if carried is None:
+        return result
+    return Unanswered(Why.MISATTRIBUTED, f"carries another's private knowledge: {carried}")
 
 
 def _numbered_lines(text: str, count: int) -> dict[int, str | None]:
@@ -639,13 +691,22 @@ def _speaker(item: BatchItem | None) -> str:
     return ""
 
 
+def _characters(item: BatchItem | None) -> list[str]:
+    """The characters of an item that no other item's answer may name: its speaker and, for a
+    line of a conversation among NPCs, the conversation's other members."""
+    if isinstance(item, ReplyItem):
+        return [item.speaker.strip(), *(m.strip() for m in item.members)]
+    return [_speaker(item)]
+
+
 def _own_text(item: BatchItem) -> str:
     if isinstance(item, BarkItem):
         return f"{item.speaker}\n{item.character}\n{item.situation}"
     if isinstance(item, ToolChoiceItem | StructuredReplyItem):
         return _own_text(item.talk)
     if isinstance(item, ReplyItem):
-        return "\n".join([item.speaker, item.character, *item.conversation, item.line, *item.tool_results])
+        return "\n".join([item.speaker, *item.members, item.character, *item.conversation, item.line,
+                          *item.tool_results])
     assert isinstance(item, DecisionItem)
     options = " ".join(f"{o.id} {o.description}" for o in item.options)
     return f"{item.actor}\n{item.character}\n{item.situation}\n{options}"
