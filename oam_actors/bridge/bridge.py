@@ -23,6 +23,9 @@ Contract
   back here whichever connection created the session.
 - ``metrics`` (optional, see ``oam_actors.observability.metrics.ServerMetrics``) is told of every
   request, response and finished deferred request.
+- Method handlers (the core methods of ``core``, then each extension's) get the bridge as a
+  :class:`~oam_actors.bridge.registry.HandlerBridge`, which :class:`Bridge` satisfies; ``core``
+  and ``registry`` never import this module.
 
 Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is no limit)
 ---------------------------------------------------------------------------------------------
@@ -64,18 +67,19 @@ from ..objects import Respond, ToolResult
 from ..objects.session import NAMESPACE_SEPARATOR
 from ..runtime import (
     Actor, ActorRef, ActorStopped, ActorSystem, Address, CheckpointFailed, FairYield, HostFailed, MailboxFull,
-    MessageCancelled, Reply, StaleVersion, StoreRecord, fair_yield, flow,
+    MessageCancelled, Reply, StaleVersion, fair_yield, flow,
 )
 from . import jsonrpc
 from .config import BridgeConfig, ModelFactory
+from .core import install_core
 from .outbox import Outbox
 from .params import Params
-from .registry import Call, Deferred, Extension, MethodRegistry
+from .registry import Call, Deferred, Extension, MethodRegistry, Reviver
 
 if TYPE_CHECKING:
     from ..observability.metrics import ServerMetrics
 
-__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge", "Reviver", "tenant_namespace"]
+__all__ = ["FAIR_YIELD_EVERY", "REQUEST_OVERHEAD", "YIELD_EVERY", "Bridge", "tenant_namespace"]
 
 _log = logging.getLogger(__name__)
 
@@ -105,9 +109,6 @@ _Slot = list[bytes | None]
 _UNORDERED: _Slot = [None]
 """The order of a deferred answer written as soon as it is known (a turn's)."""
 
-Reviver = Callable[["Bridge", StoreRecord], Actor]
-"""Builds a durable object of one kind again from its stored record (recipe and state)."""
-
 HOST_FAILED = (
     "The process hosting this object failed during the operation, which did not complete; "
     "the object keeps its last committed state. Retry the request."
@@ -132,8 +133,6 @@ class Bridge:
         label: str = "stdio",
         tenant: str = "",
     ) -> None:
-        from .core import install_core  # the core methods are the first extension
-
         self.system = system
         self.config = config or BridgeConfig()
         self.system_model = system_model
@@ -170,7 +169,7 @@ class Bridge:
         self._session_number = 0
         self._idle = anyio.Event()
         self._idle.set()
-        install_core(self)
+        install_core(self)  # the core methods are the first extension
         for extension in self._extensions:
             extension.install(self)
 

@@ -3,11 +3,12 @@
 Immediate methods answer from the handler. Turn-affecting methods (respond, reset, compact,
 setInstructions, setContextNote, setTools) validate in the handler, queue a message on the
 session's ordered lane, and answer when it has been handled (a :class:`Deferred`).
+Handlers use the bridge only as a :class:`~oam_actors.bridge.registry.HandlerBridge`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -41,10 +42,7 @@ from ..objects import (
 )
 from ..runtime import ActorExists, ActorRef, ActorStopped, StoreRecord
 from .params import Params, is_object_id, preview
-from .registry import Call
-
-if TYPE_CHECKING:
-    from .bridge import Bridge
+from .registry import Call, HandlerBridge
 
 __all__ = ["CORE_METHODS", "ModelSpec", "install_core", "parse_options", "parse_tools", "resolve_model"]
 
@@ -151,7 +149,7 @@ def _sampling(value: Any) -> tuple[Sampling, list[str]]:
     return Sampling(top_k=top_k, top_p=top_p, seed=seed), warnings
 
 
-def _session_id(bridge: Bridge, params: Params) -> str:
+def _session_id(bridge: HandlerBridge, params: Params) -> str:
     raw = params.raw("session")
     if raw is None:
         return bridge.new_session_id()
@@ -162,7 +160,7 @@ def _session_id(bridge: Bridge, params: Params) -> str:
     return raw
 
 
-def _session_ref(bridge: Bridge, params: Params) -> tuple[str, Any]:
+def _session_ref(bridge: HandlerBridge, params: Params) -> tuple[str, Any]:
     session = params.string("session", required=True)
     assert session is not None
     ref = bridge.lookup(SESSION, session)
@@ -178,7 +176,7 @@ class ModelSpec:
 
     __slots__ = ("_bridge", "_model", "_value", "name")
 
-    def __init__(self, bridge: Bridge, value: Any) -> None:
+    def __init__(self, bridge: HandlerBridge, value: Any) -> None:
         self._bridge, self._value = bridge, value
         self._model: LanguageModel | None = None
         self.name = _model_name(bridge, value)
@@ -208,7 +206,7 @@ class ModelSpec:
         return self._bridge.config.model_types[self.name](self._value, "model")
 
 
-def _model_name(bridge: Bridge, value: Any) -> str:
+def _model_name(bridge: HandlerBridge, value: Any) -> str:
     """The ``session/list`` name of the model ``value`` names: ``system``, ``scripted`` or the
     custom type; ``invalid_params`` when it names none."""
     if value is None or value == "system" or (isinstance(value, dict) and value.get("type") == "system"):
@@ -225,7 +223,7 @@ def _model_name(bridge: Bridge, value: Any) -> str:
     raise invalid_params(f"Unknown model type {preview(kind)}.")
 
 
-async def resolve_model(bridge: Bridge, value: Any) -> tuple[LanguageModel, str]:
+async def resolve_model(bridge: HandlerBridge, value: Any) -> tuple[LanguageModel, str]:
     """The model a ``model`` param names (the system model when absent) and its list name
     (``system``, ``scripted`` or the custom type). Extensions (NPCs, decisions, content) accept
     the same model specs as ``session/create`` and fail the same way."""
@@ -272,7 +270,7 @@ async def ping(call: Call) -> Any:
     return {}
 
 
-async def _availability(bridge: Bridge) -> dict[str, Any]:
+async def _availability(bridge: HandlerBridge) -> dict[str, Any]:
     if bridge.system_model is None:
         return dict(_NO_SYSTEM_MODEL)
     return (await bridge.system_model().availability()).to_wire()
@@ -323,7 +321,7 @@ class _SessionRecipe(msgspec.Struct, frozen=True):
     options: Any = None  # session/create's options
 
 
-def revive_session(bridge: Bridge, record: StoreRecord) -> SessionActor:
+def revive_session(bridge: HandlerBridge, record: StoreRecord) -> SessionActor:
     """A stored session built again: its model and options from the recipe, then its checkpoint."""
     recipe = msgspec.json.decode(record.recipe, type=_SessionRecipe)
     spec = ModelSpec(bridge, recipe.model)
@@ -338,7 +336,7 @@ def revive_session(bridge: Bridge, record: StoreRecord) -> SessionActor:
     return actor
 
 
-def _check_free(bridge: Bridge, session: str) -> None:
+def _check_free(bridge: HandlerBridge, session: str) -> None:
     if bridge.lookup(SESSION, session) is not None:
         raise _session_exists(session)
 
@@ -382,7 +380,7 @@ async def _availability_warnings(model: LanguageModel) -> list[str]:
     return [f"The system model is not available ({availability.reason or 'unknown'}); turns will fail until it is."]
 
 
-def _insert_session(bridge: Bridge, session: str, actor: SessionActor) -> ActorRef:
+def _insert_session(bridge: HandlerBridge, session: str, actor: SessionActor) -> ActorRef:
     """Check the limit and spawn, with no await in between: connections sharing objects run on
     one event loop, so of two creates of one id that both passed :func:`_check_free` before an
     await, exactly one spawns and the other gets ``session_exists``."""
@@ -530,7 +528,7 @@ CORE_METHODS = {
 }
 
 
-def install_core(bridge: Bridge) -> None:
+def install_core(bridge: HandlerBridge) -> None:
     for name, handler in CORE_METHODS.items():
         bridge.registry.register(name, handler)
     bridge.revivers[SESSION] = revive_session

@@ -6,21 +6,25 @@ arrival order (validate, create the object, queue the turn). Long work is return
 :class:`Deferred`: the bridge awaits it concurrently and answers when it finishes.
 
 An :class:`Extension` registers its own methods and notifications (the game layer does).
+Handlers and extensions see the bridge that runs them as a :class:`HandlerBridge`: what they may
+use of it, which :class:`~oam_actors.bridge.bridge.Bridge` provides. This module imports nothing
+of the bridge itself, so the bridge and the core methods both build on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ..runtime import Reply
+import anyio
+
+from ..objects import Outlet
+from ..runtime import Actor, ActorRef, ActorSystem, Address, Durability, Reply, StoreRecord
+from .config import BridgeConfig, ModelFactory
 from .params import Params
 
-if TYPE_CHECKING:
-    from .bridge import Bridge
-
-__all__ = ["Call", "Deferred", "Extension", "Handler", "MethodRegistry"]
+__all__ = ["Call", "Deferred", "Extension", "Handler", "HandlerBridge", "MethodRegistry", "Reviver"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +32,7 @@ class Call:
     """One incoming request or notification as a handler sees it. ``id`` is ``None`` for a
     notification (whose result is discarded)."""
 
-    bridge: Bridge
+    bridge: HandlerBridge
     id: Any
     method: str
     params: Params
@@ -87,7 +91,7 @@ Handler = Callable[[Call], Awaitable[Any]]
 class Extension(Protocol):
     """A bundle of methods: ``install`` registers them; ``aclose`` runs at shutdown."""
 
-    def install(self, bridge: Bridge) -> None: ...
+    def install(self, bridge: HandlerBridge) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -113,3 +117,54 @@ class MethodRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._handlers)
+
+
+Reviver = Callable[["HandlerBridge", StoreRecord], Actor]
+"""Builds a durable object of one kind again from its stored record (recipe and state)."""
+
+
+class HandlerBridge(Outlet, Protocol):
+    """The bridge as method handlers and extensions use it (``Call.bridge``, ``Extension.install``):
+    one connection's objects, limits and configuration, and the outlet its objects write through.
+    :class:`~oam_actors.bridge.bridge.Bridge` documents each member."""
+
+    system: ActorSystem
+    config: BridgeConfig
+    system_model: ModelFactory | None
+    registry: MethodRegistry
+    revivers: dict[str, Reviver]
+    namespace: str
+    tenant: str
+    shared: bool
+    durability: Durability | None
+    client_info: dict[str, Any] | None
+    closed: anyio.Event
+
+    def admit(self) -> None: ...
+
+    def new_session_id(self) -> str: ...
+
+    def new_local_id(self) -> str: ...
+
+    def session_count(self) -> int: ...
+
+    def address(self, kind: str, object_id: str) -> Address: ...
+
+    def owns(self, address: Address) -> bool: ...
+
+    def lookup(self, kind: str, object_id: str) -> ActorRef | None: ...
+
+    def stored_ids(self, kind: str) -> list[str]: ...
+
+    def created(self, ref: ActorRef, actor: Actor, recipe: bytes, result: Any, *,
+                undo: Callable[[], None] | None = None) -> Any: ...
+
+    def shares(self, holder: Address, owner: Address) -> None: ...
+
+    async def delete_durable(self, address: Address) -> None: ...
+
+    def enqueue(self, ref: ActorRef, message: Any) -> Deferred: ...
+
+    def queued(self, reply: Reply, *, settled: Callable[[], None] | None = None) -> Deferred: ...
+
+    async def shutdown(self) -> None: ...
