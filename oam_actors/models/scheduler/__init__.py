@@ -3,7 +3,7 @@
 :mod:`.policy` is the pure decision logic (token windows, concurrency, pacing, cool-downs, AIMD
 limits, strict priorities, deadlines), with :mod:`.ordering` (fair queuing per owner across
 classes, earliest deadline first) and :mod:`.headroom` (the share of a window kept for player
-dialogue) beside it; :mod:`.scheduler` is the thin anyio shell that backends wrap their calls in::
+dialogue) beside it, over the tickets of :mod:`.tickets`; :mod:`.scheduler` is the thin anyio shell that backends wrap their calls in::
 
     scheduler = QuotaScheduler(QuotaLimits(requests_per_window=36, window_seconds=60,
                                            max_concurrency=1, min_interval_seconds=1.0))
@@ -17,14 +17,13 @@ from .policy import (
     Decision,
     Expiry,
     PolicyStatistics,
-    Priority,
     QuotaLimits,
     QuotaPolicy,
     QuotaState,
-    Ticket,
     TicketTooLarge,
 )
 from .scheduler import Admission, Clock, ManualClock, MonotonicClock, QuotaScheduler, Seat, SeatTaken
+from .tickets import Priority, Ticket
 
 __all__ = [
     "Admission",

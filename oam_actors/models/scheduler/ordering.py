@@ -61,10 +61,8 @@ import bisect
 import heapq
 import itertools
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policy import Ticket
+from .tickets import Ticket
 
 __all__ = ["IDLE_CREDIT", "URGENCY_MARGIN", "ClassQueue", "Ledger", "QueueEntry"]
 

@@ -75,7 +75,6 @@ Contract
 
 from __future__ import annotations
 
-import enum
 import heapq
 import itertools
 import math
@@ -85,6 +84,7 @@ import msgspec
 
 from .headroom import DialogueReserve, Headroom
 from .ordering import NPC_WORK_BAND, ClassQueue, Ledger, QueueEntry
+from .tickets import Priority, Ticket
 from ._pacing import PACING_MARGIN, Grid, PaceState, ReportedRate, pace_interval
 
 __all__ = [
@@ -106,15 +106,6 @@ _MIN_RETRY_AFTER = 1.0
 _MAX_DOUBLINGS = 30
 # Weight of the latest admission in the average time an admission runs.
 _HOLD_SMOOTHING = 0.2
-
-
-class Priority(enum.IntEnum):
-    """A scheduling class: dialogue always first; a decision before background work among owners
-    served alike that may wait alike (see the module docstring)."""
-
-    DIALOGUE = 0  # a player is waiting for this line
-    DECISION = 1  # NPC decisions and tool rounds
-    BACKGROUND = 2  # barks, compaction, generated content
 
 
 class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,18 +148,6 @@ class QuotaLimits(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("max_probe_windows must be at least 1")
         if not 0 <= self.pacing_margin < 1:
             raise ValueError("pacing_margin must lie in [0, 1)")
-
-
-class Ticket(msgspec.Struct, frozen=True, kw_only=True):
-    """One request for a turn at the backend. ``id`` must be unique among live tickets."""
-
-    id: int
-    owner: str  # fairness unit: an NPC, a session
-    priority: Priority
-    tokens: int = 0  # estimated tokens this request will use
-    enqueued_at: float = 0.0
-    deadline: float | None = None  # latest admission time; after it the ticket expires
-    follow_up: bool = False  # a later step of an action its owner was charged for: costs nothing
 
 
 class Expiry(msgspec.Struct, frozen=True):

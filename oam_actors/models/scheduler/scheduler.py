@@ -40,7 +40,8 @@ from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode, seconds_tex
 
 from .headroom import Headroom
 from .ordering import Ledger
-from .policy import PolicyStatistics, Priority, QuotaLimits, QuotaPolicy, QuotaState, Ticket, TicketTooLarge
+from .policy import PolicyStatistics, QuotaLimits, QuotaPolicy, QuotaState, TicketTooLarge
+from .tickets import Priority, Ticket
 
 __all__ = ["Admission", "Clock", "ManualClock", "MonotonicClock", "QuotaScheduler", "Seat", "SeatTaken"]
 
