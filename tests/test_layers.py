@@ -3,7 +3,8 @@
 Every ``import`` and ``from … import`` in every module counts, at any depth (inside functions,
 under ``TYPE_CHECKING``), relative ones resolved to absolute names. A module may import its own
 layer, the standard library, third-party packages, and the layers its rule in :data:`RULES`
-lists; nothing else. A layer is a subpackage or a top-level module of ``oam_actors``.
+lists; nothing else. A layer is a subpackage or a top-level module of ``oam_actors``. Within a
+layer, no modules import each other in a circle.
 """
 
 from __future__ import annotations
@@ -171,3 +172,57 @@ def test_importing_the_package_does_not_import_ray() -> None:
     code = f"import importlib, sys\nfor name in {names!r}: importlib.import_module(name)\nprint('ray' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def circles() -> list[list[str]]:
+    """Groups of modules that import each other in a circle, directly or through others. A
+    package's ``__init__`` (a facade re-exporting its modules) is left out: the circles that
+    matter run between the modules that hold the code (STYLE: untie them)."""
+    packages = {module for module, path in MODULES.items() if path.name == "__init__.py"}
+    edges = {module: sorted({imported for imported in _imports(module, path)
+                             if imported in MODULES and imported not in packages and imported != module})
+             for module, path in MODULES.items() if module not in packages}
+    # Tarjan's strongly connected components, iteratively (deep import chains).
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(edges[target])))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+    return found
+
+
+def test_no_module_imports_itself_in_a_circle() -> None:
+    found = circles()
+    assert not found, "import circles (untie them, STYLE.md):\n" + "\n".join(" <-> ".join(group) for group in found)
