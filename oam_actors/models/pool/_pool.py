@@ -295,16 +295,20 @@ class DevicePool:
         for device in self._devices:
             stats = device.scheduler.statistics()
             limit = stats.requests_limit
+            dialogue = step.priority is Priority.DIALOGUE
+            # Slots kept for dialogue are no room for other work.
+            room = None if limit is None else max(0, limit - stats.requests_in_window - (
+                0 if dialogue else stats.dialogue_reserve))
             candidates.append(Candidate(
                 index=device.index,
                 state=device.health.state(now),
                 cool_until=device.health.cool_until,
                 # What would start before this step there: its class and the classes above it.
                 load=sum(stats.queued[: step.priority + 1]) + stats.running,
-                # Slots kept for dialogue are no room for other work.
-                room=None if limit is None else max(0, limit - stats.requests_in_window - (
-                    0 if step.priority is Priority.DIALOGUE else stats.dialogue_reserve)),
+                room=room,
                 tried=device.index in step.tried,
+                # With every window full, a player's line waits least where one frees first.
+                frees_in=device.scheduler.admission_wait(step.tokens) if dialogue and room == 0 else 0.0,
             ))
         index = choose(candidates, self._turn, self._homes.get(step.owner))
         self._turn += 1

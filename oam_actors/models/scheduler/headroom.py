@@ -26,8 +26,10 @@ dialogue demand it has seen:
   on a Nano phone fed flat out is 24 of every 60 seconds. Counting the window's dialogue against
   the reserve leaves only ``floor`` slots for the dialogue that comes in such a gap, and the rest
   waits for the window to slide, past its deadline. So a ticket of a lower class also leaves the
-  slots the dialogue expected before the window next frees a slot needs (:meth:`DialogueReserve.lead`:
-  it may take one of the window's free slots only that close to the next free).
+  slots the dialogue expected before each of the window's next frees needs (:meth:`DialogueReserve.lead`:
+  it may take one of the window's free slots only that close to each free, with the frees
+  before it counted as slots): not only the next free, since after a dense run of frees the
+  one after may be half a window away, and the dialogue of that gap must find its slots free.
 - **Lending** (the policy's part): a kept slot goes to other work when the rolling window frees
   another within the backend's pacing interval, so a paced backend with no dialogue waiting loses
   nothing to the reserve; a line that finds the lent slot taken could not have started before
