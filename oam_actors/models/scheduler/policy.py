@@ -629,17 +629,12 @@ class QuotaPolicy:
     def _gap_free_at(self, now: float) -> float:
         """When work below dialogue may take a free slot, leaving the rest, and the slots the
         window frees meanwhile, for the dialogue expected before each of its next frees
-        (:meth:`.DialogueReserve.lead`; lent as above)."""
+        (:meth:`.DialogueReserve.take_at`; lent as above)."""
         cap, window = self._limit, self._window  # the limit the reserve is kept of
         if cap is None or not window or len(window) >= cap:
             return -math.inf  # nothing is free: the window's own limit decides
-        left, lend, at = cap - len(window) - 1, self._lend_seconds(), -math.inf
-        for freed, charge in enumerate(window):
-            lead = self._reserve.lead(now, left + freed, cap)
-            if lead == math.inf:
-                break
-            at = max(at, charge.expires_at - lend - lead)
-        return at
+        frees = (charge.expires_at for charge in window)
+        return self._reserve.take_at(now, frees, cap - len(window) - 1, cap) - self._lend_seconds()
 
     def _reserve_left(self, now: float) -> int:
         """Window slots kept free for dialogue now."""
