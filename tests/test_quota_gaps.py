@@ -5,9 +5,12 @@ the dialogue of that half minute."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
-from oam_actors.models.scheduler import QuotaPolicy
+from oam_actors.models.scheduler import Headroom, QuotaPolicy
+from oam_actors.models.scheduler.headroom import DialogueReserve
 
 from test_quota_policy import NANO, B, D, Phone, ticket
 
@@ -62,3 +65,17 @@ def test_without_a_gap_background_takes_the_free_slots_at_once() -> None:
         phone.at(6.0, "submit", ticket(f"npc{n}", B))
     phone.run(6.01)
     assert [t.priority for _, t in phone.admitted] == [D] * DIALOGUE_EXPECTED + [B]
+
+
+def test_take_at_binds_at_the_free_after_the_gap() -> None:
+    reserve = DialogueReserve(Headroom(), period_seconds=60.0)
+    for n in range(DIALOGUE_EXPECTED):
+        reserve.observe(float(n))
+    frees = [6.5] + [40.0 + 0.5 * n for n in range(26)]
+    # One line every 10 s: two slots left cover 20 s, so the free at 6.5 s binds nothing; three
+    # (those two and the one freed at 6.5 s) cover 30 s, so the free at 40 s binds: not before 10 s.
+    assert reserve.take_at(6.0, frees, 2, 36) == 10.0
+    assert reserve.take_at(6.0, frees, 6, 36) == -math.inf  # six left: a window of dialogue
+    assert reserve.take_at(6.0, frees, 2, None) == -math.inf  # no request limit: nothing kept
+    idle = DialogueReserve(Headroom(), period_seconds=60.0)
+    assert idle.take_at(6.0, frees, 0, 36) == -math.inf  # no dialogue expected
