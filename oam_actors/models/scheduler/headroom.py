@@ -125,7 +125,7 @@ class DialogueReserve:
         if limit is None or rate <= 0:
             return -math.inf
         # Frees from the cap on, or a window of dialogue away, are covered whenever they come.
-        count = min(math.floor(settings.cap * limit), math.ceil(rate * self._period)) - left
+        count = min(math.floor(settings.cap * limit), math.ceil(rate * self._period - 1e-9)) - left
         at, step = -math.inf, 1 / rate
         lead = left * step
         for free in itertools.islice(frees, max(0, min(count, _LOOKAHEAD))):
