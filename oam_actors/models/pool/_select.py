@@ -20,7 +20,7 @@ class Candidate(msgspec.Struct, frozen=True):
     load: int  # steps that would start there before this one, plus steps running
     room: int | None  # admissions left in its quota window; None when unlimited
     tried: bool = False  # this step already failed there
-    frees_in: float = 0.0  # with no room: seconds until its window could admit the step (dialogue's)
+    frees_in: float = 0.0  # with no room: seconds until its window could admit the step (a dialogue step's)
 
 
 def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = None) -> int | None:
@@ -34,8 +34,8 @@ def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = No
 
     ``home`` is the device the step's owner used last. It keeps the step when it is ready, has
     room if the best has (or, all full, frees as soon), and is not much busier than the best: one
-    owner's steps then meet in
-    one fair queue (fairness across owners holds per device) and reuse the phone's prefix cache.
+    owner's steps then meet in one fair queue (fairness across owners holds per device) and reuse
+    the phone's prefix cache.
     """
     alive = [c for c in candidates if c.state is not DeviceState.DEAD]
     if not alive:
