@@ -79,8 +79,8 @@ def test_transport_and_http_failures_map_to_fault_classes(kind: FailureKind, sta
 
 
 def candidate(index: int, state: DeviceState = DeviceState.READY, *, load: int = 0, room: int | None = 10,
-              cool_until: float = 0.0, tried: bool = False) -> Candidate:
-    return Candidate(index, state, cool_until, load, room, tried)
+              cool_until: float = 0.0, tried: bool = False, frees_in: float = 0.0) -> Candidate:
+    return Candidate(index, state, cool_until, load, room, tried, frees_in)
 
 
 def test_choose_prefers_untried_ready_devices_with_room_then_the_least_loaded() -> None:
@@ -110,6 +110,15 @@ def test_an_owner_stays_on_its_home_device_unless_it_is_much_busier_or_not_ready
     assert choose([candidate(0, DeviceState.COOLING), candidate(1)], home=0) == 1
     assert choose([candidate(0, tried=True), candidate(1)], home=0) == 1
     assert choose([candidate(0, room=0), candidate(1, load=3)], home=0) == 1  # its window is full
+
+
+def test_with_every_window_full_a_step_waits_where_one_frees_first() -> None:
+    full = [candidate(0, room=0, frees_in=9.0), candidate(1, room=0, load=2, frees_in=0.5),
+            candidate(2, room=0, frees_in=4.0)]
+    assert choose(full) == 1  # busier, but its window frees first
+    assert choose(full, home=2) == 1  # the home device's window frees later: the step leaves it
+    assert choose([candidate(0, room=0, frees_in=2.0), candidate(1, room=0, frees_in=2.0, load=1)], home=1) == 1
+    assert choose([candidate(0, room=0, frees_in=0.5), candidate(1, load=6)]) == 1  # room now beats any wait
 
 
 def available(context: int = 4000, output: int | None = 256) -> Availability:

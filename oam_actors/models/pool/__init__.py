@@ -9,7 +9,8 @@ Contract
 - Each phone has its own :class:`~oam_actors.models.scheduler.QuotaScheduler` (Nano: 36 per
   rolling 60 s, one a second, one at a time — :func:`nano_limits`). A step queues by
   ``request.owner`` (fair queuing) and ``request.priority`` (dialogue before decisions before
-  background) on the best device: ready before cooling, room in its quota window, least loaded.
+  background) on the best device: ready before cooling, room in its quota window, least loaded
+  (a dialogue step that finds every window full: the one that frees first).
 - A step refused for quota (BUSY 9, battery 27/28, background 30, HTTP 429/503) cools that phone
   down and goes to another (or waits out the shortest cool-down) until its queue time is used up;
   then it fails ``rate_limited`` with ``retryAfter``. Transport failures, garbage and unknown

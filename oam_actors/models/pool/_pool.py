@@ -299,16 +299,23 @@ class DevicePool:
         for device in self._devices:
             stats = device.scheduler.statistics()
             limit = stats.requests_limit
+            dialogue = step.priority is Priority.DIALOGUE
+            # Slots kept for dialogue are no room for other work.
+            room = None if limit is None else max(0, limit - stats.requests_in_window - (
+                0 if dialogue else stats.dialogue_reserve))
+            # What would start before this step there: its class and the classes above it.
+            load = sum(stats.queued[: step.priority + 1]) + stats.running
             candidates.append(Candidate(
                 index=device.index,
                 state=device.health.state(now),
                 cool_until=device.health.cool_until,
-                # What would start before this step there: its class and the classes above it.
-                load=sum(stats.queued[: step.priority + 1]) + stats.running,
-                # Slots kept for dialogue are no room for other work.
-                room=None if limit is None else max(0, limit - stats.requests_in_window - (
-                    0 if step.priority is Priority.DIALOGUE else stats.dialogue_reserve)),
+                load=load,
+                room=room,
                 tried=device.index in step.tried,
+                # With every window full, a player's line waits least where one frees first,
+                # after a free for each step ahead of it (at the window's rate).
+                frees_in=device.scheduler.admission_wait(step.tokens) + load * self._config.limits.window_seconds / limit
+                if dialogue and room == 0 and limit else 0.0,
             ))
         index = choose(candidates, self._turn, self._homes.get(step.owner))
         self._turn += 1

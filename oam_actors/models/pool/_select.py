@@ -20,6 +20,7 @@ class Candidate(msgspec.Struct, frozen=True):
     load: int  # steps that would start there before this one, plus steps running
     room: int | None  # admissions left in its quota window; None when unlimited
     tried: bool = False  # this step already failed there
+    frees_in: float = 0.0  # with no room: seconds until its window could admit the step (a dialogue step's)
 
 
 def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = None) -> int | None:
@@ -27,12 +28,14 @@ def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = No
 
     Devices the step has not failed on come first. Among those, a ready device beats a cooling
     one; ready devices with room left in their quota window beat full ones, then the least loaded
-    wins; cooling devices are ranked by when they cool off. ``turn`` rotates ties so that equal
+    wins; among full ones, the one whose window frees soonest (``frees_in``), then the least
+    loaded; cooling devices are ranked by when they cool off. ``turn`` rotates ties so that equal
     devices share the work.
 
     ``home`` is the device the step's owner used last. It keeps the step when it is ready, has
-    room if the best has, and is not much busier than the best: one owner's steps then meet in
-    one fair queue (fairness across owners holds per device) and reuse the phone's prefix cache.
+    room if the best has (or, all full, frees as soon), and is not much busier than the best: one
+    owner's steps then meet in one fair queue (fairness across owners holds per device) and reuse
+    the phone's prefix cache.
     """
     alive = [c for c in candidates if c.state is not DeviceState.DEAD]
     if not alive:
@@ -46,9 +49,11 @@ def choose(candidates: Sequence[Candidate], turn: int = 0, home: int | None = No
 
     if not ready:
         return min(fresh, key=lambda c: (c.cool_until, c.load, rotation(c))).index
-    best = min(ready, key=lambda c: (c.room == 0, c.load, -(c.room or 0), rotation(c)))
+    best = min(ready, key=lambda c: (c.room == 0, c.frees_in if c.room == 0 else 0.0, c.load, -(c.room or 0),
+                                     rotation(c)))
     stay = next((c for c in ready if c.index == home), None)
-    if stay is not None and (stay.room != 0 or best.room == 0) and stay.load <= best.load + _slack(best.load):
+    roomy = stay is not None and (stay.room != 0 or best.room == 0 and stay.frees_in <= best.frees_in)
+    if stay is not None and roomy and stay.load <= best.load + _slack(best.load):
         return stay.index
     return best.index
 

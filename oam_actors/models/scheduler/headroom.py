@@ -26,8 +26,10 @@ dialogue demand it has seen:
   on a Nano phone fed flat out is 24 of every 60 seconds. Counting the window's dialogue against
   the reserve leaves only ``floor`` slots for the dialogue that comes in such a gap, and the rest
   waits for the window to slide, past its deadline. So a ticket of a lower class also leaves the
-  slots the dialogue expected before the window next frees a slot needs (:meth:`DialogueReserve.lead`:
-  it may take one of the window's free slots only that close to the next free).
+  slots the dialogue expected before each of the window's next frees needs (:meth:`DialogueReserve.take_at`:
+  it may take one of the window's free slots only that close to each free, with the frees
+  before it counted as slots): not only the next free, since after a dense run of frees the
+  one after may be half a window away, and the dialogue of that gap must find its slots free.
 - **Lending** (the policy's part): a kept slot goes to other work when the rolling window frees
   another within the backend's pacing interval, so a paced backend with no dialogue waiting loses
   nothing to the reserve; a line that finds the lent slot taken could not have started before
@@ -39,11 +41,17 @@ Only the request limit is reserved; a backend limited by tokens alone keeps no h
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable
 
 import msgspec
 
 __all__ = ["NO_HEADROOM", "DialogueReserve", "Headroom"]
+
+# The most of a window's next frees a taking is checked against: all of a phone's (36), the
+# nearest of a large API window's, which keeps a poll's cost bounded.
+_LOOKAHEAD = 64
 
 
 class Headroom(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,15 +114,25 @@ class DialogueReserve:
         expected = math.ceil(settings.factor * self.demand(now) - 1e-9)
         return min(math.floor(settings.cap * limit), max(settings.floor, expected - admitted))
 
-    def lead(self, now: float, left: int, limit: int | None) -> float:
-        """How long before the window next frees a slot work below dialogue may take a free one
-        and leave ``left`` free: the time the expected dialogue takes to arrive ``left`` lines
-        (infinite when ``left`` covers the cap, or no dialogue is expected)."""
+    def take_at(self, now: float, frees: Iterable[float], left: int, limit: int | None) -> float:
+        """When work below dialogue may take a free slot and leave ``left`` free: for each of the
+        window's next frees (``frees``, soonest first), no earlier than the time the expected
+        dialogue takes to arrive the slots left and those freed before it, before that free
+        (``-inf``: at once, when what is left covers the cap or no dialogue is expected).
+        Only the next ``_LOOKAHEAD`` frees are looked at."""
         settings = self._settings
         rate = settings.factor * self.demand(now) / self._period  # lines a second
-        if limit is None or rate <= 0 or left >= math.floor(settings.cap * limit):
-            return math.inf
-        return left / rate
+        if limit is None or rate <= 0:
+            return -math.inf
+        # Frees from the cap on, or a window of dialogue away, are covered whenever they come.
+        count = min(math.floor(settings.cap * limit), math.ceil(rate * self._period - 1e-9)) - left
+        at, step = -math.inf, 1 / rate
+        lead = left * step
+        for free in itertools.islice(frees, max(0, min(count, _LOOKAHEAD))):
+            if free - lead > at:
+                at = free - lead
+            lead += step
+        return at
 
     def next_change(self, now: float) -> float | None:
         """When the estimate may next fall (the end of the current period), if it can."""

@@ -24,8 +24,8 @@ Contract
   decision always before its own background work (:mod:`.ordering`).
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it, and the free slots the
-  dialogue expected before the window next frees one needs (less those that free within the
-  pacing interval, which are lent); dialogue may use all of it.
+  dialogue expected before each of the window's next frees needs (less those that free within
+  the pacing interval, which are lent); dialogue may use all of it.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; among owners within one request of service of
   each other the shortest queue budget first, then earliest deadline; follow-ups before every
@@ -606,13 +606,14 @@ class QuotaPolicy:
         return max(self._limits.min_interval_seconds, pace.interval - pace.slack)
 
     def _gap_free_at(self, now: float) -> float:
-        """When work below dialogue may take a free slot, leaving the rest for the dialogue
-        expected before the window next frees one (:meth:`.DialogueReserve.lead`; lent as above)."""
+        """When work below dialogue may take a free slot, leaving the rest, and the slots the
+        window frees meanwhile, for the dialogue expected before each of its next frees
+        (:meth:`.DialogueReserve.take_at`; lent as above)."""
         cap, window = self._limit, self._window  # the limit the reserve is kept of
         if cap is None or not window or len(window) >= cap:
             return -math.inf  # nothing is free: the window's own limit decides
-        lead = self._reserve.lead(now, cap - len(window) - 1, cap)
-        return window[0].expires_at - self._lend_seconds() - lead
+        frees = (charge.expires_at for charge in window)
+        return self._reserve.take_at(now, frees, cap - len(window) - 1, cap) - self._lend_seconds()
 
     def _reserve_left(self, now: float) -> int:
         """Window slots kept free for dialogue now."""
