@@ -25,6 +25,7 @@ __all__ = [
     "SILENT_LINE",
     "DEADLINE",
     "UNUSABLE",
+    "WORDLESS_REPAIR",
     "bark_prompt",
     "context_note",
     "facts_note",
@@ -42,6 +43,10 @@ UNUSABLE = frozenset({ErrorCode.GUARDRAIL_VIOLATION, ErrorCode.REFUSAL, ErrorCod
 DEADLINE = "deadline"
 """The ``degraded`` reason of a fallback that stands in because the request's deadline passed
 before the model's quota could take a step (:class:`~oam_actors.errors.DeadlinePassed`)."""
+
+WORDLESS_REPAIR = ("Your last reply had no words, only an emotion tag or a stage direction. "
+                   "Answer the player in words this time: what you say aloud, in one or two sentences.")
+"""The note of a reply asked again because it had no words (:meth:`~.npc.NPC.talk`)."""
 
 _MAX_RETRY_FACTS = 6
 _MAX_FACT_CHARS = 400

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from ..errors import invalid_params
-from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none
+from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none, without_stage_directions
 from .memory import HEARD_LINES, OVERHEARD
 
 __all__ = [
@@ -286,7 +286,6 @@ _NARRATED = re.compile(r"^(?P<who>[^\"“”<>\[\].!?:]{1,80}?)\s*[,:]\s*[\"“]
 _QUOTE_THEN_NARRATION = re.compile(r"^[\"“](?P<quote>[^\"“”]+)[\"”]\s*,?\s*(?P<who>[^\"“”]{1,60})$")
 _NARRATOR_START = re.compile(r"^(?:the|a|an|he|she|they|his|her)\b", re.IGNORECASE)
 _NOT_VERBS = frozenset({"is", "was", "has", "this", "us", "yes", "his", "its", "as", "thus", "always", "perhaps"})
-_STAGE = re.compile(r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*|^\s*\([^()\n]{1,60}\)")
 
 
 def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedLine | None:
@@ -312,7 +311,7 @@ def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedL
     if (wrapped := _WRAPPER.match(line)) is not None:
         line = wrapped.group(1)
     line = _quoted(line.strip(), speaker, role)
-    line = spoken_line(" ".join(_STAGE.sub(" ", line).split()), speaker)
+    line = spoken_line(without_stage_directions(line), speaker)
     line = _unaddressed(line, speaker)
     if not any(c.isalnum() for c in line) or _narrates(line, speaker, role):
         return None

@@ -67,12 +67,13 @@ from ._dialogue import (
     LineTracker,
     NPCEvent,
     NPCEventSink,
+    Reply,
     parse_reply,
     parse_text_reply,
     partial_text_reply,
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
-from ._text import single_line, situation_text
+from ._text import single_line, situation_text, without_stage_directions
 from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line, repeats
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
@@ -366,8 +367,9 @@ class NPC:
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []
-        retried = False
+        retried = reasked = False
         while True:
+            before = len(self._agent.history)
             try:
                 result = await self._run(attempt, tracker, records, emit, partial_values)
             except DeadlinePassed:
@@ -391,6 +393,14 @@ class NPC:
                 self._store.discard()
                 raise
             else:
+                if not reasked and _wordless(self._reply_of(result, attempt).line):
+                    # Only an emotion tag or a stage direction: asked once more, alone, told to
+                    # answer in words, before a fallback line stands in. The wordless reply is
+                    # taken back out of the history (nothing else of the turn is committed yet).
+                    reasked = retried = True
+                    self._agent.history = self._agent.history[:before]
+                    attempt = self._text_retry(attempt, records, repair=prompting.WORDLESS_REPAIR)
+                    continue
                 turn = self._completed_turn(result, attempt, records)
             break
         if on_commit is not None:
@@ -447,16 +457,19 @@ class NPC:
             known = self._instructions = (key, prompting.instructions(persona, options, names, memory, text_reply=text_reply))
         return known[1]
 
-    def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
+    def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord], *, repair: str | None = None) -> _Attempt:
+        """The attempt again as a text reply, alone, with the facts its tools returned and
+        ``repair`` (what was wrong with the first answer) last in its note."""
         memory = self._store.memory
         options = attempt.options
+        note = prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records)
         return dataclasses.replace(
             attempt,
             coalesce=False,  # the retry of a reply that failed once: alone, as its own repair
             schema=None,
             agent_options=msgspec.structs.replace(attempt.agent_options, tool_choice=_NONE),
             instructions=prompting.instructions(attempt.persona, options, self.tool_names, memory, text_reply=True),
-            note=prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records),
+            note="\n".join(part for part in (note, repair) if part) or None,
         )
 
     async def _run(
@@ -521,10 +534,7 @@ class NPC:
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.
         memory = self._store.commit(attempt.options.max_facts)
-        if attempt.schema is None:
-            reply = parse_text_reply(result.text, attempt.persona)
-        else:
-            reply = parse_reply(result.structured, attempt.persona, attempt.options)
+        reply = self._reply_of(result, attempt)
         turn = DialogueTurn(
             line=reply.line,
             emotion=reply.emotion,
@@ -534,10 +544,16 @@ class NPC:
             relationship=memory.relationship,
             usage=result.usage,
         )
-        if not turn.line:
+        if _wordless(turn.line):
             turn = msgspec.structs.replace(turn, line=self._next_fallback_line(attempt.options), is_fallback=True)
         self._schedule_compaction(attempt.options)
         return turn
+
+    @staticmethod
+    def _reply_of(result: TurnResult, attempt: _Attempt) -> Reply:
+        if attempt.schema is None:
+            return parse_text_reply(result.text, attempt.persona)
+        return parse_reply(result.structured, attempt.persona, attempt.options)
 
     def _fallback_turn(self, attempt: _Attempt, records: list[ToolCallRecord], *,
                        degraded: str | None = None) -> DialogueTurn:
@@ -821,6 +837,11 @@ def _agent_options(
         priority="dialogue",
         **extra,
     )
+
+
+def _wordless(line: str) -> bool:
+    """Whether a reply's line says nothing aloud: empty, or only stage directions."""
+    return not any(c.isalnum() for c in without_stage_directions(line))
 
 
 def _complete_turns(transcript: Transcript) -> Transcript:
