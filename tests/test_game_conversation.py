@@ -257,20 +257,48 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     assert repaired_line(text, speaker, role) == RepairedLine(*repaired)
 
 
-@pytest.mark.parametrize(("text", "speaker", "role"), [
-    ("I'm sorry, but I can't assist with that.", "Gorm", None),
-    ("As an AI language model, I have no opinion on grain.", "Gorm", None),
-    ("Gorm nods slowly.", "Gorm", None),
-    ("Gorm's heart sinks at the news.", "Gorm", None),
-    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith"),
-    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain"),
-    ("[happy] *waves*", "Gorm", None),
-    ("   ", "Gorm", None),
+@pytest.mark.parametrize(("text", "speaker", "role", "problem"), [
+    ("I'm sorry, but I can't assist with that.", "Gorm", None, "REFUSAL"),
+    ("As an AI language model, I have no opinion on grain.", "Gorm", None, "REFUSAL"),
+    ("Gorm nods slowly.", "Gorm", None, "NARRATED"),
+    ("Gorm's heart sinks at the news.", "Gorm", None, "NARRATED"),
+    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith", "NARRATED"),
+    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain", "NARRATED"),
+    ("Odo nods.", "Gorm", None, "NARRATED"),  # another member narrated, no quote
+    ("[calm] Odo smiles warmly at Gorm.", "Gorm", None, "NARRATED"),
+    ("[happy] *waves*", "Gorm", None, "WORDLESS"),
+    ("[Blessed]", "Gorm", None, "WORDLESS"),
+    ("   ", "Gorm", None, "WORDLESS"),
 ])
-def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None) -> None:
-    from oam_actors.game.conversation import repaired_line
+def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None, problem: str) -> None:
+    from oam_actors.game.conversation import LineProblem, repaired_line
 
-    assert repaired_line(text, speaker, role) is None
+    assert repaired_line(text, speaker, role, ("Odo", "Player")) is LineProblem[problem]
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ('Odo smiles, "The key is under the anvil."', "The key is under the anvil."),
+    ('"Come in, all of you," Odo said.', "Come in, all of you."),
+    ("Odo says the road is closed, and I believe him.", "Odo says the road is closed, and I believe him."),
+    ("Odo is right about the mill.", "Odo is right about the mill."),
+    ("Odo, you fool, the mill is burning!", "Odo, you fool, the mill is burning!"),
+])
+def test_narration_of_another_member_gives_its_quote_and_talk_about_it_stays(text: str, line: str) -> None:
+    from oam_actors.game.conversation import RepairedLine, repaired_line
+
+    assert repaired_line(text, "Gorm", "the village blacksmith", ("Odo", "Mira")) == RepairedLine(None, line)
+
+
+def test_a_line_is_judged_with_what_was_wrong_and_the_note_says_it() -> None:
+    from oam_actors.game.conversation import LineProblem, RepairedLine, judged_line, repair_note
+
+    view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
+    assert judged_line("[sad] Cora: It is.", "Bran", None, view) is LineProblem.MISATTRIBUTED
+    assert judged_line("The bridge is out!", "Bran", None, view) is LineProblem.REPEATED
+    assert judged_line("Cora nods.", "Bran", None, view) is LineProblem.NARRATED
+    assert judged_line("[sad] Then we wait.", "Bran", None, view) == RepairedLine("sad", "Then we wait.")
+    note = repair_note(LineProblem.NARRATED, "Bran")
+    assert "narrated what someone does" in note and "only what Bran says aloud" in note
 
 
 async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None:
@@ -278,6 +306,17 @@ async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None
                                                       "2. <happy> [laughing] Lovely bread!"))
     assert [(r.line, r.emotion, r.retried) for r in replies] == [("Gorm alone.", "neutral", True),
                                                                  ("Lovely bread!", "happy", False)]
+
+
+async def test_a_line_asked_again_alone_is_told_what_was_wrong_with_it() -> None:
+    from oam_actors.game.conversation import LineProblem, repair_note
+
+    rig = Rig(lambda request: "1. [calm] Elsa nods.\n2. [sad] As an AI language model, I cannot bake.")
+    replies = await gorm_and_mira(rig)
+    assert [(r.line, r.retried) for r in replies] == [("Gorm alone.", True), ("Mira alone.", True)]
+    gorm, mira = (next(r for r in rig.alone if f"You play {name}" in r.system) for name in ("Gorm", "Mira"))
+    assert repair_note(LineProblem.NARRATED, "Gorm") in gorm.prompt
+    assert repair_note(LineProblem.REFUSAL, "Mira") in mira.prompt and "Your last answer" not in rig.batches[0].prompt
 
 
 def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:

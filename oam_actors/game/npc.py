@@ -74,7 +74,15 @@ from ._dialogue import (
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import single_line, situation_text, without_stage_directions
-from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line, repeats
+from .conversation import (
+    LINE_SENTENCES,
+    ConversationView,
+    LineProblem,
+    LineReply,
+    judged_line,
+    line_prompt,
+    repair_note,
+)
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
@@ -688,7 +696,7 @@ class NPC:
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
         repeats the line it answers word for word, is asked again alone, as a misattributed one
-        is. Raises
+        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`). Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -726,10 +734,13 @@ class NPC:
 
         prompt = line_prompt(view, speaker)
         reply: LineReply | None = None
+        problem: LineProblem | None = None
         for attempt, together in enumerate((True, False) if item is not None else (False, False)):
             one_off.model = ItemModel(self.model, item) if together and item is not None else self.model
+            # Asked again, the line is told what was wrong with the first answer.
+            asked = prompt if problem is None else f"{prompt}\n{repair_note(problem, speaker)}"
             try:
-                result = await one_off.respond(prompt, emit=forward if emit is not None else None, step_events=False)
+                result = await one_off.respond(asked, emit=forward if emit is not None else None, step_events=False)
             except DeadlinePassed:
                 reply = self.fallback_line(prompting.DEADLINE)
                 break
@@ -737,13 +748,14 @@ class NPC:
                 if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
                     raise
                 break
-            repaired = repaired_line(result.text, speaker, persona.role)
-            line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
-            if repaired is not None and line is not None and not repeats(line, (view.last_line,)):
-                tagged = Emotion.matching(repaired.tag) if repaired.tag is not None else None
-                emotion = tagged or persona.default_emotion
-                reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
-                break
+            judged = judged_line(result.text, speaker, persona.role, view)
+            if isinstance(judged, LineProblem):
+                problem = judged
+                continue
+            tagged = Emotion.matching(judged.tag) if judged.tag is not None else None
+            emotion = tagged or persona.default_emotion
+            reply = LineReply(line=judged.line, emotion=emotion.value, retried=attempt > 0)
+            break
         if reply is None:
             reply = self.fallback_line()
         if emit is not None:
