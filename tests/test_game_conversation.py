@@ -109,9 +109,39 @@ async def test_a_talk_with_the_player_draws_on_what_the_npc_heard() -> None:
     assert "Bran to you: The bridge is out." in request.system + request.prompt
     # in a section of its own, last, next to the player's words (after the Memory block's facts)
     assert request.system.rstrip().endswith("tell it when you are asked about it:\n- Bran to you: The bridge is out.")
-    assert request.system.index("Likes bread.") < request.system.index("What you heard and overheard")
+    assert request.system.index("Likes bread.") < request.system.index("What you know because you heard")
     assert npc.memory.heard == ("Bran to you: The bridge is out.",)
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
+
+
+def test_the_heard_line_a_question_asks_about_is_said_as_what_the_npc_knows() -> None:
+    memory = NPCMemory(heard=("(overheard) Gorm to Odo: The blacksmith's key is hidden under the red barrel.",
+                              "Odo to you: The mill burned down last night.",
+                              "(overheard) Odo to Gorm: Keep the keys away from the mill."))
+    assert memory.heard_about("Do you know where the blacksmith's key is hidden?") == (
+        "You know this because you overheard it, and you are asked about it now: "
+        "Gorm to Odo: The blacksmith's key is hidden under the red barrel.")
+    assert memory.heard_about("What happened to the mill?") == (  # a tie: the latest
+        "You know this because you overheard it, and you are asked about it now: "
+        "Odo to Gorm: Keep the keys away from the mill.")
+    assert memory.heard_about("Burned? Last night?").endswith("you heard it, and you are asked about it now: "
+                                                               "Odo to you: The mill burned down last night.")
+    assert memory.heard_about("Where are you from? What do you know?") is None
+    assert NPCMemory().heard_about("Where is the key?") is None
+
+
+async def test_a_talk_asking_about_an_overheard_line_has_it_last_before_the_question() -> None:
+    from oam_actors.game import NPCOptions
+
+    model = ScriptedModel.from_wire({"type": "scripted", "steps": [{"text": "[neutral] Under the barrel."}] * 2})
+    npc = NPC(Persona(name="Cora"), model, options=NPCOptions.from_wire({"replyFormat": "text"}).value)
+    npc.hear(["(overheard) Gorm to Odo: The key is under the red barrel.", "Odo to you: The mill burned down."])
+    await npc.talk("Where is the key, Cora?")
+    await npc.talk("Nice weather.")
+    asked, other = model.requests
+    assert asked.system.rstrip().endswith("- Odo to you: The mill burned down.\nYou know this because you overheard "
+                                          "it, and you are asked about it now: Gorm to Odo: The key is under the red barrel.")
+    assert other.system.rstrip().endswith("- Odo to you: The mill burned down.")
 
 
 async def test_the_memory_tool_changes_how_an_npc_feels_toward_another_npc() -> None:

@@ -86,10 +86,13 @@ def context_note(
     world_summary: str | None,
     situation: str | None,
     facts: Sequence[ToolCallRecord] = (),
+    question: str | None = None,
 ) -> str | None:
     """Memory, ``Game state:``, ``Situation:`` (this turn only), for a text retry the facts
     tools already returned, and last, next to the player's words, what the NPC heard in
-    conversations among NPCs. The player's words stay the prompt on their own."""
+    conversations among NPCs, then the heard line the player's ``question`` asks about, said
+    again as what the NPC knows (:meth:`~.memory.NPCMemory.heard_about`). The player's words
+    stay the prompt on their own."""
     parts = []
     if (note := memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)) is not None:
         parts.append(note)
@@ -101,6 +104,8 @@ def context_note(
         parts.append(looked_up)
     if (heard := memory.heard_section()) is not None:
         parts.append(heard)
+        if question is not None and (asked := memory.heard_about(question)) is not None:
+            parts.append(asked)
     return "\n".join(parts) or None
 
 

@@ -439,7 +439,7 @@ class NPC:
             schema=None if text_reply else self._schema_for(persona, options),
             agent_options=_agent_options(options, persona, choice, budget),
             instructions=self._instructions_for(persona, options, names, memory, text_reply=text_reply),
-            note=prompting.context_note(memory, options, world_summary, situation),
+            note=prompting.context_note(memory, options, world_summary, situation, question=line),
             persona=persona,
             options=options,
             world_summary=world_summary,
@@ -470,7 +470,8 @@ class NPC:
         ``repair`` (what was wrong with the first answer) last in its note."""
         memory = self._store.memory
         options = attempt.options
-        note = prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records)
+        note = prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records,
+                                      question=attempt.prompt)
         return dataclasses.replace(
             attempt,
             coalesce=False,  # the retry of a reply that failed once: alone, as its own repair
