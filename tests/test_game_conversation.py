@@ -296,6 +296,8 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain", "NARRATED"),
     ("Odo nods.", "Gorm", None, "NARRATED"),  # another member narrated, no quote
     ("[calm] Odo smiles warmly at Gorm.", "Gorm", None, "NARRATED"),
+    ("Odo sighs, looking down at the empty barrel by the forge.", "Gorm", None, "NARRATED"),
+    ("Odo frowns and rolls his eyes as he reads the news.", "Gorm", None, "NARRATED"),
     ("[happy] *waves*", "Gorm", None, "WORDLESS"),
     ("[Blessed]", "Gorm", None, "WORDLESS"),
     ("   ", "Gorm", None, "WORDLESS"),
@@ -311,6 +313,8 @@ def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role:
     ('"Come in, all of you," Odo said.', "Come in, all of you."),
     ("Odo says the road is closed, and I believe him.", "Odo says the road is closed, and I believe him."),
     ("Odo is right about the mill.", "Odo is right about the mill."),
+    ("Odo wants the barrel moved before the rain starts tonight.",
+     "Odo wants the barrel moved before the rain starts tonight."),
     ("Odo, you fool, the mill is burning!", "Odo, you fool, the mill is burning!"),
 ])
 def test_narration_of_another_member_gives_its_quote_and_talk_about_it_stays(text: str, line: str) -> None:

@@ -290,6 +290,9 @@ _QUOTE_THEN_NARRATION = re.compile(r"^[\"“](?P<quote>[^\"“”]+)[\"”]\s*,?
 _NARRATOR_START = re.compile(r"^(?:the|a|an|he|she|they|his|her)\b", re.IGNORECASE)
 _NARRATION_WORDS = 5
 """Words after another member's name that a narration of it has at most (``Odo nods slowly at Gorm.``)."""
+_GESTURE = re.compile(r"\s*,\s*\w+ing\b|\s+and\s+\w+(?:s|ed)\b", re.IGNORECASE)
+"""What goes on after the verb of a narration: a participle (``, looking down``) or a second verb
+(``and shrugs``)."""
 _SPEAKING_WORDS = frozenset({"i", "i'm", "i've", "i'll", "i'd", "me", "my", "mine", "we", "we're", "us", "our",
                              "you", "you're", "your", "yours", "let's"})
 _NOT_VERBS = frozenset({"is", "was", "has", "this", "us", "yes", "his", "its", "as", "thus", "always", "perhaps"})
@@ -409,15 +412,17 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
 
 
 def _narrates_other(line: str, name: str) -> bool:
-    """Whether ``line`` is a short narration of another member: its name as the subject of a
-    verb, a few words at most, and no one speaking in the first or second person (``Odo nods.``,
-    ``Odo smiles at Gorm.``; not ``Odo says the road is closed, and I believe him.``)."""
+    """Whether ``line`` narrates another member: its name as the subject of a verb, a few words
+    at most or a gesture going on (``, looking down``), and no one speaking in the first or
+    second person (``Odo nods.``, ``Odo sighs, looking down at the empty barrel.``; not ``Odo
+    says the road is closed, and I believe him.``)."""
     subject = re.match(rf"\W*{re.escape(name.strip())}(?:'s\s+\w|\s+(\w+(?:s|ed))\b)", line, re.IGNORECASE) \
         if name.strip() else None
     if subject is None or (subject.group(1) or "").casefold() in _NOT_VERBS:
         return False
     words = re.findall(r"[\w']+", line.casefold())
-    return len(words) <= len(name.split()) + _NARRATION_WORDS and _SPEAKING_WORDS.isdisjoint(words)
+    short = len(words) <= len(name.split()) + _NARRATION_WORDS
+    return (short or _GESTURE.match(line, subject.end()) is not None) and _SPEAKING_WORDS.isdisjoint(words)
 
 
 def repeats(line: str, said: Sequence[str]) -> bool:
