@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from oam_actors import GenerationRequest, ScriptedModel
+from oam_actors import ErrorCode, GenerationRequest, ScriptedModel
+from oam_actors.agent import StepKind
 from oam_actors.game import NPC, NPCMemory, Persona
 from oam_actors.game.conversation import (
     PLAYER,
@@ -351,6 +352,31 @@ async def test_a_line_asked_again_alone_is_told_what_was_wrong_with_it() -> None
     gorm, mira = (next(r for r in rig.alone if f"You play {name}" in r.system) for name in ("Gorm", "Mira"))
     assert repair_note(LineProblem.NARRATED, "Gorm") in gorm.prompt
     assert repair_note(LineProblem.REFUSAL, "Mira") in mira.prompt and "Your last answer" not in rig.batches[0].prompt
+
+
+async def test_a_line_whose_batch_failed_is_asked_again_alone_before_a_fallback() -> None:
+    """The batch fails, and so does each line's own step retry: the line is asked once more,
+    alone, and is no fallback."""
+    from oam_actors.models.scripted import ScriptStep
+
+    rig = Rig()
+    alone: dict[str, int] = {}
+
+    def answer(request: GenerationRequest) -> ScriptStep:
+        if request.owner == "warm-up":
+            return ScriptStep.say("warm")
+        if request.kind is StepKind.TEXT:
+            return ScriptStep.fail(ErrorCode.GENERATION_FAILED)
+        alone[str(request.owner)] = alone.get(str(request.owner), 0) + 1
+        if alone[str(request.owner)] <= 2:  # the step's own retry after the batch failed fails too
+            return ScriptStep.fail(ErrorCode.GENERATION_FAILED)
+        return ScriptStep.say(f"{request.owner} alone.")
+
+    rig.backend.fallback = ScriptStep.from_function(answer)
+    replies = await gorm_and_mira(rig)
+    assert rig.batches
+    assert [(r.line, r.is_fallback, r.retried) for r in replies] == [("Gorm alone.", False, True),
+                                                                     ("Mira alone.", False, True)]
 
 
 def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:

@@ -697,7 +697,8 @@ class NPC:
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
         repeats the line it answers word for word, is asked again alone, as a misattributed one
-        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`). Raises
+        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`); so is one
+        whose batch failed with an error a fallback covers. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -748,6 +749,8 @@ class NPC:
             except AgentError as error:
                 if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
                     raise
+                if together:
+                    continue  # its batch failed, not necessarily this line: asked again alone
                 break
             judged = judged_line(result.text, speaker, persona.role, view)
             if isinstance(judged, LineProblem):
