@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from oam_actors import GenerationRequest, ScriptedModel
+from oam_actors import ErrorCode, GenerationRequest, ScriptedModel
+from oam_actors.agent import StepKind
 from oam_actors.game import NPC, NPCMemory, Persona
 from oam_actors.game.conversation import (
     PLAYER,
@@ -109,9 +110,39 @@ async def test_a_talk_with_the_player_draws_on_what_the_npc_heard() -> None:
     assert "Bran to you: The bridge is out." in request.system + request.prompt
     # in a section of its own, last, next to the player's words (after the Memory block's facts)
     assert request.system.rstrip().endswith("tell it when you are asked about it:\n- Bran to you: The bridge is out.")
-    assert request.system.index("Likes bread.") < request.system.index("What you heard and overheard")
+    assert request.system.index("Likes bread.") < request.system.index("What you know because you heard")
     assert npc.memory.heard == ("Bran to you: The bridge is out.",)
     assert NPCMemory.from_wire(npc.memory.to_wire()) == npc.memory
+
+
+def test_the_heard_line_a_question_asks_about_is_said_as_what_the_npc_knows() -> None:
+    memory = NPCMemory(heard=("(overheard) Gorm to Odo: The blacksmith's key is hidden under the red barrel.",
+                              "Odo to you: The mill burned down last night.",
+                              "(overheard) Odo to Gorm: Keep the keys away from the mill."))
+    assert memory.heard_about("Do you know where the blacksmith's key is hidden?") == (
+        "You know this because you overheard it, and you are asked about it now: "
+        "Gorm to Odo: The blacksmith's key is hidden under the red barrel.")
+    assert memory.heard_about("What happened to the mill?") == (  # a tie: the latest
+        "You know this because you overheard it, and you are asked about it now: "
+        "Odo to Gorm: Keep the keys away from the mill.")
+    assert memory.heard_about("Burned? Last night?").endswith("you heard it, and you are asked about it now: "
+                                                               "Odo to you: The mill burned down last night.")
+    assert memory.heard_about("Where are you from? What do you know?") is None
+    assert NPCMemory().heard_about("Where is the key?") is None
+
+
+async def test_a_talk_asking_about_an_overheard_line_has_it_last_before_the_question() -> None:
+    from oam_actors.game import NPCOptions
+
+    model = ScriptedModel.from_wire({"type": "scripted", "steps": [{"text": "[neutral] Under the barrel."}] * 2})
+    npc = NPC(Persona(name="Cora"), model, options=NPCOptions.from_wire({"replyFormat": "text"}).value)
+    npc.hear(["(overheard) Gorm to Odo: The key is under the red barrel.", "Odo to you: The mill burned down."])
+    await npc.talk("Where is the key, Cora?")
+    await npc.talk("Nice weather.")
+    asked, other = model.requests
+    assert asked.system.rstrip().endswith("- Odo to you: The mill burned down.\nYou know this because you overheard "
+                                          "it, and you are asked about it now: Gorm to Odo: The key is under the red barrel.")
+    assert other.system.rstrip().endswith("- Odo to you: The mill burned down.")
 
 
 async def test_the_memory_tool_changes_how_an_npc_feels_toward_another_npc() -> None:
@@ -257,20 +288,52 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     assert repaired_line(text, speaker, role) == RepairedLine(*repaired)
 
 
-@pytest.mark.parametrize(("text", "speaker", "role"), [
-    ("I'm sorry, but I can't assist with that.", "Gorm", None),
-    ("As an AI language model, I have no opinion on grain.", "Gorm", None),
-    ("Gorm nods slowly.", "Gorm", None),
-    ("Gorm's heart sinks at the news.", "Gorm", None),
-    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith"),
-    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain"),
-    ("[happy] *waves*", "Gorm", None),
-    ("   ", "Gorm", None),
+@pytest.mark.parametrize(("text", "speaker", "role", "problem"), [
+    ("I'm sorry, but I can't assist with that.", "Gorm", None, "REFUSAL"),
+    ("As an AI language model, I have no opinion on grain.", "Gorm", None, "REFUSAL"),
+    ("Gorm nods slowly.", "Gorm", None, "NARRATED"),
+    ("Gorm's heart sinks at the news.", "Gorm", None, "NARRATED"),
+    ("The blacksmith is pleased with the price.", "Gorm", "the village blacksmith", "NARRATED"),
+    ("The town guard captain looks at the rain and shakes his head.", "Elsa", "the town guard captain", "NARRATED"),
+    ("Odo nods.", "Gorm", None, "NARRATED"),  # another member narrated, no quote
+    ("[calm] Odo smiles warmly at Gorm.", "Gorm", None, "NARRATED"),
+    ("Odo sighs, looking down at the empty barrel by the forge.", "Gorm", None, "NARRATED"),
+    ("Odo frowns and rolls his eyes as he reads the news.", "Gorm", None, "NARRATED"),
+    ("[happy] *waves*", "Gorm", None, "WORDLESS"),
+    ("[Blessed]", "Gorm", None, "WORDLESS"),
+    ("   ", "Gorm", None, "WORDLESS"),
 ])
-def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None) -> None:
-    from oam_actors.game.conversation import repaired_line
+def test_a_line_no_repair_can_save_is_asked_again(text: str, speaker: str, role: str | None, problem: str) -> None:
+    from oam_actors.game.conversation import LineProblem, repaired_line
 
-    assert repaired_line(text, speaker, role) is None
+    assert repaired_line(text, speaker, role, ("Odo", "Player")) is LineProblem[problem]
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ('Odo smiles, "The key is under the anvil."', "The key is under the anvil."),
+    ('"Come in, all of you," Odo said.', "Come in, all of you."),
+    ("Odo says the road is closed, and I believe him.", "Odo says the road is closed, and I believe him."),
+    ("Odo is right about the mill.", "Odo is right about the mill."),
+    ("Odo wants the barrel moved before the rain starts tonight.",
+     "Odo wants the barrel moved before the rain starts tonight."),
+    ("Odo, you fool, the mill is burning!", "Odo, you fool, the mill is burning!"),
+])
+def test_narration_of_another_member_gives_its_quote_and_talk_about_it_stays(text: str, line: str) -> None:
+    from oam_actors.game.conversation import RepairedLine, repaired_line
+
+    assert repaired_line(text, "Gorm", "the village blacksmith", ("Odo", "Mira")) == RepairedLine(None, line)
+
+
+def test_a_line_is_judged_with_what_was_wrong_and_the_note_says_it() -> None:
+    from oam_actors.game.conversation import LineProblem, RepairedLine, judged_line, repair_note
+
+    view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
+    assert judged_line("[sad] Cora: It is.", "Bran", None, view) is LineProblem.MISATTRIBUTED
+    assert judged_line("The bridge is out!", "Bran", None, view) is LineProblem.REPEATED
+    assert judged_line("Cora nods.", "Bran", None, view) is LineProblem.NARRATED
+    assert judged_line("[sad] Then we wait.", "Bran", None, view) == RepairedLine("sad", "Then we wait.")
+    note = repair_note(LineProblem.NARRATED, "Bran")
+    assert "narrated what someone does" in note and "only what Bran says aloud" in note
 
 
 async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None:
@@ -278,6 +341,42 @@ async def test_a_refused_line_is_asked_again_alone_and_never_delivered() -> None
                                                       "2. <happy> [laughing] Lovely bread!"))
     assert [(r.line, r.emotion, r.retried) for r in replies] == [("Gorm alone.", "neutral", True),
                                                                  ("Lovely bread!", "happy", False)]
+
+
+async def test_a_line_asked_again_alone_is_told_what_was_wrong_with_it() -> None:
+    from oam_actors.game.conversation import LineProblem, repair_note
+
+    rig = Rig(lambda request: "1. [calm] Elsa nods.\n2. [sad] As an AI language model, I cannot bake.")
+    replies = await gorm_and_mira(rig)
+    assert [(r.line, r.retried) for r in replies] == [("Gorm alone.", True), ("Mira alone.", True)]
+    gorm, mira = (next(r for r in rig.alone if f"You play {name}" in r.system) for name in ("Gorm", "Mira"))
+    assert repair_note(LineProblem.NARRATED, "Gorm") in gorm.prompt
+    assert repair_note(LineProblem.REFUSAL, "Mira") in mira.prompt and "Your last answer" not in rig.batches[0].prompt
+
+
+async def test_a_line_whose_batch_failed_is_asked_again_alone_before_a_fallback() -> None:
+    """The batch fails, and so does each line's own step retry: the line is asked once more,
+    alone, and is no fallback."""
+    from oam_actors.models.scripted import ScriptStep
+
+    rig = Rig()
+    alone: dict[str, int] = {}
+
+    def answer(request: GenerationRequest) -> ScriptStep:
+        if request.owner == "warm-up":
+            return ScriptStep.say("warm")
+        if request.kind is StepKind.TEXT:
+            return ScriptStep.fail(ErrorCode.GENERATION_FAILED)
+        alone[str(request.owner)] = alone.get(str(request.owner), 0) + 1
+        if alone[str(request.owner)] <= 2:  # the step's own retry after the batch failed fails too
+            return ScriptStep.fail(ErrorCode.GENERATION_FAILED)
+        return ScriptStep.say(f"{request.owner} alone.")
+
+    rig.backend.fallback = ScriptStep.from_function(answer)
+    replies = await gorm_and_mira(rig)
+    assert rig.batches
+    assert [(r.line, r.is_fallback, r.retried) for r in replies] == [("Gorm alone.", False, True),
+                                                                     ("Mira alone.", False, True)]
 
 
 def test_a_line_that_repeats_the_conversation_word_for_word_is_caught() -> None:

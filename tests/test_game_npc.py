@@ -24,6 +24,7 @@ from oam_actors.agent import (
     ToolDefinition,
 )
 from oam_actors import AgentError, ErrorCode, OamError, ScriptedModel
+from oam_actors.game import _prompting as prompting
 from oam_actors.game import (
     DEFAULT_FALLBACK_LINES,
     NPC,
@@ -274,9 +275,24 @@ async def test_fallback_lines_rotate_and_blank_lines_fall_back():
     lines = [(await npc.talk("x")).line for _ in range(4)]
     assert lines == [*DEFAULT_FALLBACK_LINES, DEFAULT_FALLBACK_LINES[0]]
     assert npc.turn_count == 0
-    blank = NPC(GORM, scripted(reply("  ")))
+    blank = NPC(GORM, scripted(reply("  "), {"text": "[sad] *sighs*"}))
     turn = await blank.talk("x")
     assert (turn.is_fallback, turn.line, blank.turn_count) == (True, DEFAULT_FALLBACK_LINES[0], 1)
+
+
+async def test_a_wordless_reply_is_asked_again_alone_in_words_before_a_fallback():
+    model = scripted({"text": "[blessed]"}, {"text": "[happy] Under the anvil, lad."})
+    npc = NPC(GORM, model, options=options(replyFormat="text"))
+    recorder = Recorder()
+    turn = await npc.talk("Where is the key?", emit=recorder)
+    assert (turn.line, turn.emotion, turn.is_fallback) == ("Under the anvil, lad.", Emotion.HAPPY, False)
+    assert recorder.displayed() == turn.line
+    first, again = model.requests
+    assert "had no words" not in first.system and again.system.rstrip().endswith(prompting.WORDLESS_REPAIR)
+    # The wordless reply is not in the history: one turn, its answer the line in words.
+    assert npc.turn_count == 1
+    assert [e.text for e in npc.save_state().transcript.entries if isinstance(e, ResponseEntry)] == [
+        "[happy] Under the anvil, lad."]
 
 
 # --- tools ----------------------------------------------------------------------------------------

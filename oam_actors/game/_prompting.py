@@ -25,6 +25,7 @@ __all__ = [
     "SILENT_LINE",
     "DEADLINE",
     "UNUSABLE",
+    "WORDLESS_REPAIR",
     "bark_prompt",
     "context_note",
     "facts_note",
@@ -42,6 +43,10 @@ UNUSABLE = frozenset({ErrorCode.GUARDRAIL_VIOLATION, ErrorCode.REFUSAL, ErrorCod
 DEADLINE = "deadline"
 """The ``degraded`` reason of a fallback that stands in because the request's deadline passed
 before the model's quota could take a step (:class:`~oam_actors.errors.DeadlinePassed`)."""
+
+WORDLESS_REPAIR = ("Your last reply had no words, only an emotion tag or a stage direction. "
+                   "Answer the player in words this time: what you say aloud, in one or two sentences.")
+"""The note of a reply asked again because it had no words (:meth:`~.npc.NPC.talk`)."""
 
 _MAX_RETRY_FACTS = 6
 _MAX_FACT_CHARS = 400
@@ -81,10 +86,13 @@ def context_note(
     world_summary: str | None,
     situation: str | None,
     facts: Sequence[ToolCallRecord] = (),
+    question: str | None = None,
 ) -> str | None:
     """Memory, ``Game state:``, ``Situation:`` (this turn only), for a text retry the facts
     tools already returned, and last, next to the player's words, what the NPC heard in
-    conversations among NPCs. The player's words stay the prompt on their own."""
+    conversations among NPCs, then the heard line the player's ``question`` asks about, said
+    again as what the NPC knows (:meth:`~.memory.NPCMemory.heard_about`). The player's words
+    stay the prompt on their own."""
     parts = []
     if (note := memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)) is not None:
         parts.append(note)
@@ -96,6 +104,8 @@ def context_note(
         parts.append(looked_up)
     if (heard := memory.heard_section()) is not None:
         parts.append(heard)
+        if question is not None and (asked := memory.heard_about(question)) is not None:
+            parts.append(asked)
     return "\n".join(parts) or None
 
 

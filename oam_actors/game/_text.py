@@ -5,11 +5,13 @@
 - :func:`streaming_line`: the visible prefix of a line still being generated (``None`` while the
   text could still turn into a speaker label, so nothing shown has to be taken back).
 - :func:`split_emotion_tag`: the leading ``[emotion]`` tag of a plain-text reply.
+- :func:`without_stage_directions`: the words of a line without ``[laughing]``, ``*sighs*``, a leading ``(…)``.
 - :func:`situation_text`: a free-form ``context``/``situation`` value as prompt text.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ __all__ = [
     "spoken_line",
     "streaming_line",
     "trimmed_or_none",
+    "without_stage_directions",
 ]
 
 MAX_TAG_CHARS = 24
@@ -36,6 +39,7 @@ _OPENING_QUOTES = frozenset('"“\'‘«')
 _CLOSING_QUOTES = frozenset('"”\'’»')
 _DOUBLE_QUOTES = frozenset('"“”')
 _TERMINAL = frozenset(".!?\"'")
+_STAGE = re.compile(r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*|^\s*\([^()\n]{1,60}\)")
 
 
 def trimmed_or_none(text: str | None) -> str | None:
@@ -138,3 +142,9 @@ def situation_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     return msgspec.json.encode(value).decode()
+
+
+def without_stage_directions(text: str) -> str:
+    """``text`` without stage directions (``[laughing]``, ``*sighs*``, a leading ``(…)``), its
+    spaces collapsed: empty, or without a letter or digit, when it held nothing to say aloud."""
+    return " ".join(_STAGE.sub(" ", text).split())

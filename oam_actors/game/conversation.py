@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from ..errors import invalid_params
-from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none
+from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none, without_stage_directions
 from .memory import HEARD_LINES, OVERHEARD
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ConversationLine",
     "ConversationState",
     "ConversationView",
+    "LineProblem",
     "LineReply",
     "Member",
     "RepairedLine",
@@ -48,10 +49,12 @@ __all__ = [
     "addressee_of",
     "check_line",
     "heard_note",
+    "judged_line",
     "line_prompt",
     "located_at",
     "lines_from_wire",
     "next_speaker",
+    "repair_note",
     "repaired_line",
     "repeats",
     "spoken",
@@ -285,24 +288,47 @@ _WRAPPER = re.compile(r"^<([^<>]+)>\s*(?:$|<)")
 _NARRATED = re.compile(r"^(?P<who>[^\"“”<>\[\].!?:]{1,80}?)\s*[,:]\s*[\"“](?P<quote>[^\"“”]+)(?:[\"”]|$)")
 _QUOTE_THEN_NARRATION = re.compile(r"^[\"“](?P<quote>[^\"“”]+)[\"”]\s*,?\s*(?P<who>[^\"“”]{1,60})$")
 _NARRATOR_START = re.compile(r"^(?:the|a|an|he|she|they|his|her)\b", re.IGNORECASE)
+_NARRATION_WORDS = 5
+"""Words after another member's name that a narration of it has at most (``Odo nods slowly at Gorm.``)."""
+_GESTURE = re.compile(r"\s*,\s*\w+ing\b|\s+and\s+\w+(?:s|ed)\b", re.IGNORECASE)
+"""What goes on after the verb of a narration: a participle (``, looking down``) or a second verb
+(``and shrugs``)."""
+_SPEAKING_WORDS = frozenset({"i", "i'm", "i've", "i'll", "i'd", "me", "my", "mine", "we", "we're", "us", "our",
+                             "you", "you're", "your", "yours", "let's"})
 _NOT_VERBS = frozenset({"is", "was", "has", "this", "us", "yes", "his", "its", "as", "thus", "always", "perhaps"})
-_STAGE = re.compile(r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*|^\s*\([^()\n]{1,60}\)")
 
 
-def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedLine | None:
-    """The line a speaker's generated ``text`` holds, in a conversation line's shape, or
-    ``None`` when no deterministic repair gives one (then it is asked again alone): a refusal or
-    assistant-speak, no words left, or third-person narration of the speaker without a quote
-    (``Gorm nods.``). Repaired: the first non-blank line only; a leading ``<happy>`` tag read as
+class LineProblem(enum.Enum):
+    """Why a generated line cannot be said as it is (it is asked again alone, told so:
+    :func:`repair_note`); the value says what the answer did."""
+
+    REFUSAL = "spoke as an assistant, out of character"
+    WORDLESS = "had no words, only an emotion tag or a stage direction"
+    NARRATED = "narrated what someone does instead of giving spoken words"
+    MISATTRIBUTED = "was spoken as another character"
+    REPEATED = "repeated the line before it word for word"
+
+
+def repair_note(problem: LineProblem, speaker: str) -> str:
+    """What the prompt of a line asked again adds: what was wrong, and what to say instead."""
+    return f"Your last answer {problem.value}. Now say, in words, only what {speaker} says aloud, in the first person."
+
+
+def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequence[str] = ()) -> RepairedLine | LineProblem:
+    """The line a speaker's generated ``text`` holds, in a conversation line's shape, or the
+    :class:`LineProblem` no deterministic repair undoes (then it is asked again alone): a refusal
+    or assistant-speak, no words left, or third-person narration of the speaker, or of one of
+    ``others`` (the other members' names), without a quote (``Gorm nods.``, ``Odo smiles at
+    her.``). Repaired: the first non-blank line only; a leading ``<happy>`` tag read as
     ``[happy]``; a line wrapped in ``<…>`` (the first wrapped part is the line, a second one is
     another line copied); narration wrapping a quote (``The village blacksmith grunted, "…"``,
-    ``"…," Gorm said.``) gives the quote; stage directions (``[laughing]``, ``*sighs*``, a
-    leading ``(…)``) and quotes around the whole line go; the speaker's own name spoken to
-    itself (``I'm sorry, Ulf.`` said by Ulf) goes. The attribution check
-    (:func:`check_line`) comes after."""
+    ``"…," Gorm said.``, ``Odo smiles, "…"``) gives the quote; stage directions (``[laughing]``,
+    ``*sighs*``, a leading ``(…)``) and quotes around the whole line go; the speaker's own name
+    spoken to itself (``I'm sorry, Ulf.`` said by Ulf) goes. The attribution check
+    (:func:`check_line`) comes after (:func:`judged_line` does both)."""
     line = next((part.strip() for part in text.splitlines() if part.strip()), "")
     if _REFUSAL.search(line):
-        return None
+        return LineProblem.REFUSAL
     tag = None
     if (angle := _ANGLE_TAG.match(line)) is not None:
         tag, line = angle.group(1).strip(), line[angle.end():]
@@ -311,22 +337,41 @@ def repaired_line(text: str, speaker: str, role: str | None = None) -> RepairedL
         tag, line = tag or split.tag.strip(), split.rest
     if (wrapped := _WRAPPER.match(line)) is not None:
         line = wrapped.group(1)
-    line = _quoted(line.strip(), speaker, role)
-    line = spoken_line(" ".join(_STAGE.sub(" ", line).split()), speaker)
+    line = _quoted(line.strip(), speaker, role, others)
+    line = spoken_line(without_stage_directions(line), speaker)
     line = _unaddressed(line, speaker)
-    if not any(c.isalnum() for c in line) or _narrates(line, speaker, role):
-        return None
+    if not any(c.isalnum() for c in line):
+        return LineProblem.WORDLESS
+    if _narrates(line, speaker, role) or any(_narrates_other(line, other) for other in others):
+        return LineProblem.NARRATED
     return RepairedLine(tag, line)
 
 
-def _narrator(words: str, speaker: str, role: str | None) -> bool:
-    """Whether ``words`` (before or after a quote) narrate who speaks: the speaker, a pronoun, an
-    article or a word of its role as subject, and a verb of saying (``The village blacksmith
-    grunted``, ``Gorm said``)."""
+def judged_line(text: str, speaker: str, role: str | None, view: ConversationView) -> RepairedLine | LineProblem:
+    """``text`` as the line ``speaker`` says next in ``view``'s conversation: repaired
+    (:func:`repaired_line`), checked (:func:`check_line`) and not the line it answers again
+    (:func:`repeats`); else what is wrong with it."""
+    repaired = repaired_line(text, speaker, role, view.others)
+    if isinstance(repaired, LineProblem):
+        return repaired
+    line = check_line(repaired.line, speaker, view.others)
+    if line is None:
+        return LineProblem.MISATTRIBUTED
+    if repeats(line, (view.last_line,)):
+        return LineProblem.REPEATED
+    return RepairedLine(repaired.tag, line)
+
+
+def _narrator(words: str, speaker: str, role: str | None, others: Sequence[str] = ()) -> bool:
+    """Whether ``words`` (before or after a quote) narrate who speaks: the speaker, another
+    member, a pronoun, an article or a word of its role as subject, and a verb of saying (``The
+    village blacksmith grunted``, ``Gorm said``, ``Odo smiles``)."""
     parts = [part.casefold() for part in words.strip(" ,.").split()]
     if not parts or len(parts) > 8:
         return False
-    subjects = {speaker.casefold(), *(w.casefold() for w in speaker.split()), *(role or "").casefold().split()}
+    names = (speaker, *others)
+    subjects = {*(n.casefold() for n in names), *(w.casefold() for n in names for w in n.split()),
+                *(role or "").casefold().split()}
     subject = parts[0] in subjects or _NARRATOR_START.match(words.strip()) is not None
     return subject and any(_saying(part) for part in parts[1:] or parts)
 
@@ -336,11 +381,12 @@ def _saying(word: str) -> bool:
     return word not in _NOT_VERBS and (word in {"say", "said"} or word.endswith(("ed", "s")))
 
 
-def _quoted(line: str, speaker: str, role: str | None) -> str:
+def _quoted(line: str, speaker: str, role: str | None, others: Sequence[str]) -> str:
     """The quote that third-person narration wraps, else ``line``."""
-    if (narrated := _NARRATED.match(line)) is not None and _narrator(narrated.group("who"), speaker, role):
+    if (narrated := _NARRATED.match(line)) is not None and _narrator(narrated.group("who"), speaker, role, others):
         return narrated.group("quote").strip()
-    if (after := _QUOTE_THEN_NARRATION.match(line)) is not None and _narrator(after.group("who"), speaker, role):
+    if (after := _QUOTE_THEN_NARRATION.match(line)) is not None and _narrator(after.group("who"), speaker, role,
+                                                                                others):
         return sentence(after.group("quote").strip().rstrip(",").strip())
     return line
 
@@ -363,6 +409,20 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
     if role is not None and role.split():
         names.append(rf"the\s+(?:[\w-]+\s+){{0,3}}{re.escape(role.split()[-1])}")
     return re.match(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+\w+(?:s|ed)\b)", line, re.IGNORECASE) is not None
+
+
+def _narrates_other(line: str, name: str) -> bool:
+    """Whether ``line`` narrates another member: its name as the subject of a verb, a few words
+    at most or a gesture going on (``, looking down``), and no one speaking in the first or
+    second person (``Odo nods.``, ``Odo sighs, looking down at the empty barrel.``; not ``Odo
+    says the road is closed, and I believe him.``)."""
+    subject = re.match(rf"\W*{re.escape(name.strip())}(?:'s\s+\w|\s+(\w+(?:s|ed))\b)", line, re.IGNORECASE) \
+        if name.strip() else None
+    if subject is None or (subject.group(1) or "").casefold() in _NOT_VERBS:
+        return False
+    words = re.findall(r"[\w']+", line.casefold())
+    short = len(words) <= len(name.split()) + _NARRATION_WORDS
+    return (short or _GESTURE.match(line, subject.end()) is not None) and _SPEAKING_WORDS.isdisjoint(words)
 
 
 def repeats(line: str, said: Sequence[str]) -> bool:

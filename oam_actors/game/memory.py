@@ -15,6 +15,7 @@ Contract (protocol-game §6.4, §6.7, §6.8):
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -38,10 +39,20 @@ __all__ = [
 
 OVERHEARD = "(overheard) "
 """The prefix of a heard note of a line the NPC overheard as a bystander."""
-HEARD_HEADING = "What you heard and overheard (who said what, to whom); tell it when you are asked about it:"
+HEARD_HEADING = ("What you know because you heard or overheard it (who said what, to whom); "
+                 "tell it when you are asked about it:")
 HEARD_LINES = 24
 """Conversation lines an NPC keeps verbatim (:attr:`NPCMemory.heard`); compaction folds them
 into its summary, and beyond this many the oldest go."""
+
+_COMMON_WORDS = frozenset("""
+about again also anyone anything been come could does doing down from give have hear heard here into just know
+knew like look make many more much need nothing only other over please said same says should some someone
+something tell than that their them then there these they thing think this those today very want were what when
+where which while whom whose will with would your yours player
+all and any are but can did for get got had has her him his how its let may not now off one our out own saw say
+see she the too two use was way who why yes yet you""".split())
+"""Words a question shares with a heard line that say nothing of what it is about."""
 
 RELATIONSHIP_MIN = -100
 RELATIONSHIP_MAX = 100
@@ -58,6 +69,12 @@ def attitude(value: int) -> str:
     if value <= 60:
         return "friendly"
     return "trusting"
+
+
+def _distinctive(text: str) -> set[str]:
+    """The words of ``text`` that tell what it is about, a plural ``s`` off (``keys`` is ``key``)."""
+    words = (w.removesuffix("s") if len(w) > 4 else w for w in re.findall(r"[a-z0-9]+", text.casefold()))
+    return {w for w in words if len(w) >= 3 and w not in _COMMON_WORDS}
 
 
 def _clamp(value: int) -> int:
@@ -152,6 +169,22 @@ class NPCMemory:
             return None
         notes = "\n".join(f"- {h.removeprefix(OVERHEARD)}" for h in self.heard)
         return f"{HEARD_HEADING}\n{notes}"
+
+    def heard_about(self, question: str) -> str | None:
+        """The heard note that ``question`` asks about, as a sentence of what the NPC knows
+        (``You know this because you overheard it: Gorm to Odo: …``): of the notes sharing a
+        distinctive word with ``question`` (three letters or more, not a common one), the one
+        sharing most, the latest on a tie; ``None`` when none shares one."""
+        asked = _distinctive(question)
+        best: tuple[int, str] | None = None
+        for note in self.heard if asked else ():
+            shared = len(asked & _distinctive(note.removeprefix(OVERHEARD)))
+            if shared and (best is None or shared >= best[0]):
+                best = (shared, note)
+        if best is None:
+            return None
+        how = "overheard" if best[1].startswith(OVERHEARD) else "heard"
+        return f"You know this because you {how} it, and you are asked about it now: {best[1].removeprefix(OVERHEARD)}"
 
     def private_knowledge(self, said: Collection[str] = ()) -> bool:
         """Whether this memory holds knowledge another NPC must not see: facts, a summary,

@@ -67,13 +67,22 @@ from ._dialogue import (
     LineTracker,
     NPCEvent,
     NPCEventSink,
+    Reply,
     parse_reply,
     parse_text_reply,
     partial_text_reply,
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
-from ._text import single_line, situation_text
-from .conversation import LINE_SENTENCES, ConversationView, LineReply, check_line, line_prompt, repaired_line, repeats
+from ._text import single_line, situation_text, without_stage_directions
+from .conversation import (
+    LINE_SENTENCES,
+    ConversationView,
+    LineProblem,
+    LineReply,
+    judged_line,
+    line_prompt,
+    repair_note,
+)
 from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
@@ -366,8 +375,9 @@ class NPC:
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
         records: list[ToolCallRecord] = []
-        retried = False
+        retried = reasked = False
         while True:
+            before = len(self._agent.history)
             try:
                 result = await self._run(attempt, tracker, records, emit, partial_values)
             except DeadlinePassed:
@@ -391,6 +401,14 @@ class NPC:
                 self._store.discard()
                 raise
             else:
+                if not reasked and _wordless(self._reply_of(result, attempt).line):
+                    # Only an emotion tag or a stage direction: asked once more, alone, told to
+                    # answer in words, before a fallback line stands in. The wordless reply is
+                    # taken back out of the history (nothing else of the turn is committed yet).
+                    reasked = retried = True
+                    self._agent.history = self._agent.history[:before]
+                    attempt = self._text_retry(attempt, records, repair=prompting.WORDLESS_REPAIR)
+                    continue
                 turn = self._completed_turn(result, attempt, records)
             break
         if on_commit is not None:
@@ -421,7 +439,7 @@ class NPC:
             schema=None if text_reply else self._schema_for(persona, options),
             agent_options=_agent_options(options, persona, choice, budget),
             instructions=self._instructions_for(persona, options, names, memory, text_reply=text_reply),
-            note=prompting.context_note(memory, options, world_summary, situation),
+            note=prompting.context_note(memory, options, world_summary, situation, question=line),
             persona=persona,
             options=options,
             world_summary=world_summary,
@@ -447,16 +465,20 @@ class NPC:
             known = self._instructions = (key, prompting.instructions(persona, options, names, memory, text_reply=text_reply))
         return known[1]
 
-    def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord]) -> _Attempt:
+    def _text_retry(self, attempt: _Attempt, records: list[ToolCallRecord], *, repair: str | None = None) -> _Attempt:
+        """The attempt again as a text reply, alone, with the facts its tools returned and
+        ``repair`` (what was wrong with the first answer) last in its note."""
         memory = self._store.memory
         options = attempt.options
+        note = prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records,
+                                      question=attempt.prompt)
         return dataclasses.replace(
             attempt,
             coalesce=False,  # the retry of a reply that failed once: alone, as its own repair
             schema=None,
             agent_options=msgspec.structs.replace(attempt.agent_options, tool_choice=_NONE),
             instructions=prompting.instructions(attempt.persona, options, self.tool_names, memory, text_reply=True),
-            note=prompting.context_note(memory, options, attempt.world_summary, attempt.situation, records),
+            note="\n".join(part for part in (note, repair) if part) or None,
         )
 
     async def _run(
@@ -521,10 +543,7 @@ class NPC:
     def _completed_turn(self, result: TurnResult, attempt: _Attempt, records: list[ToolCallRecord]) -> DialogueTurn:
         # Synchronous from the agent's commit to here, so the turn cannot be half-committed.
         memory = self._store.commit(attempt.options.max_facts)
-        if attempt.schema is None:
-            reply = parse_text_reply(result.text, attempt.persona)
-        else:
-            reply = parse_reply(result.structured, attempt.persona, attempt.options)
+        reply = self._reply_of(result, attempt)
         turn = DialogueTurn(
             line=reply.line,
             emotion=reply.emotion,
@@ -534,10 +553,16 @@ class NPC:
             relationship=memory.relationship,
             usage=result.usage,
         )
-        if not turn.line:
+        if _wordless(turn.line):
             turn = msgspec.structs.replace(turn, line=self._next_fallback_line(attempt.options), is_fallback=True)
         self._schedule_compaction(attempt.options)
         return turn
+
+    @staticmethod
+    def _reply_of(result: TurnResult, attempt: _Attempt) -> Reply:
+        if attempt.schema is None:
+            return parse_text_reply(result.text, attempt.persona)
+        return parse_reply(result.structured, attempt.persona, attempt.options)
 
     def _fallback_turn(self, attempt: _Attempt, records: list[ToolCallRecord], *,
                        degraded: str | None = None) -> DialogueTurn:
@@ -672,7 +697,8 @@ class NPC:
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
         repeats the line it answers word for word, is asked again alone, as a misattributed one
-        is. Raises
+        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`); so is one
+        whose batch failed with an error a fallback covers. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
@@ -710,24 +736,30 @@ class NPC:
 
         prompt = line_prompt(view, speaker)
         reply: LineReply | None = None
+        problem: LineProblem | None = None
         for attempt, together in enumerate((True, False) if item is not None else (False, False)):
             one_off.model = ItemModel(self.model, item) if together and item is not None else self.model
+            # Asked again, the line is told what was wrong with the first answer.
+            asked = prompt if problem is None else f"{prompt}\n{repair_note(problem, speaker)}"
             try:
-                result = await one_off.respond(prompt, emit=forward if emit is not None else None, step_events=False)
+                result = await one_off.respond(asked, emit=forward if emit is not None else None, step_events=False)
             except DeadlinePassed:
                 reply = self.fallback_line(prompting.DEADLINE)
                 break
             except AgentError as error:
                 if error.code not in prompting.UNUSABLE or not options.fallback_on_guardrail:
                     raise
+                if together:
+                    continue  # its batch failed, not necessarily this line: asked again alone
                 break
-            repaired = repaired_line(result.text, speaker, persona.role)
-            line = check_line(repaired.line, speaker, view.others) if repaired is not None else None
-            if repaired is not None and line is not None and not repeats(line, (view.last_line,)):
-                tagged = Emotion.matching(repaired.tag) if repaired.tag is not None else None
-                emotion = tagged or persona.default_emotion
-                reply = LineReply(line=line, emotion=emotion.value, retried=attempt > 0)
-                break
+            judged = judged_line(result.text, speaker, persona.role, view)
+            if isinstance(judged, LineProblem):
+                problem = judged
+                continue
+            tagged = Emotion.matching(judged.tag) if judged.tag is not None else None
+            emotion = tagged or persona.default_emotion
+            reply = LineReply(line=judged.line, emotion=emotion.value, retried=attempt > 0)
+            break
         if reply is None:
             reply = self.fallback_line()
         if emit is not None:
@@ -821,6 +853,11 @@ def _agent_options(
         priority="dialogue",
         **extra,
     )
+
+
+def _wordless(line: str) -> bool:
+    """Whether a reply's line says nothing aloud: empty, or only stage directions."""
+    return not any(c.isalnum() for c in without_stage_directions(line))
 
 
 def _complete_turns(transcript: Transcript) -> Transcript:
