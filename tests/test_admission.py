@@ -17,7 +17,9 @@ import msgspec
 import pytest
 
 from oam_actors import Bridge, GenerationRequest, ScriptedModel, ScriptStep, StepKind
-from oam_actors.runtime import ActorSystem, AdmissionGate, FairQueue, LocalSystem, fair_pause, flow
+from oam_actors.runtime import (
+    Actor, ActorStopped, ActorSystem, Address, AdmissionGate, FairQueue, LocalSystem, MessageCancelled, fair_pause, flow,
+)
 
 HANG_GUARD = 30.0  # seconds; only to fail a hung test instead of blocking the suite
 
@@ -279,6 +281,72 @@ async def test_a_message_held_at_the_open_limit_and_cancelled_leaves_nothing_ope
     gate.finish("burst")
     await gate.acquire(2, "burst", opening=True)  # nothing open: no wait
     assert gate.statistics().running == 1
+
+
+# --- messages admitted before their handler starts ------------------------------------------------
+
+
+class Job(msgspec.Struct):
+    name: str
+
+
+class Worker(Actor):
+    """Runs a :class:`Job` holding a slot, taken before its handler starts, until ``go`` is set."""
+
+    admitted_first = (Job,)
+
+    def __init__(self, started: list[str], go: anyio.Event) -> None:
+        self.started = started
+        self.go = go
+
+    async def handle(self, message: Any) -> Any:
+        self.started.append(message.name)
+        async with self.admission():
+            await self.go.wait()
+        return message.name
+
+
+async def test_a_message_admitted_first_starts_only_once_it_holds_a_slot_and_leaves_nothing_when_cancelled() -> None:
+    started: list[str] = []
+    go = anyio.Event()
+    with anyio.fail_after(HANG_GUARD):
+        async with LocalSystem(max_running=1) as system:
+            refs = [system.spawn(Address("npc", name), lambda: Worker(started, go)) for name in ("a", "b", "c")]
+            await anyio.wait_all_tasks_blocked()
+            with flow("wire"):
+                replies = [ref.ask_nowait(Job(ref.address.id)) for ref in refs]
+            await anyio.wait_all_tasks_blocked()
+            # "a" holds the one slot; "b" and "c" wait at the gate with no handler started.
+            assert started == ["a"]
+            assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=1, waiting=2)
+            assert replies[1].cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=1, waiting=1)
+            with pytest.raises(MessageCancelled):
+                await replies[1].wait()
+            go.set()
+            assert [await replies[0].wait(), await replies[2].wait()] == ["a", "c"]
+            assert started == ["a", "c"]  # the cancelled job never ran
+            assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=0, waiting=0)
+
+
+async def test_a_message_waiting_for_its_slot_is_dropped_when_its_actor_stops() -> None:
+    started: list[str] = []
+    go = anyio.Event()
+    with anyio.fail_after(HANG_GUARD):
+        async with LocalSystem(max_running=1) as system:
+            first, second = (system.spawn(Address("npc", name), lambda: Worker(started, go)) for name in ("a", "b"))
+            await anyio.wait_all_tasks_blocked()
+            running, waiting = first.ask_nowait(Job("a")), second.ask_nowait(Job("b"))
+            await anyio.wait_all_tasks_blocked()
+            await system.stop(second.address)
+            with pytest.raises(ActorStopped):
+                await waiting.wait()
+            assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=1, waiting=0)
+            go.set()
+            assert await running.wait() == "a"
+            assert started == ["a"]
+            assert system.gate_statistics() == msgspec.structs.replace(system.gate_statistics(), running=0, waiting=0)
 
 
 # --- turns over a bridge ---------------------------------------------------------------------------

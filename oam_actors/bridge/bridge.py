@@ -378,22 +378,7 @@ class Bridge:
     def _answer_when_settled(self, request_id: Any, method: str, deferred: Deferred) -> None:
         """Answer from the reply's done callback, on the task that settles it (see ``Deferred``)."""
         assert deferred.reply is not None
-        charge = self._track()
-        settled = deferred.settled
-
-        def done(value: Any, error: BaseException | None) -> None:
-            # A done callback must not raise: it runs inside the settling actor's bookkeeping.
-            try:
-                if settled is not None:
-                    settled()
-                failure = error if isinstance(error, Exception) or error is None else internal_error()
-                self._finish(request_id, method, value, failure, charge)
-            except anyio.ClosedResourceError:
-                _log.info("request %r finished after its connection closed; not answered", request_id)
-            except Exception:
-                _log.exception("request %r could not be answered", request_id)
-
-        deferred.reply.add_done_callback(done)
+        deferred.reply.add_done_callback(_Answer(self, request_id, method, self._track(), deferred.settled))
 
     def _track(self) -> int:
         """A request's work is in flight; what its bytes are counted."""
@@ -666,13 +651,51 @@ class Bridge:
         :meth:`Deferred.of_reply`). Like :meth:`enqueue`'s work, it is cancelled when a shared
         bridge closes or shuts down (extensions queue their own messages)."""
         self._queued.add(reply)
+        return Deferred.of_reply(reply, settled=_Forget(self._queued, reply, settled))
 
-        def forget() -> None:
-            self._queued.discard(reply)
-            if settled is not None:
-                settled()
 
-        return Deferred.of_reply(reply, settled=forget)
+class _Answer:
+    """A queued request's done callback: answers it on the task that settles its reply. A small
+    record rather than a closure: a burst holds one per queued turn, and the collector walks
+    each cell of a closure as an object of its own."""
+
+    __slots__ = ("_bridge", "_charge", "_method", "_request_id", "_settled")
+
+    def __init__(self, bridge: Bridge, request_id: Any, method: str, charge: int,
+                 settled: Callable[[], None] | None) -> None:
+        self._bridge = bridge
+        self._request_id = request_id
+        self._method = method
+        self._charge = charge
+        self._settled = settled
+
+    def __call__(self, value: Any, error: BaseException | None) -> None:
+        # A done callback must not raise: it runs inside the settling actor's bookkeeping.
+        try:
+            if self._settled is not None:
+                self._settled()
+            failure = error if isinstance(error, Exception) or error is None else internal_error()
+            self._bridge._finish(self._request_id, self._method, value, failure, self._charge)  # noqa: SLF001
+        except anyio.ClosedResourceError:
+            _log.info("request %r finished after its connection closed; not answered", self._request_id)
+        except Exception:
+            _log.exception("request %r could not be answered", self._request_id)
+
+
+class _Forget:
+    """A queued reply is settled: the bridge stops tracking it, then ``settled`` runs."""
+
+    __slots__ = ("_queued", "_reply", "_settled")
+
+    def __init__(self, queued: set[Reply], reply: Reply, settled: Callable[[], None] | None) -> None:
+        self._queued = queued
+        self._reply = reply
+        self._settled = settled
+
+    def __call__(self) -> None:
+        self._queued.discard(self._reply)
+        if self._settled is not None:
+            self._settled()
 
 
 def tenant_namespace(tenant: str) -> str:

@@ -177,6 +177,8 @@ class NPCActor(Actor):
     by ``npc/state``); ``default_tool_timeout`` replaces a ``toolTimeoutSeconds`` an update
     removes."""
 
+    admitted_first = (Talk,)  # a talk's handler does nothing before its admission that cannot wait
+
     def __init__(
         self,
         npc: NPC,

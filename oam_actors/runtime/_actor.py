@@ -123,6 +123,13 @@ class Actor:
             raise RuntimeError("commit() is only valid inside this actor's handle()")
         host.commit_running()
 
+    admitted_first: tuple[type, ...] = ()
+    """Ordered messages of these types that reach an idle actor wait for a slot of the system's
+    admission gate before their handler starts (with no task waiting for them); their handler's
+    first :meth:`admission` holds that slot, and must be entered (``async with``). For messages
+    whose handler asks for admission before anything else: a queued one then costs a record at
+    the gate, not a started handler."""
+
     def admission(self) -> Admission:
         """The ordered message being handled, at its system's admission gate.
 

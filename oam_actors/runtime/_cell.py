@@ -88,6 +88,15 @@ class ActorCell:
         # Only an idle running actor's next message goes straight on to the gate; one queued
         # behind other work would hold its flow's later tickets for as long as that work runs.
         idle = gate is not None and self.state is CellState.RUNNING and self.mailbox.idle
+        if idle and isinstance(message, self.actor.admitted_first):
+            # Its place at the gate is taken now, and the actor task is woken only once it holds a
+            # slot: a queued message is a record at the gate, not a handler waiting there.
+            assert gate is not None
+            self.mailbox.put_nowait(envelope, wake=False)
+            envelope.reservation = reservation = gate.reserve(envelope.ticket, envelope.flow, self.mailbox.wake)
+            if reservation.ready:
+                self.mailbox.wake()
+            return envelope
         self.mailbox.put_nowait(envelope)
         if idle:
             assert gate is not None
@@ -157,6 +166,9 @@ class ActorCell:
         running = self.mailbox.running
         if running is None:
             raise RuntimeError("admission() is only valid inside this actor's handle()")
+        reservation = running.reservation
+        if reservation is not None and not reservation.claimed:
+            return reservation.claim()
         return Admission(self._gate, running.ticket, running.flow)
 
     async def _start(self) -> bool:

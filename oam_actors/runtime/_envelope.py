@@ -18,7 +18,7 @@ from oam_actors.runtime._errors import MessageCancelled, RuntimeErrorBase
 from oam_actors.runtime._ref import Reply
 
 if TYPE_CHECKING:
-    from oam_actors.runtime._admission import Arrival
+    from oam_actors.runtime._admission import Arrival, Reservation
 
 __all__ = ["Envelope"]
 
@@ -34,7 +34,7 @@ class Envelope(Reply):
 
     __slots__ = (
         "_abort", "_callbacks", "_committed", "_error", "_event", "_scope", "_stage", "_value", "arrival", "flow",
-        "message", "tell", "ticket",
+        "message", "reservation", "tell", "ticket",
     )
 
     def __init__(self, message: Any, *, tell: bool = False, ticket: int = 0, flow: str = "") -> None:
@@ -45,6 +45,9 @@ class Envelope(Reply):
         # On its way to the gate (set by the cell): closed once the handler first waits, or the
         # message is cancelled or resolves, so no path leaves its flow held behind it.
         self.arrival: Arrival | None = None
+        # Its place at the gate taken at arrival (set by the cell): it starts once that holds a
+        # slot, which its handler's admission then holds; closed if it never gets that far.
+        self.reservation: Reservation | None = None
         self._stage = _Stage.QUEUED
         self._value: Any = None
         self._error: BaseException | None = None
@@ -86,6 +89,12 @@ class Envelope(Reply):
     # -- driven by the actor task ---------------------------------------------------------
 
     @property
+    def waiting(self) -> bool:
+        """Queued for a slot it reserved (``reservation``), not ready to start yet."""
+        reservation = self.reservation
+        return reservation is not None and self._abort is None and not reservation.ready
+
+    @property
     def committed(self) -> bool:
         """Whether the handler passed its point of no return (``Actor.commit``)."""
         return self._committed
@@ -102,6 +111,8 @@ class Envelope(Reply):
         self._abort = error_type
         if self.arrival is not None:
             self.arrival.close()  # it will never ask for admission now
+        if self.reservation is not None and self._stage is _Stage.QUEUED:
+            self.reservation.close()  # its place goes to the next one now, not when it is dropped
         if self._scope is not None:
             self._scope.cancel()
         return True
@@ -124,6 +135,8 @@ class Envelope(Reply):
         self._scope = None
         if self.arrival is not None:
             self.arrival.close()
+        if self.reservation is not None:
+            self.reservation.close()
         self._value = value
         self._error = error
         if self._callbacks is not None:

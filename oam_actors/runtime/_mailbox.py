@@ -52,14 +52,17 @@ class Mailbox:
         """Nothing running or queued."""
         return self.running is None and not self._queue
 
-    def put_nowait(self, envelope: Envelope) -> None:
-        """Append ``envelope``; ``ActorStopped`` once closed, ``MailboxFull`` at the bound."""
+    def put_nowait(self, envelope: Envelope, *, wake: bool = True) -> None:
+        """Append ``envelope``; ``ActorStopped`` once closed, ``MailboxFull`` at the bound.
+        ``wake=False``: the actor task is not woken for it (it is to wait at the gate first: the
+        gate calls :meth:`wake` when it may start)."""
         if self._closed:
             raise ActorStopped(self.address)
         if len(self._queue) >= self.max_queue:
             raise MailboxFull(self.address, self.max_queue)
         self._queue.append(envelope)
-        self._wake()
+        if wake:
+            self.wake()
 
     async def get(self) -> Envelope | None:
         """The next envelope, waiting for one; ``None`` once closed and empty. Yields unless the
@@ -69,7 +72,9 @@ class Mailbox:
             fair = self._fair = fair_yield()
         began = self._began
         while True:
-            while not self._queue:
+            # A message waiting for its reserved slot is not taken before it holds one (closing
+            # takes it: it is dropped).
+            while not self._queue or (self._queue[0].waiting and not self._closed):
                 if self._closed:
                     return None
                 self._wakeup = anyio.Event()
@@ -91,7 +96,7 @@ class Mailbox:
     def close(self) -> None:
         """Reject further messages and wake the actor task to drain what is queued."""
         self._closed = True
-        self._wake()
+        self.wake()
 
     def pending(self) -> Iterator[Envelope]:
         """The running envelope (if any) then the queued ones, in order."""
@@ -139,7 +144,8 @@ class Mailbox:
             self.running = None
         envelope.resolve(value, error)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Wake the actor task if it waits for a message (any task may call it)."""
         if self._wakeup is not None:
             self._wakeup.set()
             self._wakeup = None
