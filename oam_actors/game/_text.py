@@ -5,6 +5,7 @@
 - :func:`streaming_line`: the visible prefix of a line still being generated (``None`` while the
   text could still turn into a speaker label, so nothing shown has to be taken back).
 - :func:`split_emotion_tag`: the leading ``[emotion]`` tag of a plain-text reply.
+- :func:`says_nothing`: whether a reply is only emotion tags and actions.
 - :func:`without_stage_directions`: the words of a line without ``[laughing]``, ``*sighs*``, a leading ``(…)``.
 - :func:`situation_text`: a free-form ``context``/``situation`` value as prompt text.
 """
@@ -22,6 +23,7 @@ __all__ = [
     "TagSplit",
     "joined_list",
     "sentence",
+    "says_nothing",
     "single_line",
     "situation_text",
     "speaker_labels",
@@ -39,7 +41,9 @@ _OPENING_QUOTES = frozenset('"“\'‘«')
 _CLOSING_QUOTES = frozenset('"”\'’»')
 _DOUBLE_QUOTES = frozenset('"“”')
 _TERMINAL = frozenset(".!?\"'")
-_STAGE = re.compile(r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*|^\s*\([^()\n]{1,60}\)")
+_TAGS = r"\[[^\[\]\n]{0,60}\]|\*[^*\n]{1,60}\*"  # [laughing], *sighs*
+_STAGE = re.compile(_TAGS + r"|^\s*\([^()\n]{1,60}\)")
+_ONLY_TAGS = re.compile(_TAGS)
 
 
 def trimmed_or_none(text: str | None) -> str | None:
@@ -142,6 +146,13 @@ def situation_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     return msgspec.json.encode(value).decode()
+
+
+def says_nothing(text: str) -> bool:
+    """Whether a reply says nothing aloud: empty, or only ``[tags]`` and ``*actions*``. A line
+    wholly in parentheses counts as said: it is shown as it is (a scripted model's
+    ``(script exhausted)`` tells the client why it has no line)."""
+    return not any(c.isalnum() for c in _ONLY_TAGS.sub(" ", text))
 
 
 def without_stage_directions(text: str) -> str:

@@ -73,7 +73,7 @@ from ._dialogue import (
     partial_text_reply,
 )
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
-from ._text import single_line, situation_text, without_stage_directions
+from ._text import says_nothing, single_line, situation_text
 from .conversation import (
     LINE_SENTENCES,
     ConversationView,
@@ -401,7 +401,7 @@ class NPC:
                 self._store.discard()
                 raise
             else:
-                if not reasked and _wordless(self._reply_of(result, attempt).line):
+                if not reasked and says_nothing(self._reply_of(result, attempt).line):
                     # Only an emotion tag or a stage direction: asked once more, alone, told to
                     # answer in words, before a fallback line stands in. The wordless reply is
                     # taken back out of the history (nothing else of the turn is committed yet).
@@ -553,7 +553,7 @@ class NPC:
             relationship=memory.relationship,
             usage=result.usage,
         )
-        if _wordless(turn.line):
+        if says_nothing(turn.line):
             turn = msgspec.structs.replace(turn, line=self._next_fallback_line(attempt.options), is_fallback=True)
         self._schedule_compaction(attempt.options)
         return turn
@@ -853,11 +853,6 @@ def _agent_options(
         priority="dialogue",
         **extra,
     )
-
-
-def _wordless(line: str) -> bool:
-    """Whether a reply's line says nothing aloud: empty, or only stage directions."""
-    return not any(c.isalnum() for c in without_stage_directions(line))
 
 
 def _complete_turns(transcript: Transcript) -> Transcript:
