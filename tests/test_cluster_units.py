@@ -25,6 +25,7 @@ from oam_actors.cluster.frames import FrameProtocol, raw_frame
 from oam_actors.cluster.endpoints import Endpoints, StandIns, provisional_ids
 from oam_actors.cluster.link import ShardLink
 from oam_actors.cluster.shard import Shard, sweep_stale_directories
+from oam_actors.cluster.system import remove_orphaned_folders
 from oam_actors.cluster.wire import (
     Answer,
     Ask,
@@ -786,3 +787,16 @@ def test_a_write_through_a_replica_is_sent_again_while_its_owners_process_dies_u
     errors: list[BaseException | None] = []
     written.add_done_callback(lambda _, error: errors.append(error))
     assert [type(error) for error in errors] == [HostFailed]
+
+
+def test_folders_of_private_instances_whose_owner_died_are_removed(tmp_path: Path) -> None:
+    # A driver killed with SIGKILL cannot remove its private Ray folder; the next one does.
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+    orphaned, alive, foreign = (tmp_path / f"oamray-{name}" for name in ("orphaned", "alive", "foreign"))
+    for folder in (orphaned, alive, foreign):
+        (folder / "session_x").mkdir(parents=True)
+    (orphaned / "owner.pid").write_text(finished.stdout.strip())
+    (alive / "owner.pid").write_text(str(os.getpid()))
+    assert remove_orphaned_folders(str(tmp_path)) == [str(orphaned)]
+    assert not orphaned.exists() and alive.exists() and foreign.exists()

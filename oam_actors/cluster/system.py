@@ -51,10 +51,12 @@ import copy
 import gc
 import itertools
 import logging
+import os
 import shutil
 import tempfile
 import zlib
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, final
 
 import anyio
@@ -113,7 +115,16 @@ from .wire import (
     loads_value,
 )
 
-__all__ = ["LOCAL_RAY_OPTIONS", "RaySystem", "ShardInfo", "init_private_ray", "private_ray", "shard_of", "shutdown_private_ray"]
+__all__ = [
+    "LOCAL_RAY_OPTIONS",
+    "RaySystem",
+    "ShardInfo",
+    "init_private_ray",
+    "private_ray",
+    "remove_orphaned_folders",
+    "shard_of",
+    "shutdown_private_ray",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -127,17 +138,42 @@ LOCAL_RAY_OPTIONS: Mapping[str, Any] = {
 }
 """``ray.init`` options when this system starts a Ray instance of its own (no ``address``)."""
 
+_FOLDER_PREFIX = "oamray-"
+_OWNER_FILE = "owner.pid"  # the process a private instance's folder belongs to
+
 
 def init_private_ray(options: Mapping[str, Any] = LOCAL_RAY_OPTIONS) -> str:
     """Start a private local Ray instance (``ray.init(address="local", **options)``, workers'
     output kept from this process's stdout) whose session files go to a folder of its own, not
     ``/tmp/ray``; returns that folder, for :func:`shutdown_private_ray`."""
     # Short and under /tmp: Ray's socket paths must fit in a sun_path.
-    folder = tempfile.mkdtemp(prefix="oamray-", dir="/tmp")
+    remove_orphaned_folders("/tmp")
+    folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX, dir="/tmp")
+    Path(folder, _OWNER_FILE).write_text(str(os.getpid()))
     # A copy: ray.init writes into ``_system_config`` (the object spilling folder, inside this
     # instance's session), and the next instance must not spill into a removed one.
     ray.init(address="local", log_to_driver=False, _temp_dir=folder, **copy.deepcopy(dict(options)))
     return folder
+
+
+def remove_orphaned_folders(root: str) -> list[str]:
+    """Remove the folders of private instances whose owner process is gone (killed before it
+    could remove its own, e.g. by SIGKILL); returns them. A folder without an owner file (not
+    ours, or still being made) and one whose owner is alive are left alone."""
+    removed = []
+    for folder in sorted(Path(root).glob(f"{_FOLDER_PREFIX}*")):
+        try:
+            owner = int(folder.joinpath(_OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+        except PermissionError:  # alive, another user's
+            continue
+    return removed
 
 
 def shutdown_private_ray(folder: str) -> None:
