@@ -75,9 +75,13 @@ def instructions(
 
 def memory_note(memory: NPCMemory, options: NPCOptions) -> str | None:
     """The ``Memory:`` block, then what the NPC heard in conversations (its own section, last)."""
-    parts = [memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools),
-             memory.heard_section()]
+    parts = [_memory_block(memory, options), memory.heard_section()]
     return "\n".join(p for p in parts if p is not None) or None
+
+
+def _memory_block(memory: NPCMemory, options: NPCOptions) -> str | None:
+    """The ``Memory:`` block, with the relationship when the NPC may change it."""
+    return memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)
 
 
 def context_note(
@@ -94,7 +98,7 @@ def context_note(
     again as what the NPC knows (:meth:`~.memory.NPCMemory.heard_about`). The player's words
     stay the prompt on their own."""
     parts = []
-    if (note := memory.note(include_relationship=MemoryTool.CHANGE_RELATIONSHIP in options.memory_tools)) is not None:
+    if (note := _memory_block(memory, options)) is not None:
         parts.append(note)
     if (summary := trimmed_or_none(world_summary)) is not None:
         parts.append(f"Game state:\n{summary}")
