@@ -3,7 +3,7 @@
 from .bridge import Bridge, tool_output_from_reply
 from .config import BridgeConfig, CustomModelFactory, ModelCheck, ModelFactory
 from .model_status import ModelStatusExtension, model_extensions
-from .registry import Call, Deferred, Extension, MethodRegistry
+from .registry import Call, Deferred, Extension, HandlerBridge, MethodRegistry
 
 __all__ = [
     "Bridge",
@@ -13,6 +13,7 @@ __all__ = [
     "ModelCheck",
     "Deferred",
     "Extension",
+    "HandlerBridge",
     "MethodRegistry",
     "ModelFactory",
     "ModelStatusExtension",

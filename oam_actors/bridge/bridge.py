@@ -24,8 +24,9 @@ Contract
 - ``metrics`` (optional, see ``oam_actors.observability.metrics.ServerMetrics``) is told of every
   request, response and finished deferred request.
 - Method handlers (the core methods of ``core``, then each extension's) get the bridge as a
-  :class:`~oam_actors.bridge.registry.HandlerBridge`, which :class:`Bridge` satisfies; ``core``
-  and ``registry`` never import this module.
+  :class:`~oam_actors.bridge.registry.HandlerBridge`, which :class:`Bridge` satisfies; ``core``,
+  ``registry`` and the extensions' handlers (``model_status``, ``game_methods``) never import
+  this module.
 
 Limits (``BridgeConfig.max_connection_bytes`` and ``max_in_flight``; ``None`` is no limit)
 ---------------------------------------------------------------------------------------------

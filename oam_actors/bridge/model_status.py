@@ -23,7 +23,7 @@ from .registry import Call, Extension
 
 if TYPE_CHECKING:
     from ..models.setup import ModelSetup
-    from .bridge import Bridge
+    from .registry import HandlerBridge
 
 __all__ = ["ModelStatusExtension", "model_extensions", "model_status"]
 
@@ -35,7 +35,7 @@ class ModelStatusExtension:
     def __init__(self, model: Callable[[], ModelWithStatistics]) -> None:
         self._model = model
 
-    def install(self, bridge: Bridge) -> None:
+    def install(self, bridge: HandlerBridge) -> None:
         bridge.registry.register("model/status", self._status)
 
     async def _status(self, call: Call) -> dict[str, Any]:

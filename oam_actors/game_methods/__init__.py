@@ -38,7 +38,7 @@ from ._state import GameLimits, GameRegistry, GameState
 from ._world import WORLD_METHODS, revive_world
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge, Call
+    from ..bridge.registry import Call, HandlerBridge
 
 __all__ = ["GAME_METHODS", "GAME_NOTIFICATIONS", "GameExtension", "GameLimits", "GameRegistry"]
 
@@ -82,7 +82,7 @@ class GameExtension:
         """The connection's game index once installed."""
         return self._state
 
-    def install(self, bridge: Bridge) -> None:
+    def install(self, bridge: HandlerBridge) -> None:
         """Register the methods on ``bridge``; raises ``RuntimeError`` when already installed."""
         if self._state is not None:
             raise RuntimeError("a GameExtension serves one bridge; create one per connection")

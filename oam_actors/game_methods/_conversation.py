@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..bridge import Bridge, Call, Deferred
+from ..bridge.registry import Call, Deferred, HandlerBridge
 from ..bridge.params import Params, preview
 from ..errors import invalid_params
 from ..game import Persona
@@ -162,7 +162,7 @@ async def _spawn(game: GameState, conversation: str, state: ConversationState,
     return bridge.created(ref, actor, recipe, result, undo=functools.partial(game.drop_conversation, conversation))
 
 
-def revive_conversation(game: GameState, bridge: Bridge, record: StoreRecord) -> ConversationActor:
+def revive_conversation(game: GameState, bridge: HandlerBridge, record: StoreRecord) -> ConversationActor:
     """A stored conversation built again from its checkpoint (``GameState.prepare_conversation``
     has revived its world's document and its members)."""
     saved = msgspec.json.decode(record.state, type=ConversationCheckpoint)

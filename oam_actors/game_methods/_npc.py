@@ -16,7 +16,7 @@ import msgspec
 from ..agent import ToolChoice
 from ..agent.transcript import Entry
 from ..agent.tools import too_many_tools_warning
-from ..bridge import Bridge, Call, Deferred
+from ..bridge.registry import Call, Deferred, HandlerBridge
 from ..bridge.core import ModelSpec
 from ..bridge.params import Params
 from ..errors import invalid_params
@@ -165,7 +165,7 @@ async def _build(
                           undo=functools.partial(game.npcs.pop, npc_id, None))
 
 
-def revive_npc(game: GameState, bridge: Bridge, record: StoreRecord) -> NPCActor:
+def revive_npc(game: GameState, bridge: HandlerBridge, record: StoreRecord) -> NPCActor:
     """A stored NPC built again: its model and world from the recipe, then its checkpoint."""
     recipe = msgspec.json.decode(record.recipe, type=NPCRecipe)
     spec = ModelSpec(bridge, recipe.model)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..agent import Schema, ToolChoice, ToolChoiceKind
 from ..agent.tools import compact_json
-from ..bridge import Call
+from ..bridge.registry import Call
 from ..bridge.core import resolve_model
 from ..bridge.params import Params, preview
 from ..clock import Budget

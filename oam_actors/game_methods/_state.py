@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from ..bridge import Deferred
+from ..bridge.registry import Deferred
 from ..bridge.params import Params
 from ..clock import Budget, Clock, wire_instant
 from ..errors import ErrorCode, ProtocolError
@@ -42,7 +42,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from ..bridge.registry import HandlerBridge
     from ..game import WorldState
     from ..game import ContentGenerator, DecisionEngine
 
@@ -152,7 +152,7 @@ class GameRegistry:
 class GameState:
     """One bridge's view of its namespace's :class:`GameRegistry` (see the module docstring)."""
 
-    def __init__(self, bridge: Bridge, registry: GameRegistry, clock: Clock) -> None:
+    def __init__(self, bridge: HandlerBridge, registry: GameRegistry, clock: Clock) -> None:
         self.bridge = bridge
         self.clock = clock
         self.registry = registry

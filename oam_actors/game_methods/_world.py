@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..bridge import Bridge, Call
+from ..bridge.registry import Call, HandlerBridge
 from ..bridge.params import Params
 from ..errors import invalid_params
 from ..game import WorldPath, WorldState, WorldStateError
@@ -52,7 +52,7 @@ async def world_create(game: GameState, call: Call) -> Any:
                           undo=functools.partial(game.worlds.pop, world, None))
 
 
-def revive_world(game: GameState, bridge: Bridge, record: StoreRecord) -> WorldActor:
+def revive_world(game: GameState, bridge: HandlerBridge, record: StoreRecord) -> WorldActor:
     """A stored world built again from its checkpoint (NPCs ask it for the document they share)."""
     actor = WorldActor(WorldState(None))
     actor.restore(record.state)

@@ -31,6 +31,10 @@ Contract
   (:meth:`Hub.scrape`) and the console read all three from here.
 - ``extensions`` makes each new bridge's extensions (one set per connection, as the game
   extension requires).
+- The hub is a transport: it makes, serves and aborts whole bridges, so it sees the
+  :class:`~oam_actors.bridge.Bridge` (``serve``, ``abort``, ``in_flight``, which no handler may
+  use); the one extension it adds itself (``auth`` on a server without tokens) sees only the
+  :class:`~oam_actors.bridge.HandlerBridge`, as every handler does.
 - With metrics, the inferences of the system model and of the registered model types are timed
   (``oam_model_step_seconds``); inline scripted models (``"model": {"type": "scripted", …}``) are
   built by the core methods and are not.
@@ -55,7 +59,7 @@ from ..agent import (
     LanguageModel,
     Usage,
 )
-from ..bridge import Bridge, BridgeConfig, Call, CustomModelFactory, Extension, ModelFactory
+from ..bridge import Bridge, BridgeConfig, Call, CustomModelFactory, Extension, HandlerBridge, ModelFactory
 from ..bridge.bridge import tenant_namespace
 from ..bridge.model_status import model_status
 from ..errors import AgentError, ErrorCode
@@ -390,7 +394,7 @@ class _OpenAuth:
     any ``auth`` (first or later, any token) answers ``{"tenant": null}`` rather than
     ``-32601``, and a client written for a server with tokens works against a development one."""
 
-    def install(self, bridge: Bridge) -> None:
+    def install(self, bridge: HandlerBridge) -> None:
         bridge.registry.register("auth", _anonymous)
 
     async def aclose(self) -> None:
