@@ -14,7 +14,9 @@ import pytest
 from oam_actors.cluster import RaySystem, shard_of
 from oam_actors.runtime import Address
 
-from test_cluster_ray import HANG_GUARD, check_invariants, kill_and_wait, on_shard, open_wire, ray_instance  # noqa: F401
+from test_cluster_ray import (  # noqa: F401
+    HANG_GUARD, OPEN_GATE, check_invariants, kill_and_wait, on_shard, open_wire, ray_instance,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -122,4 +124,36 @@ async def test_a_member_on_another_shard_deleted_mid_line_fails_the_request_as_o
         state = (await wire.call("conversation/state", {"conversation": conversation}))["state"]
         assert (state["lines"], [m["npc"] for m in state["members"]]) == ([], ["bran"])
         assert "heard" not in (await wire.call("npc/state", {"npc": "bran"}))["state"]["memory"]
+        check_invariants(wire.log)
+
+
+async def test_a_lines_response_waits_for_a_busy_bystander_on_another_shard_and_its_checkpoint(
+        ray_instance: None) -> None:
+    # Finn overhears from the shard the conversation is not on, busy with the player's gate.
+    finn = on_shard(1, "finn")
+    table = next(i for i in (f"t{n}" for n in range(100)) if shard_of(Address("conversation", i), 2) == 0)
+    finn_model = {"type": "scripted", "steps": [
+        {"toolCalls": [{"name": "open_gate", "arguments": {"gate": "north"}}]},
+        {"json": {"emotion": "neutral", "line": "Open.", "player_options": [], "ends_conversation": False}}]}
+    async with RaySystem(shards=2) as system, open_wire(system, game=True) as wire:
+        await wire.call("world/create", {"world": "village"})
+        for npc, model, tools in (("bran", lines("The bridge is out, Cora."), []), ("cora", lines("Then no flour."), []),
+                                  (finn, finn_model, [OPEN_GATE])):
+            await wire.call("npc/create", {"npc": npc, "persona": {"name": npc.title()}, "world": "village",
+                                           "model": model, "tools": tools})
+        await wire.call("conversation/create", {"conversation": table, "world": "village",
+                                                "members": ["bran", "cora"], "audience": [finn]})
+        talk = wire.request("npc/talk", {"npc": finn, "line": "Open the north gate."})
+        call = wire.log[await wire.wait_for(lambda m: m.get("method") == "tool/call")]
+        run = wire.request("conversation/run", {"conversation": table, "lines": 2, "stream": True})
+        await wire.wait_for(lambda m: m.get("method") == "conversation/event"
+                            and m["params"]["event"].get("type") == "line" and m["params"]["event"]["speaker"] == "cora")
+        wire.send({"id": call["id"], "result": {"output": "open"}})
+        await wire.result(run)
+        # Finn's note waited behind his talk: the talk's answer came first.
+        answers = [m["id"] for m in wire.log if "method" not in m and m.get("id") in (talk, run)]
+        assert answers == [talk, run]
+        await kill_and_wait(system, shard_of(Address("npc", finn), 2))
+        heard = (await wire.call("npc/state", {"npc": finn, "settle": False}))["state"]["memory"]["heard"]
+        assert heard == ["(overheard) Bran to Cora: The bridge is out, Cora.", "(overheard) Cora: Then no flour."]
         check_invariants(wire.log)

@@ -147,15 +147,20 @@ class _Standing(_Wire):
 
 
 class ConversationReply(_Standing):
-    """``conversation/advance`` and ``run`` (the ``lines`` said), ``join`` and ``leave`` (no ``lines``)."""
+    """``conversation/advance`` and ``run`` (the ``lines`` said), ``join`` and ``leave`` (no
+    ``lines``); ``unheard``: the listeners that missed the lines (deleted meanwhile, a full
+    queue, a failure), every other one has them in its memory."""
 
     lines: list[ConversationLine] = []
+    unheard: list[str] = []
 
 
 class ConversationSaid(_Standing, kw_only=True):
-    """``conversation/say``: the player's ``line``, once committed."""
+    """``conversation/say``: the player's ``line``, once committed; ``unheard`` as in
+    :class:`ConversationReply`."""
 
     line: ConversationLine
+    unheard: list[str] = []
 
 
 def decode(result: Any, kind: type[Any], method: str) -> Any:

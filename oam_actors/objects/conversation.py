@@ -16,6 +16,12 @@ Contract
   every member hears them (:class:`~oam_actors.objects.npc.Hear`, as notes in its memory; the
   audience, and the NPCs the world state puts at the conversation's ``location``, as overheard). Cancelled before that, it leaves no trace: no line, no memory (the line
   in progress is cancelled on its NPC's lane too).
+- Listeners: each hears on its own ordered lane (after the work queued there before), and the
+  request's reply waits until every listener has remembered the lines, so whoever is answered
+  after it finds them in each listener's memory (with a state store: in its checkpoint, written
+  before the conversation's own). A listener whose mailbox is full, that is deleted meanwhile or
+  that fails (its store write, its shard) misses them: logged, named in the reply's ``unheard``,
+  and the request goes on.
 - Events (``stream``) go to the request's outlet as ``conversation/event`` with
   ``{"conversation", "requestId", "event"}`` (a speaker's deltas and emotion also carry ``npc``),
   all before the response.
@@ -50,7 +56,7 @@ from ..game.conversation import (
     view_for,
 )
 from ..game import WorldState
-from ..runtime import Actor, ActorStopped, Address, MailboxFull, MessageCancelled
+from ..runtime import Actor, ActorStopped, Address, MailboxFull, MessageCancelled, Reply
 from .npc import Converse, Hear
 from .outlet import Outlet, RequestId
 from .session import object_id
@@ -112,11 +118,17 @@ class _Interjection:
     line: ConversationLine
     committed: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     error: Exception | None = None
+    unheard: list[str] = dataclasses.field(default_factory=list)  # the listeners that missed its commit
 
 
 class ConversationCheckpoint(msgspec.Struct, frozen=True):
     state: ConversationState
     addresses: dict[str, Address]
+
+
+def _unheard(unheard: list[str]) -> dict[str, Any]:
+    """The reply's ``unheard`` key: only when some listener missed the lines."""
+    return {"unheard": unheard} if unheard else {}
 
 
 def member_gone(npc: str) -> ProtocolError:
@@ -152,7 +164,7 @@ class ConversationActor(Actor):
                 state = self._interjected(self.state, taken)
                 if taken:  # else a request took them, and its commit is durable by now
                     self.commit()
-                self._commit_lines(state, taken)
+                await self._commit_lines(state, taken)
                 return None
             case JoinConversation(member=member, address=address):
                 self.commit()
@@ -217,13 +229,13 @@ class ConversationActor(Actor):
             spoken_by_npcs += 1
             state = spoken(state, line)
         self.commit()
-        self._commit_lines(state, said)
+        unheard = await self._commit_lines(state, said)
         result = self._summary()
         if player_turn:
             self._event(outlet, message, {"type": "playerTurn"})
         if state.ended:
             self._event(outlet, message, {"type": "ended"})
-        return {**result, "lines": [line.to_wire() for line in said]}
+        return {**result, "lines": [line.to_wire() for line in said], **_unheard(unheard)}
 
     async def _line_of(self, speaker: str, state: ConversationState, message: Advance) -> LineReply:
         ref = self.system.lookup(self.addresses[speaker])
@@ -281,7 +293,7 @@ class ConversationActor(Actor):
         if entry.error is not None:
             raise entry.error
         await taken.wait()
-        return {**self._summary(), "line": line.to_wire()}
+        return {**self._summary(), "line": line.to_wire(), **_unheard(entry.unheard)}
 
     def _interjected(self, state: ConversationState, said: list[ConversationLine], outlet: Outlet | None = None,
                      message: Advance | None = None) -> ConversationState:
@@ -301,43 +313,64 @@ class ConversationActor(Actor):
                 self._event(outlet, message, {"type": "line", **line.to_wire()})
         return state
 
-    def _commit_lines(self, state: ConversationState, lines: list[ConversationLine]) -> None:
+    async def _commit_lines(self, state: ConversationState, lines: list[ConversationLine]) -> list[str]:
         """After ``commit``: the lines join the conversation, its listeners hear them, and the
-        player's lines among them are answered."""
+        player's lines among them are answered. Returns the listeners that missed them."""
         self.state = state
-        self._tell_heard(lines)
+        # Past the commit: an outer cancel must not cut the listeners' wait short (it is bounded
+        # by the work queued on each listener's lane before the lines).
+        with anyio.CancelScope(shield=True):
+            unheard = await self._tell_heard(lines)
         for entry in list(self._interjections):
             if any(entry.line is line for line in lines):
+                entry.unheard = unheard
                 self._answer(entry)
             elif state.ended:  # the conversation ended before the player's line could be said
                 self._answer(entry, ProtocolError(ErrorCode.INVALID_REQUEST, "The conversation has ended."))
+        return unheard
 
     def _answer(self, entry: _Interjection, error: Exception | None = None) -> None:
         self._interjections.remove(entry)
         entry.error = error
         entry.committed.set()
 
-    def _tell_heard(self, lines: list[ConversationLine]) -> None:
-        """Every member hears the lines, the audience overhears them. A member whose mailbox is
-        full misses them (logged): the conversation does not wait for its listeners."""
+    async def _tell_heard(self, lines: list[ConversationLine]) -> list[str]:
+        """Every member hears the lines, the audience and the NPCs at the location overhear them,
+        each on its own ordered lane; waits until each has remembered them (its commit made
+        durable, with a store). Returns the listeners that missed them (mailbox full, deleted
+        meanwhile, failed), each logged: they never fail the request."""
         if not lines:
-            return
+            return []
         state = self.state
         listeners = [(m.npc, False) for m in state.members] + [(a, True) for a in state.audience]
         present = {npc for npc, _ in listeners}
         listeners += [(npc, True) for npc in self._located() if npc not in present]
+        told: list[tuple[str, Reply]] = []
+        unheard: list[str] = []
         for npc, overheard in listeners:
             address = self.addresses.get(npc) or self._npc_address(npc)
             ref = self.system.lookup(address)
-            if ref is None:
+            if ref is None:  # no such NPC (a location may name one that does not exist)
                 continue
             notes = tuple(heard_note(state, line, npc, overheard=overheard) for line in lines)
             try:
-                ref.tell_nowait(Hear(notes))
-            except MailboxFull:
-                _log.warning("NPC %s missed %d conversation lines: its mailbox is full", npc, len(notes))
-            except ActorStopped:
-                continue
+                told.append((npc, ref.ask_nowait(Hear(notes))))
+            except (MailboxFull, ActorStopped) as error:
+                self._missed(npc, len(lines), error, unheard)
+        # Sent to all first: the listeners remember concurrently, each after its own queued work.
+        for npc, reply in told:
+            try:
+                await reply.wait()
+            except Exception as error:  # noqa: BLE001 - a listener's failure is its own: logged, named
+                self._missed(npc, len(lines), error, unheard)
+        return unheard
+
+    def _missed(self, npc: str, count: int, error: Exception, unheard: list[str]) -> None:
+        """``npc`` missed ``count`` lines because of ``error``: logged (as info for an NPC being
+        deleted: stopped, or its queue cancelled), and added to ``unheard``."""
+        level = logging.INFO if isinstance(error, ActorStopped | MessageCancelled) else logging.WARNING
+        _log.log(level, "NPC %s missed %d lines of conversation %s: %r", npc, count, self.conversation_id, error)
+        unheard.append(npc)
 
     def _located(self) -> list[str]:
         location = self.state.location
