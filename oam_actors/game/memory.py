@@ -15,12 +15,12 @@ Contract (protocol-game §6.4, §6.7, §6.8):
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Collection
 from typing import Any
 
 from ..agent.schema import Schema
 from ..agent.tools import ErrorOutput, TextOutput, ToolDefinition, ToolOutput
+from ..agent.words import distinctive_words
 from ..errors import invalid_params
 from ._decode import WireObject
 from ._text import joined_list, trimmed_or_none
@@ -45,15 +45,6 @@ HEARD_LINES = 24
 """Conversation lines an NPC keeps verbatim (:attr:`NPCMemory.heard`); compaction folds them
 into its summary, and beyond this many the oldest go."""
 
-_COMMON_WORDS = frozenset("""
-about again also anyone anything been come could does doing down from give have hear heard here into just know
-knew like look make many more much need nothing only other over please said same says should some someone
-something tell than that their them then there these they thing think this those today very want were what when
-where which while whom whose will with would your yours player
-all and any are but can did for get got had has her him his how its let may not now off one our out own saw say
-see she the too two use was way who why yes yet you""".split())
-"""Words a question shares with a heard line that say nothing of what it is about."""
-
 RELATIONSHIP_MIN = -100
 RELATIONSHIP_MAX = 100
 
@@ -69,12 +60,6 @@ def attitude(value: int) -> str:
     if value <= 60:
         return "friendly"
     return "trusting"
-
-
-def _distinctive(text: str) -> set[str]:
-    """The words of ``text`` that tell what it is about, a plural ``s`` off (``keys`` is ``key``)."""
-    words = (w.removesuffix("s") if len(w) > 4 else w for w in re.findall(r"[a-z0-9]+", text.casefold()))
-    return {w for w in words if len(w) >= 3 and w not in _COMMON_WORDS}
 
 
 def _clamp(value: int) -> int:
@@ -175,10 +160,10 @@ class NPCMemory:
         (``You know this because you overheard it: Gorm to Odo: …``): of the notes sharing a
         distinctive word with ``question`` (three letters or more, not a common one), the one
         sharing most, the latest on a tie; ``None`` when none shares one."""
-        asked = _distinctive(question)
+        asked = distinctive_words(question)
         best: tuple[int, str] | None = None
         for note in self.heard if asked else ():
-            shared = len(asked & _distinctive(note.removeprefix(OVERHEARD)))
+            shared = len(asked & distinctive_words(note.removeprefix(OVERHEARD)))
             if shared and (best is None or shared >= best[0]):
                 best = (shared, note)
         if best is None:

@@ -66,6 +66,7 @@ import msgspec
 
 from ...agent.envelope import Call, Respond, parse_envelope
 from ...agent.lenient_json import find_json
+from ...agent.words import distinctive_words
 from ...agent.model import (
     BarkItem,
     BatchItem,
@@ -625,22 +626,22 @@ def read_batch(text: str, requests: Sequence[GenerationRequest], *, truncated: b
     return results
 
 
-_COMMON = frozenset(
-    "that this with have what your from they will been were there their about would could should which when "
-    "where just like know here then them some more very into over also only much well said says told heard "
-    "overheard listen your yours mine ours these those than because while after before today tomorrow yesterday "
-    "really think going want need good yes sure right "
-    # the keys and values of the JSON answers a batch's reader writes back
-    "action arguments respond reasoning choice confidence emotion line player options ends conversation "
-    "true false".split())
+_ANSWER_WORDS = distinctive_words("action arguments respond reasoning choice confidence emotion line player_options "
+                                  "ends_conversation true false")
+"""The keys and values of the JSON answers a batch's reader writes back: every answer may hold them."""
+
+
+def _telling(text: str) -> frozenset[str]:
+    """The telling words of ``text``: distinctive, four letters or more, no answer key."""
+    return distinctive_words(text, min_length=4, ignore=_ANSWER_WORDS)
 
 
 def _private_words(item: BatchItem | None) -> frozenset[str]:
-    """The telling words (four letters or more, not the commonest) of what only the item's NPC knows."""
+    """The telling words of what only the item's NPC knows."""
     talk = item.talk if isinstance(item, ToolChoiceItem | StructuredReplyItem) else item
     if not isinstance(talk, ReplyItem) or not talk.private:
         return frozenset()
-    return frozenset(w for w in re.findall(r"[a-z]{4,}", " ".join(talk.private).casefold()) if w not in _COMMON)
+    return _telling(" ".join(talk.private))
 
 
 def _unless_carried(result: ItemResult, own: str, private: list[frozenset[str]]) -> ItemResult:
@@ -649,7 +650,7 @@ def _unless_carried(result: ItemResult, own: str, private: list[frozenset[str]])
     NPC knows)."""
     if not isinstance(result, Answer) or not any(private):
         return result
-    said = set(re.findall(r"[a-z]{4,}", result.text.casefold())) - set(re.findall(r"[a-z]{4,}", own.casefold()))
+    said = _telling(result.text) - _telling(own)
     carried = next((word for words in private for word in sorted(words & said)), None)
     if carried is None:
         return result
