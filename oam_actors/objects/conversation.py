@@ -131,6 +131,15 @@ def _unheard(unheard: list[str]) -> dict[str, Any]:
     return {"unheard": unheard} if unheard else {}
 
 
+async def _failure(reply: Reply) -> Exception | None:
+    """What ``reply`` failed with, or ``None`` once it succeeded."""
+    try:
+        await reply.wait()
+    except Exception as error:  # noqa: BLE001 - a listener's failure is its own: logged, named by the caller
+        return error
+    return None
+
+
 def member_gone(npc: str) -> ProtocolError:
     """A member's NPC was deleted while its line was asked for."""
     return ProtocolError(ErrorCode.NPC_NOT_FOUND, f"The member NPC '{npc}' was deleted.", npc=npc)
@@ -345,8 +354,7 @@ class ConversationActor(Actor):
         listeners = [(m.npc, False) for m in state.members] + [(a, True) for a in state.audience]
         present = {npc for npc, _ in listeners}
         listeners += [(npc, True) for npc in self._located() if npc not in present]
-        told: list[tuple[str, Reply]] = []
-        unheard: list[str] = []
+        told: list[tuple[str, Reply | Exception]] = []
         for npc, overheard in listeners:
             address = self.addresses.get(npc) or self._npc_address(npc)
             ref = self.system.lookup(address)
@@ -356,21 +364,17 @@ class ConversationActor(Actor):
             try:
                 told.append((npc, ref.ask_nowait(Hear(notes))))
             except (MailboxFull, ActorStopped) as error:
-                self._missed(npc, len(lines), error, unheard)
+                told.append((npc, error))
         # Sent to all first: the listeners remember concurrently, each after its own queued work.
+        unheard: list[str] = []
         for npc, reply in told:
-            try:
-                await reply.wait()
-            except Exception as error:  # noqa: BLE001 - a listener's failure is its own: logged, named
-                self._missed(npc, len(lines), error, unheard)
+            error = reply if isinstance(reply, Exception) else await _failure(reply)
+            if error is not None:
+                level = logging.INFO if isinstance(error, ActorStopped | MessageCancelled) else logging.WARNING
+                _log.log(level, "NPC %s missed %d lines of conversation %s: %r", npc, len(lines), self.conversation_id,
+                         error)  # as info when it is being deleted (stopped, or its queue cancelled)
+                unheard.append(npc)
         return unheard
-
-    def _missed(self, npc: str, count: int, error: Exception, unheard: list[str]) -> None:
-        """``npc`` missed ``count`` lines because of ``error``: logged (as info for an NPC being
-        deleted: stopped, or its queue cancelled), and added to ``unheard``."""
-        level = logging.INFO if isinstance(error, ActorStopped | MessageCancelled) else logging.WARNING
-        _log.log(level, "NPC %s missed %d lines of conversation %s: %r", npc, count, self.conversation_id, error)
-        unheard.append(npc)
 
     def _located(self) -> list[str]:
         location = self.state.location
