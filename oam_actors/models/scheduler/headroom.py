@@ -52,6 +52,9 @@ __all__ = ["NO_HEADROOM", "DialogueReserve", "Headroom"]
 # The most of a window's next frees a taking is checked against: all of a phone's (36), the
 # nearest of a large API window's, which keeps a poll's cost bounded.
 _LOOKAHEAD = 64
+# The first period's rate is extrapolated over at least this part of a period: the first line
+# alone, a moment after the backend started, implies no more than this many a window.
+_FIRST_PERIOD_PARTS = 60
 
 
 class Headroom(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,14 +83,32 @@ NO_HEADROOM = Headroom(floor=0, cap=0.0, factor=0.0)
 class DialogueReserve:
     """The learned dialogue demand of one backend and the reserve it implies."""
 
-    __slots__ = ("_count", "_estimate", "_period", "_period_end", "_settings")
+    __slots__ = ("_backends", "_count", "_estimate", "_period", "_period_end", "_settings")
 
     def __init__(self, settings: Headroom, period_seconds: float) -> None:
         self._settings = settings
         self._period = period_seconds
+        self._backends = 0  # the backends that share this demand (joined)
         self._period_end: float | None = None  # set by the first observation's clock
-        self._estimate = 0.0
+        self._estimate: float | None = None  # None until the first period closes
         self._count = 0
+
+    @property
+    def settings(self) -> Headroom:
+        return self._settings
+
+    @property
+    def period(self) -> float:
+        return self._period
+
+    def join(self) -> None:
+        """One more backend serves this demand: each expects its share of it."""
+        self._backends += 1
+
+    def begin(self, now: float) -> None:
+        """The backend's clock reads ``now`` for the first time: the first period starts, unless a
+        backend sharing the demand started it."""
+        self._roll(now)
 
     def observe(self, now: float) -> None:
         """A dialogue ticket was submitted at ``now``."""
@@ -101,9 +122,32 @@ class DialogueReserve:
             self._count -= 1
 
     def demand(self, now: float) -> float:
-        """Dialogue requests expected per window."""
+        """Dialogue requests expected per window, at each backend that shares the demand."""
+        return self._total(now) / max(1, self._backends)
+
+    def _total(self, now: float) -> float:
         self._roll(now)
-        return max(self._estimate, float(self._count))
+        if self._estimate is not None:
+            return max(self._estimate, float(self._count))
+        if self._period_end is None or not self._count:
+            return 0.0
+        # No period has closed: the rate seen so far is all there is to go on.
+        elapsed = now - (self._period_end - self._period)
+        return self._count * self._period / max(elapsed, self._period / _FIRST_PERIOD_PARTS)
+
+    def learned(self, now: float) -> float | None:
+        """The demand to go on from elsewhere (a checkpoint): :meth:`demand`, or ``None`` while no
+        dialogue was seen and no period has closed."""
+        self._roll(now)
+        if self._estimate is None and not self._count:
+            return None
+        return self.demand(now)
+
+    def restore(self, demand: float, now: float) -> None:
+        """Go on from ``demand`` (per backend) learned elsewhere, as if a period closed at
+        ``now`` with it."""
+        self._estimate, self._count = demand * max(1, self._backends), 0
+        self._period_end = now + self._period
 
     def kept(self, now: float, limit: int | None, admitted: int) -> int:
         """Slots of a window of ``limit`` requests to keep free for dialogue, when ``admitted``
@@ -135,10 +179,18 @@ class DialogueReserve:
         return at
 
     def next_change(self, now: float) -> float | None:
-        """When the estimate may next fall (the end of the current period), if it can."""
+        """When the estimate may next fall (the end of the current period; in the first, the
+        moment the rate seen so far falls by one a window), if it can."""
         self._roll(now)
-        if self._period_end is None or (self._estimate == 0 and self._count == 0):
+        if self._period_end is None or (not self._estimate and self._count == 0):
             return None
+        if self._estimate is None:
+            expected = math.ceil(self._settings.factor * self.demand(now) - 1e-9)
+            if expected > 1:
+                start = self._period_end - self._period
+                share = self._settings.factor * self._count / max(1, self._backends)
+                lower = start + share * self._period / (expected - 1)
+                return min(self._period_end, max(start + self._period / _FIRST_PERIOD_PARTS, lower))
         return self._period_end
 
     def _roll(self, now: float) -> None:
@@ -150,7 +202,9 @@ class DialogueReserve:
         if now < self._period_end:
             return
         weight = self._settings.smoothing
-        estimate = weight * self._count + (1 - weight) * self._estimate
+        # The first period is the average's first sample, not one averaged with nothing seen.
+        last = self._count if self._estimate is None else self._estimate
+        estimate = weight * self._count + (1 - weight) * last
         # Whole periods without dialogue since then decay the estimate further.
         idle = math.floor((now - self._period_end) / self._period)
         estimate *= (1 - weight) ** idle
