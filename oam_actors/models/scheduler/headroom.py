@@ -14,6 +14,19 @@ dialogue demand it has seen:
   phone), weight ``smoothing`` for the
   latest period, or the count of the current period when that is higher (a surge raises the
   reserve at once; a lull lowers it one period at a time).
+- **The first period** has no average to go on, and its count so far lags the demand: a fresh
+  phone fed a background flood spent its whole first window (36 admissions a second apart)
+  before the players' lines had been counted, and every line of the window's last 25 s waited for
+  it to slide. So until a period closes the demand is the *rate* seen so far, the count over the
+  time since the backend's clock started (at least ``1/60`` of a period: the first line alone
+  implies the cap), and the first closed period is the average's first sample, not one averaged
+  with the nothing seen before. A checkpoint carries the learned demand
+  (:meth:`DialogueReserve.learned`, :meth:`DialogueReserve.restore`).
+- **Shared**: backends that serve one dialogue demand (the phones of a device pool) share one
+  reserve; each expects its equal share of the dialogue all of them see. Counted per phone, the
+  phone that got most lines kept most room, so the pool (which sends a line where there is most
+  room) sent it more, and the other phones filled with background work until the lines had
+  nowhere to go.
 - **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
   window's request limit (rounded down, so a backend allowing one request per window reserves
   nothing and background work still runs).

@@ -25,7 +25,9 @@ Contract
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it, and the free slots the
   dialogue expected before each of the window's next frees needs (less those that free within
-  the pacing interval, which are lent); dialogue may use all of it.
+  the pacing interval, which are lent); dialogue may use all of it. Policies may share one
+  :class:`~.headroom.DialogueReserve` (a pool's phones): each then keeps its share of the
+  dialogue all of them see.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; among owners within one request of service of
   each other the shortest queue budget first, then earliest deadline; follow-ups before every
@@ -65,7 +67,7 @@ Contract
   taken at face value. The limits they report are learned with their window (the longest reset
   seen, not an assumed minute) and paced; while a reported limit is known, a throttle costs its
   cool-down only: the provider has said what it allows, and one refusal does not lower it.
-- **Checkpoints.** :meth:`QuotaPolicy.quota_state` is everything learned and spent, in seconds
+- **Checkpoints.** :meth:`QuotaPolicy.quota_state` is everything learned (the dialogue demand too) and spent, in seconds
   relative to ``now``; :meth:`QuotaPolicy.restore_quota_state` puts it into a fresh policy (a model
   actor restarted in another process, on another clock), so a restart cannot burst the quota.
 - Token estimates are charged at admission; ``release(tokens_used=…)`` corrects the charge while
