@@ -168,12 +168,12 @@ def test_reserve_follows_demand_between_floor_and_cap() -> None:
     assert reserve.kept(20.0, 8, admitted=0) == 4  # at most half the window
     assert reserve.kept(20.0, 1, admitted=0) == 0  # a one-request window reserves nothing
     assert reserve.kept(20.0, None, admitted=0) == 0  # no request limit, nothing to keep
-    assert reserve.kept(61.0, 36, admitted=0) == 10  # the first period closed: its count
+    assert reserve.kept(61.0, 36, admitted=0) == 5  # the first period closed: EWMA 0.5 * 10
     for n in range(20):
         reserve.observe(62.0 + n)
     assert reserve.kept(82.0, 36, admitted=14) == 6  # a surge counts at once
-    assert reserve.kept(121.0, 36, admitted=0) == 15  # the EWMA: 0.5 * 20 + 0.5 * 10
-    assert reserve.kept(245.0, 36, admitted=0) == 4  # two periods more without dialogue: 15 / 4
+    assert reserve.kept(121.0, 36, admitted=0) == 13  # the EWMA: 0.5 * 20 + 0.5 * 5
+    assert reserve.kept(245.0, 36, admitted=0) == 4  # two periods more without dialogue: 12.5 / 4
     assert reserve.kept(3600.0, 36, admitted=0) == 1  # back to the floor
 
 
@@ -216,11 +216,11 @@ def test_the_learned_dialogue_demand_is_part_of_the_checkpoint() -> None:
     for n in range(10):
         policy.submit(ticket(f"npc{n}", D, at=10.0))
     state = policy.quota_state(61.0)
-    assert state.dialogue_demand == 10
+    assert state.dialogue_demand == 5  # EWMA 0.5 * 10
     fresh = QuotaPolicy(NANO)
     fresh.restore_quota_state(state.aged(5.0), 500.0)
-    assert fresh.statistics(500.0).dialogue_reserve == 10
-    assert fresh.quota_state(500.0).dialogue_demand == 10
+    assert fresh.statistics(500.0).dialogue_reserve == 5
+    assert fresh.quota_state(500.0).dialogue_demand == 5
 
 
 def test_headroom_settings_are_checked() -> None:

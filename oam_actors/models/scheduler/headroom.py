@@ -19,8 +19,8 @@ dialogue demand it has seen:
   before the players' lines had been counted, and every line of the window's last 25 s waited for
   it to slide. So until a period closes the demand is the *rate* seen so far, the count over the
   time since the backend's clock started (at least ``1/60`` of a period: the first line alone
-  implies the cap), and the first closed period is the average's first sample, not one averaged
-  with the nothing seen before. A checkpoint carries the learned demand
+  implies the cap); from then on the average and the count of the current period take over. A
+  checkpoint carries the learned demand
   (:meth:`DialogueReserve.learned`, :meth:`DialogueReserve.restore`).
 - **Shared**: backends that serve one dialogue demand (the phones of a device pool) share one
   reserve; each expects its equal share of the dialogue all of them see. Counted per phone, the
@@ -215,9 +215,10 @@ class DialogueReserve:
         if now < self._period_end:
             return
         weight = self._settings.smoothing
-        # The first period is the average's first sample, not one averaged with nothing seen.
-        last = self._count if self._estimate is None else self._estimate
-        estimate = weight * self._count + (1 - weight) * last
+        # The first period too is averaged with none before it: taken as the average's first
+        # sample, it kept more of the next window idle than the dialogue used (a farm lost
+        # about 0.4 % of its throughput) for lines the count of the period covers as they come.
+        estimate = weight * self._count + (1 - weight) * (self._estimate or 0.0)
         # Whole periods without dialogue since then decay the estimate further.
         idle = math.floor((now - self._period_end) / self._period)
         estimate *= (1 - weight) ** idle
