@@ -94,7 +94,8 @@ NO_HEADROOM = Headroom(floor=0, cap=0.0, factor=0.0)
 
 
 class DialogueReserve:
-    """The learned dialogue demand of one backend and the reserve it implies."""
+    """The learned dialogue demand of one backend, or of the backends that share it (each calls
+    :meth:`join`), and the reserve it implies at each."""
 
     __slots__ = ("_backends", "_count", "_estimate", "_period", "_period_end", "_settings")
 
@@ -102,13 +103,9 @@ class DialogueReserve:
         self._settings = settings
         self._period = period_seconds
         self._backends = 0  # the backends that share this demand (joined)
-        self._period_end: float | None = None  # set by the first observation's clock
+        self._period_end: float | None = None  # set by the first clock reading (begin, observe)
         self._estimate: float | None = None  # None until the first period closes
         self._count = 0
-
-    @property
-    def settings(self) -> Headroom:
-        return self._settings
 
     @property
     def period(self) -> float:
