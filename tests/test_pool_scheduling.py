@@ -164,3 +164,27 @@ async def test_the_phones_time_generating_is_counted_by_the_priority_of_the_step
         await generate_for(1.5, "background")
         generating = f.pool.statistics_nowait().generating_by_priority
     assert generating == {"dialogue": 3.0, "decision": 0.0, "background": 2.0}
+
+
+async def test_the_phones_keep_room_for_their_share_of_the_dialogue_the_whole_pool_sees() -> None:
+    # Six lines, most of them on one NPC's home phone: the pool's dialogue is six a window, three
+    # a phone. Each phone's window frees nothing for a minute, so each keeps three of its ten
+    # slots free for those three lines. Counted per phone, the phone that got fewer lines would
+    # fill with background work, and the next lines would find room only where the first went.
+    windowed = msgspec.structs.replace(CONFIG, limits=QuotaLimits(window_seconds=60.0, requests_per_window=10,
+                                                                  max_concurrency=1))
+    async with farm(phone(), phone(), config=windowed) as f:
+        await generate(f.pool, ask(owner="npc:warm", priority="background"))  # the first period starts
+        f.clock.advance(61.0)  # and closes without dialogue; the warm-up has left the window
+        for _ in range(6):
+            await generate(f.pool, ask(owner="npc:a"))
+        lines = [d.requests_in_window for d in f.pool.statistics_nowait().devices]
+        async with anyio.create_task_group() as group:
+            for n in range(20):
+                group.start_soon(generate, f.pool, ask(owner=f"npc:{n}", priority="background"))
+            await until(lambda: f.pool.statistics_nowait().queued == 20 - 2 * 7 + 6)
+            await anyio.wait_all_tasks_blocked()
+            in_window = [d.requests_in_window for d in f.pool.statistics_nowait().devices]
+            group.cancel_scope.cancel()
+    assert sorted(lines) != [3, 3]  # the lines did not split evenly
+    assert in_window == [7, 7]

@@ -18,12 +18,14 @@ DIALOGUE_EXPECTED = 6  # lines a window: one every 10 s
 
 
 def phone_before_a_gap() -> Phone:
-    """Six dialogue lines at 0-5 s (the demand learned: six a window) into a window that frees
-    one slot at 6.5 s and then none until 40 s; a background flood queued at 6 s."""
+    """A backend that learned six dialogue lines a window (from its checkpoint), six lines at
+    0-5 s into a window that frees one slot at 6.5 s and then none until 40 s; a background flood
+    queued at 6 s."""
     phone = Phone()
     state = QuotaPolicy(NANO).quota_state(0.0)
     left = [6.5] + [40.0 + 0.5 * n for n in range(26)]
-    phone.policy.restore_quota_state(msgspec.structs.replace(state, window=[(s, 0, False) for s in left]), 0.0)
+    learned = msgspec.structs.replace(state, window=[(s, 0, False) for s in left], dialogue_demand=DIALOGUE_EXPECTED)
+    phone.policy.restore_quota_state(learned, 0.0)
     for n in range(DIALOGUE_EXPECTED):
         phone.at(0.0, "submit", ticket(f"player{n}", D, 0.0, deadline=30.0))
     for n in range(20):
@@ -58,7 +60,8 @@ def test_without_a_gap_background_takes_the_free_slots_at_once() -> None:
     phone = Phone()
     state = QuotaPolicy(NANO).quota_state(0.0)
     left = [6.5 + 1.5 * n for n in range(27)]  # frees every 1.5 s: no gap to keep slots for
-    phone.policy.restore_quota_state(msgspec.structs.replace(state, window=[(s, 0, False) for s in left]), 0.0)
+    learned = msgspec.structs.replace(state, window=[(s, 0, False) for s in left], dialogue_demand=DIALOGUE_EXPECTED)
+    phone.policy.restore_quota_state(learned, 0.0)
     for n in range(DIALOGUE_EXPECTED):
         phone.at(0.0, "submit", ticket(f"player{n}", D, 0.0, deadline=30.0))
     for n in range(20):
@@ -69,8 +72,7 @@ def test_without_a_gap_background_takes_the_free_slots_at_once() -> None:
 
 def test_take_at_binds_at_the_free_after_the_gap() -> None:
     reserve = DialogueReserve(Headroom(), period_seconds=60.0)
-    for n in range(DIALOGUE_EXPECTED):
-        reserve.observe(float(n))
+    reserve.restore(DIALOGUE_EXPECTED, 0.0)  # learned: one line every 10 s
     frees = [6.5] + [40.0 + 0.5 * n for n in range(26)]
     # One line every 10 s: two slots left cover 20 s, so the free at 6.5 s binds nothing; three
     # (those two and the one freed at 6.5 s) cover 30 s, so the free at 40 s binds: not before 10 s.

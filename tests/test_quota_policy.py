@@ -61,17 +61,25 @@ class Phone:
 # -- reserved headroom ----------------------------------------------------------------------------
 
 
+def flood(background: int, lines: int, first: float, every: float, until: float,
+          headroom: Headroom | None = None) -> Phone:
+    """``background`` tickets queued at once; ``lines`` dialogue lines ``every`` seconds from
+    ``first``, each willing to wait 20 s; run until ``until``."""
+    phone = Phone(headroom=headroom)
+    for n in range(background):
+        phone.at(0.0, "submit", ticket(f"npc{n}", B))
+    for k in range(lines):
+        at = first + every * k
+        phone.at(at, "submit", ticket(f"player{k % 4}", D, at, deadline=at + 20.0))
+    phone.run(until)
+    return phone
+
+
 def flood_with_steady_dialogue(headroom: Headroom | None) -> Phone:
     """Background work enough for five windows queued at once; one dialogue line every 6 s
-    (10 per window, well within the 36 a window allows), each willing to wait 20 s."""
-    phone = Phone(headroom=headroom)
-    for n in range(180):
-        phone.at(0.0, "submit", ticket(f"npc{n}", B))
-    for k in range(50):
-        at = 3.0 + 6.0 * k
-        phone.at(at, "submit", ticket(f"player{k % 4}", D, at, deadline=at + 20.0))
-    phone.run(320.0)  # every line's deadline has passed: each was admitted or expired
-    return phone
+    (10 per window, well within the 36 a window allows)."""
+    # Run until every line's deadline has passed: each was admitted or expired.
+    return flood(180, 50, 3.0, 6.0, 320.0, headroom)
 
 
 def test_dialogue_within_capacity_never_expires_behind_background_work() -> None:
@@ -94,13 +102,7 @@ def test_dialogue_spoken_while_a_burst_window_frees_nothing_finds_the_slots_it_n
     # A flood spends each window in a burst (36 admissions a second apart), so nothing frees for
     # the next 24 s. One line every 4 s (15 a window, well within capacity) counted against the
     # reserve once the window holds its 15 leaves one slot for the six lines of such a gap.
-    phone = Phone()
-    for n in range(400):
-        phone.at(0.0, "submit", ticket(f"npc{n}", B))
-    for k in range(100):
-        at = 3.0 + 4.0 * k
-        phone.at(at, "submit", ticket(f"player{k % 4}", D, at, deadline=at + 20.0))
-    phone.run(430.0)
+    phone = flood(400, 100, 3.0, 4.0, 430.0)
     assert not phone.expired
     assert sum(1 for _, t in phone.admitted if t.priority is D) == 100
     assert len(phone.admitted) >= 7 * 36  # background still takes the rest of every window
@@ -154,17 +156,71 @@ def test_without_pacing_nothing_is_lent() -> None:
 def test_reserve_follows_demand_between_floor_and_cap() -> None:
     settings = Headroom(floor=1, cap=0.5, factor=1.0, smoothing=0.5)
     reserve = DialogueReserve(settings, period_seconds=60.0)
+    reserve.begin(0.0)
     assert reserve.kept(0.0, 36, admitted=0) == 1  # floor: a player may turn up at any time
     for n in range(10):
         reserve.observe(1.0 + n)
-    assert reserve.kept(20.0, 36, admitted=4) == 6  # a surge counts at once; admitted lines use it
-    assert reserve.kept(20.0, 36, admitted=10) == 1  # the floor stays free whatever came
+    # No period has closed: ten lines in the first 20 s are thirty a window.
+    assert reserve.kept(20.0, 36, admitted=4) == 18 - 0  # at most half the window
+    assert reserve.kept(20.0, 36, admitted=25) == 5  # admitted lines use it
+    assert reserve.kept(20.0, 36, admitted=30) == 1  # the floor stays free whatever came
+    assert reserve.kept(40.0, 36, admitted=4) == 11  # the rate falls as the period goes on: 15 a window
     assert reserve.kept(20.0, 8, admitted=0) == 4  # at most half the window
     assert reserve.kept(20.0, 1, admitted=0) == 0  # a one-request window reserves nothing
     assert reserve.kept(20.0, None, admitted=0) == 0  # no request limit, nothing to keep
-    assert reserve.kept(61.0, 36, admitted=0) == 5  # the period closed: EWMA 0.5 * 10
-    assert reserve.kept(185.0, 36, admitted=0) == 2  # two periods more without dialogue: 5 / 4
+    assert reserve.kept(61.0, 36, admitted=0) == 5  # the first period closed: EWMA 0.5 * 10
+    for n in range(20):
+        reserve.observe(62.0 + n)
+    assert reserve.kept(82.0, 36, admitted=14) == 6  # a surge counts at once
+    assert reserve.kept(121.0, 36, admitted=0) == 13  # the EWMA: 0.5 * 20 + 0.5 * 5
+    assert reserve.kept(245.0, 36, admitted=0) == 4  # two periods more without dialogue: 12.5 / 4
     assert reserve.kept(3600.0, 36, admitted=0) == 1  # back to the floor
+
+
+def test_the_first_period_reserves_for_the_rate_seen_so_far() -> None:
+    # A fresh backend has learned nothing. Counting only the lines seen so far, a background
+    # flood spends the window in its first 36 s and a line spoken after that waits for the window
+    # to slide. Until a period closes, the rate seen so far is the demand instead: one line in
+    # the first second is the cap's worth a window, one every 3 s twenty a window.
+    phone = flood(100, 20, 0.5, 3.0, 60.0)
+    waits = [now - t.enqueued_at for now, t in phone.admitted if t.priority is D]
+    assert len(waits) == 20 and max(waits) <= 1.0  # at most the pacing interval
+    background = sum(1 for _, t in phone.admitted if t.priority is B)
+    assert 36 - 20 - 2 <= background <= 36 - 20  # the rest of the window, as the lines came
+
+
+def test_backends_sharing_a_reserve_keep_each_its_share_of_the_dialogue_all_see() -> None:
+    # A pool's phones: the twelve lines one phone got are the pool's demand, six a phone. Kept
+    # only by the phone that got them, that phone would have the most room for the next line,
+    # get it, keep still more, and draw the players' lines to itself while the others filled up.
+    reserve = DialogueReserve(Headroom(), period_seconds=NANO.window_seconds)
+    first, second = QuotaPolicy(NANO, reserve=reserve), QuotaPolicy(NANO, reserve=reserve)
+    first.poll(0.0)
+    second.poll(0.0)
+    for n in range(12):
+        first.submit(ticket(f"npc{n}", D, at=61.0))
+    assert (first.statistics(61.0).dialogue_reserve, second.statistics(61.0).dialogue_reserve) == (6, 6)
+    assert second.statistics(121.0).dialogue_reserve == 3  # the next period: EWMA 0.5 * 12, half a phone
+    with pytest.raises(ValueError, match="not both"):
+        QuotaPolicy(NANO, headroom=Headroom(), reserve=reserve)
+    with pytest.raises(ValueError, match="period"):
+        QuotaPolicy(QuotaLimits(requests_per_window=36, window_seconds=30.0), reserve=reserve)
+
+
+def test_the_learned_dialogue_demand_is_part_of_the_checkpoint() -> None:
+    # A model actor restarted elsewhere goes on keeping headroom for the dialogue it had seen,
+    # rather than learning it again while background work spends the window.
+    policy = QuotaPolicy(NANO)
+    policy.poll(0.0)
+    assert policy.quota_state(0.0).dialogue_demand is None  # nothing learned yet
+    for n in range(10):
+        policy.submit(ticket(f"npc{n}", D, at=10.0))
+    state = policy.quota_state(61.0)
+    assert state.dialogue_demand == 5  # EWMA 0.5 * 10
+    fresh = QuotaPolicy(NANO)
+    fresh.restore_quota_state(state.aged(5.0), 500.0)
+    assert fresh.statistics(500.0).dialogue_reserve == 5
+    assert fresh.quota_state(500.0).dialogue_demand == 5
 
 
 def test_headroom_settings_are_checked() -> None:
@@ -303,14 +359,15 @@ def test_dialogue_tickets_a_batch_answers_are_no_demand_for_the_reserve() -> Non
     # more slots kept would idle the phone for dialogue that never comes (each next choice then
     # admitted at once, alone, and no batch forms).
     policy = QuotaPolicy(NANO)
-    lead, *riders = [ticket(f"npc{n}", D) for n in range(6)]
+    policy.poll(0.0)  # a first period without dialogue has closed by the time they come
+    lead, *riders = [ticket(f"npc{n}", D, at=61.0) for n in range(6)]
     for t in (lead, *riders):
         policy.submit(t)
-    assert policy.poll(0.0).admitted == (lead,)
+    assert policy.poll(61.0).admitted == (lead,)
     assert all(policy.take(t.id) for t in riders)
     assert policy.statistics().dialogue_reserve == 1  # the floor: the one admitted used its slot
-    policy.release(lead.id, 0.5)
-    assert policy.statistics(61.0).dialogue_reserve == 1  # the next period's estimate: 0.5 * 1
+    policy.release(lead.id, 61.5)
+    assert policy.statistics(121.0).dialogue_reserve == 1  # the next period's estimate: 0.5 * 1
 
 
 def test_a_dialogue_ticket_moved_to_another_phone_counts_once_in_the_reserve() -> None:
@@ -318,16 +375,18 @@ def test_a_dialogue_ticket_moved_to_another_phone_counts_once_in_the_reserve() -
     # submits them to phone 2. They are phone 2's demand only; counted on both, phone 1 would
     # keep six slots of its window idle for lines that went elsewhere.
     first, second = QuotaPolicy(NANO), QuotaPolicy(NANO)
-    first.on_throttled(0.0, retry_after=30.0)
-    lines = [ticket(f"npc{n}", D) for n in range(6)]
+    first.poll(0.0)  # both served a first period without dialogue
+    second.poll(0.0)
+    first.on_throttled(61.0, retry_after=30.0)
+    lines = [ticket(f"npc{n}", D, at=61.0) for n in range(6)]
     for t in lines:
         first.submit(t)
-    assert first.statistics(0.0).dialogue_reserve == 6
+    assert first.statistics(61.0).dialogue_reserve == 6
     for t in lines:
         assert first.cancel(t.id)
         second.submit(t)
-    assert (first.statistics(0.0).dialogue_reserve, second.statistics(0.0).dialogue_reserve) == (1, 6)
-    assert first.statistics(61.0).dialogue_reserve == 1  # nor in the next period's estimate
+    assert (first.statistics(61.0).dialogue_reserve, second.statistics(61.0).dialogue_reserve) == (1, 6)
+    assert first.statistics(121.0).dialogue_reserve == 1  # nor in the next period's estimate
 
 
 def test_a_later_step_of_an_action_costs_its_owner_nothing() -> None:

@@ -20,7 +20,7 @@ from ...errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
 from ..address_guard import AddressGuard
 from ..device import DeviceError, DeviceModel, MlKitCode
 from ..device.protocol import availability_from_status
-from ..scheduler import Admission, Clock, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
+from ..scheduler import Admission, Clock, DialogueReserve, Headroom, Ledger, MonotonicClock, Priority, QuotaScheduler, Seat
 from ._config import PoolConfig, PoolConfigError, normalize_urls, priority_of, queue_limit, spent_before_the_model
 from ._health import DeviceState, Fault, Health, cause_of, classify
 from ._select import Candidate, choose
@@ -121,9 +121,13 @@ class DevicePool:
         transport = guard.transport(limits=limits, trust_env=False) if guard is not None else None
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, limits=limits, transport=transport)
         self._ledger = ledger = Ledger()  # one fairness ledger: an NPC served on one phone waits its turn on all
+        # One dialogue demand: every phone keeps headroom for its share of the lines the pool sees,
+        # not for those it happened to get (which would draw ever more to the phones keeping most).
+        reserve = DialogueReserve(Headroom(), config.limits.window_seconds)
         self._devices = [
             _Device(n, name, DeviceModel(url, token=config.token, timeouts=config.timeouts, client=self._client),
-                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger), Health(config.dead_after_failures))
+                    QuotaScheduler(config.limits, clock=self._clock, ledger=ledger, reserve=reserve),
+                    Health(config.dead_after_failures))
             for n, (url, name) in enumerate(zip(urls, names, strict=True))
         ]
         self._started = self._clock.now()

@@ -11,7 +11,7 @@ dialogue) beside it, over the tickets of :mod:`.tickets`; :mod:`.scheduler` is t
         ...  # call the backend; on BUSY / 429 call scheduler.throttled(retry_after=…)
 """
 
-from .headroom import NO_HEADROOM, Headroom
+from .headroom import NO_HEADROOM, DialogueReserve, Headroom
 from .ordering import Ledger
 from .policy import (
     Decision,
@@ -29,6 +29,7 @@ __all__ = [
     "Admission",
     "Clock",
     "Decision",
+    "DialogueReserve",
     "Expiry",
     "Headroom",
     "Ledger",

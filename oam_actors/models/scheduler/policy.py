@@ -25,7 +25,9 @@ Contract
 - **Reserved headroom** (:mod:`.headroom`): a ticket below dialogue starts only while the rolling
   window keeps the slots reserved for the dialogue expected in it, and the free slots the
   dialogue expected before each of the window's next frees needs (less those that free within
-  the pacing interval, which are lent); dialogue may use all of it.
+  the pacing interval, which are lent); dialogue may use all of it. Policies may share one
+  :class:`~.headroom.DialogueReserve` (a pool's phones): each then keeps its share of the
+  dialogue all of them see.
 - **Order** (:mod:`.ordering`): start-time fair queuing over owners on one ledger shared by all
   classes, with a bounded credit for idle owners; among owners within one request of service of
   each other the shortest queue budget first, then earliest deadline; follow-ups before every
@@ -65,7 +67,7 @@ Contract
   taken at face value. The limits they report are learned with their window (the longest reset
   seen, not an assumed minute) and paced; while a reported limit is known, a throttle costs its
   cool-down only: the provider has said what it allows, and one refusal does not lower it.
-- **Checkpoints.** :meth:`QuotaPolicy.quota_state` is everything learned and spent, in seconds
+- **Checkpoints.** :meth:`QuotaPolicy.quota_state` is everything learned (the dialogue demand too) and spent, in seconds
   relative to ``now``; :meth:`QuotaPolicy.restore_quota_state` puts it into a fresh policy (a model
   actor restarted in another process, on another clock), so a restart cannot burst the quota.
 - Token estimates are charged at admission; ``release(tokens_used=…)`` corrects the charge while
@@ -203,6 +205,7 @@ class QuotaState(msgspec.Struct, frozen=True, kw_only=True):
     ceiling: int | None = None  # the request count per window the backend last refused
     probe_windows: int = 1  # windows between a refusal at the ceiling and the next probe
     probe_in: float | None = None  # seconds until a probe at the ceiling is allowed
+    dialogue_demand: float | None = None  # dialogue requests expected per window (None: none learned)
 
     def aged(self, seconds: float) -> QuotaState:
         """The same state ``seconds`` later (it was kept somewhere meanwhile)."""
@@ -256,9 +259,17 @@ class QuotaPolicy:
     again at ``next_wakeup``. Not thread-safe: one owner (an actor, a scheduler) calls it.
     """
 
-    def __init__(self, limits: QuotaLimits, *, headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
+    def __init__(self, limits: QuotaLimits, *, headroom: Headroom | None = None, ledger: Ledger | None = None,
+                 reserve: DialogueReserve | None = None) -> None:
         """``ledger`` may be shared by the policies of backends that serve the same owners (the
-        phones of one pool): an owner served on one then waits its turn on the others too."""
+        phones of one pool): an owner served on one then waits its turn on the others too.
+        ``reserve`` (with its own headroom settings, instead of ``headroom``) may be shared by
+        the policies of backends that serve one dialogue demand (the phones of one pool): each
+        keeps headroom for its share of the dialogue all of them see."""
+        if reserve is not None and headroom is not None:
+            raise ValueError("give headroom or a shared reserve (which has its own), not both")
+        if reserve is not None and reserve.period != limits.window_seconds:
+            raise ValueError("a shared reserve counts dialogue per window: its period must be the window")
         self._limits = limits
         self._ledger = ledger if ledger is not None else Ledger()
         # Dialogue is a class of its own; decisions and background work share one queue.
@@ -274,7 +285,8 @@ class QuotaPolicy:
         self._window: deque[_Charge] = deque()
         self._window_tokens = 0
         self._window_dialogue = 0
-        self._reserve = DialogueReserve(headroom or Headroom(), limits.window_seconds)
+        self._reserve = reserve or DialogueReserve(headroom or Headroom(), limits.window_seconds)
+        self._reserve.join()
         self._now = -math.inf
         self._last_admit = -math.inf
         self._cool_until = -math.inf
@@ -478,6 +490,7 @@ class QuotaPolicy:
             ceiling=self._ceiling,
             probe_windows=self._probe_windows,
             probe_in=_since(self._probe_at, now),
+            dialogue_demand=self._reserve.learned(now),
         )
 
     def restore_quota_state(self, state: QuotaState, now: float) -> None:
@@ -497,6 +510,8 @@ class QuotaPolicy:
         self._grown_at = max(self._grown_at, self._last_throttle)
         self._ceiling, self._probe_windows = state.ceiling, state.probe_windows
         self._probe_at = _at(state.probe_in, now)
+        if state.dialogue_demand is not None:
+            self._reserve.restore(state.dialogue_demand, now)
         self._reported_requests = msgspec.structs.replace(state.reported_requests)
         self._reported_tokens = msgspec.structs.replace(state.reported_tokens)
         if state.header is not None:
@@ -518,6 +533,8 @@ class QuotaPolicy:
         return max(now, self._ready_at(probe, now))
 
     def _advance(self, now: float) -> float:
+        if self._now == -math.inf:
+            self._reserve.begin(now)  # the first period's rate counts from the first look
         now = max(now, self._now)
         self._now = now
         window = self._window

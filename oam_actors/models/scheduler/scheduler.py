@@ -38,7 +38,7 @@ import msgspec
 from oam_actors.clock import Clock, ManualClock, MonotonicClock
 from oam_actors.errors import AgentError, DeadlinePassed, ErrorCode, seconds_text
 
-from .headroom import Headroom
+from .headroom import DialogueReserve, Headroom
 from .ordering import Ledger
 from .policy import PolicyStatistics, QuotaLimits, QuotaPolicy, QuotaState, TicketTooLarge
 from .tickets import Priority, Ticket
@@ -104,8 +104,9 @@ class QuotaScheduler:
     """Queues model requests for one backend and lets them start as its quota allows."""
 
     def __init__(self, limits: QuotaLimits, *, clock: Clock | None = None,
-                 headroom: Headroom | None = None, ledger: Ledger | None = None) -> None:
-        self._policy = QuotaPolicy(limits, headroom=headroom, ledger=ledger)
+                 headroom: Headroom | None = None, ledger: Ledger | None = None,
+                 reserve: DialogueReserve | None = None) -> None:
+        self._policy = QuotaPolicy(limits, headroom=headroom, ledger=ledger, reserve=reserve)
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
