@@ -56,6 +56,7 @@ to the others: three options and ``[end]`` for an NPC with none).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from collections.abc import Callable, Hashable, Sequence
@@ -724,9 +725,9 @@ def _short_names(name: str) -> list[str]:
 
 def _names(text: str, name: str) -> bool:
     """Whether ``text`` names ``name``: the whole name in any case, or a short name as written."""
-    if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE):
+    if _whole(name, True).search(text):
         return True
-    return any(re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) for word in _short_names(name))
+    return any(_whole(word, False).search(text) for word in _short_names(name))
 
 
 def _same_name(label: str, name: str) -> bool:
@@ -858,7 +859,7 @@ def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResu
     if len(fields) >= 3:
         confidence, reason = _confidence(fields[1]), " | ".join(fields[2:])
     else:
-        rest = re.sub(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", " ", line, count=1, flags=re.IGNORECASE)
+        rest = _option_id(choice).sub(" ", line, count=1)
         confidence = _confidence(rest)
         reason = _INTEGER.sub(" ", rest, count=1) if confidence is not None else rest
     reason = re.sub(r"\(\s*\)|\[\s*\]", " ", reason.replace("|", " "))  # where the confidence was
@@ -872,7 +873,19 @@ def _read_decision(line: str, item: DecisionItem, others: list[str]) -> ItemResu
 
 
 def _mentions_id(text: str, option_id: str) -> bool:
-    return re.search(rf"(?<![\w-]){re.escape(option_id)}(?![\w-])", text, re.IGNORECASE) is not None
+    return _option_id(option_id).search(text) is not None
+
+
+# A crowd's names and option ids are many more than ``re``'s own cache holds (it thrashed, and
+# compiling came to a fifth of a conversation farm's CPU): each one's pattern is kept here.
+@functools.lru_cache(maxsize=8192)
+def _option_id(option_id: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w-]){re.escape(option_id)}(?![\w-])", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8192)
+def _whole(word: str, ignore_case: bool) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE if ignore_case else 0)
 
 
 def _option(text: str, item: DecisionItem) -> str | None:
