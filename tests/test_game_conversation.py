@@ -306,6 +306,7 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     ("Odo looks thoughtful, pondering if she should mention the incident.", "Gorm", None, "NARRATED"),
     ("Odo sighs, relieved that the quarrel is settled.", "Gorm", None, "NARRATED"),
     ('Odo starts laughing, thinking "That\'s funny. I\'ve never heard that."', "Gorm", None, "NARRATED"),
+    ("Odo looks at Gorm, who smiles back at him. They start to argue about the price.", "Gorm", None, "NARRATED"),
     ("Only the words Gorm says aloud, in the first person, with no narration.", "Gorm", None, "ECHOED"),
     ("I'm just here to assist you.", "Gorm", None, "REFUSAL"),
     ("[happy] *waves*", "Gorm", None, "WORDLESS"),
@@ -339,6 +340,9 @@ def test_a_line_is_judged_with_what_was_wrong_and_the_note_says_it() -> None:
     view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
     assert judged_line("[sad] Cora: It is.", "Bran", None, view) is LineProblem.MISATTRIBUTED
     assert judged_line("The bridge is out!", "Bran", None, view) is LineProblem.REPEATED
+    earlier = said(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "d", "We wait.")
+    later = view_for(said(earlier, "c", "Or swim."), "b")
+    assert judged_line("We wait.", "Bran", None, later) is LineProblem.REPEATED  # an earlier line, not the last
     assert judged_line("Cora nods.", "Bran", None, view) is LineProblem.NARRATED
     assert judged_line("[sad] Then we wait.", "Bran", None, view) == RepairedLine("sad", "Then we wait.")
     note = repair_note(LineProblem.NARRATED, "Bran")
@@ -459,29 +463,30 @@ def test_an_apology_that_declines_is_a_refusal(text: str, refused: bool) -> None
     assert (repaired_line(text, "Ulf", None, ("Sela",)) is LineProblem.REFUSAL) is refused
 
 
-def test_the_last_time_a_line_is_asked_again_it_is_asked_in_other_words() -> None:
+def test_a_line_asked_again_more_than_once_is_asked_in_other_words() -> None:
     from oam_actors.game.conversation import LineProblem, line_prompt, reask_prompt, repair_note
 
     view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
     first = reask_prompt(view, "Bran", LineProblem.REPEATED)
     assert first == f"{line_prompt(view, 'Bran')}\n{repair_note(LineProblem.REPEATED, 'Bran')}"
-    last = reask_prompt(view, "Bran", LineProblem.REPEATED, last=True)
-    assert "Cora: The bridge is out." in last and repair_note(LineProblem.REPEATED, "Bran") not in last
-    assert "Bran says something new" in last and last.endswith("What does Bran answer Cora? One sentence, "
+    again = reask_prompt(view, "Bran", LineProblem.REPEATED, other_words=True)
+    assert "Cora: The bridge is out." in again and repair_note(LineProblem.REPEATED, "Bran") not in again
+    assert "Bran says something new" in again and again.endswith("What does Bran answer Cora? One sentence, "
                                                                "the spoken words only.")
     opening = view_for(ConversationState(world="w", members=MEMBERS, situation="Market day."), "b")
     assert opening.opening and not view.opening
-    assert reask_prompt(opening, "Bran", LineProblem.WORDLESS, last=True).endswith("What does Bran say first? "
+    assert reask_prompt(opening, "Bran", LineProblem.WORDLESS, other_words=True).endswith("What does Bran say first? "
                                                                                   "One sentence, the spoken words only.")
 
 
 async def test_a_bad_line_is_asked_again_twice_afresh_before_a_fallback_stands_in() -> None:
-    """Alone, Bran repeats Cora's line twice, then answers: each attempt starts from an empty
-    history (the failed answer is never shown again, nor the prompt as Cora's line), the second
-    is told what was wrong and the third is asked in other words."""
+    """Alone, Bran repeats Cora's line three times, then answers: each attempt starts from an
+    empty history (the failed answer is never shown again, nor the prompt as Cora's line), the
+    second is told what was wrong and the later ones are asked in other words."""
     from oam_actors.game.conversation import LINE_REASKS, LineProblem, reask_prompt
 
-    answers = iter(["[sad] The bridge is out.", "The bridge is out!", "[sad] Then we take the ford."])
+    answers = iter(["[sad] The bridge is out.", "The bridge is out!", "Bran: the bridge is out.",
+                    "[sad] Then we take the ford."])
     model = ScriptedModel(style=ScriptStyle.ENVELOPE,
                           fallback=ScriptStep.from_function(lambda request: ScriptStep.say(next(answers))))
     state = said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out.")
@@ -492,17 +497,19 @@ async def test_a_bad_line_is_asked_again_twice_afresh_before_a_fallback_stands_i
     prompts = [r.prompt for r in model.requests]
     assert len(prompts) == 1 + LINE_REASKS
     assert prompts[1] == reask_prompt(view, "Bran", LineProblem.REPEATED)
-    assert prompts[2] == reask_prompt(view, "Bran", LineProblem.REPEATED, last=True)
+    assert prompts[2] == prompts[3] == reask_prompt(view, "Bran", LineProblem.REPEATED, other_words=True)
     assert all("The bridge is out!" not in p and "Conversation:" not in p for p in prompts)
 
 
 async def test_a_line_that_fails_every_time_is_the_fallback_line() -> None:
+    from oam_actors.game.conversation import LINE_REASKS
+
     model = ScriptedModel(style=ScriptStyle.ENVELOPE,
                           fallback=ScriptStep.from_function(lambda request: ScriptStep.say("I'm sorry, I can't help.")))
     state = said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out.")
     reply = await NPC(Persona(name="Bran"), model).converse(view_for(state, "b"))
     assert reply.is_fallback and reply.line == "Let's talk about something else."
-    assert len(model.requests) == 3
+    assert len(model.requests) == 1 + LINE_REASKS
 
 
 async def test_the_opening_line_shows_the_situation_once() -> None:

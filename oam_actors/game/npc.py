@@ -753,9 +753,9 @@ class NPC:
             one_off.model = ItemModel(self.model, item) if together and item is not None else self.model
             # Every attempt starts afresh: a failed answer left in the history is copied (and its
             # prompt would be shown as the last speaker's line). Asked again, the line is told
-            # what was wrong with the last answer; the last time, in other words.
+            # what was wrong with the last answer; after that, in other words.
             one_off.history = []
-            asked = prompt if problem is None else reask_prompt(view, speaker, problem, last=attempt == LINE_REASKS)
+            asked = prompt if problem is None else reask_prompt(view, speaker, problem, other_words=attempt >= 2)
             try:
                 result = await one_off.respond(asked, emit=forward if emit is not None else None, step_events=False)
             except DeadlinePassed:
