@@ -129,7 +129,7 @@ FACTS = [
 GOAL_SHARE = 0.95
 GOAL_PROBES = 0.9
 ASSISTANT_SPEAK = re.compile(r"\bas an ai\b|\blanguage model\b|\bi'?m an (?:ai )?assistant\b|\bi am an (?:ai )?assistant\b"
-                             r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)\b"
+                             r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)(?: you)?\s*[.!]?\s*$"
                              r"|\bi cannot assist\b|\bi can'?t assist\b|\bi can'?t help with that\b|\bi cannot help with that\b"
                              r"|(?:^|\s)(?:user|assistant|system)\s*:",
                              re.IGNORECASE)

@@ -456,6 +456,8 @@ def test_labels_in_brackets_and_a_second_line_of_the_speaker_are_caught(text: st
     ("I apologize, but I am unable to assist you.", True),
     ("Sorry, I can't help you with the harvest this year.", False),  # says what: in character
     ("I can't help it, the bread smells too good.", False),
+    ("I'm just here to help.", True),
+    ("I'm here to help you start your day!", False),  # says with what: in character
 ])
 def test_an_apology_that_declines_is_a_refusal(text: str, refused: bool) -> None:
     from oam_actors.game.conversation import LineProblem, repaired_line

@@ -296,7 +296,7 @@ _REFUSAL = re.compile(
     r"\bas an ai\b|\b(?:ai )?language model\b|\bi(?:'m| am) (?:just |only )?an? (?:ai|assistant|virtual assistant)\b"
     r"|\bi (?:cannot|can'?t|am unable to|'m unable to) (?:assist|comply|fulfil+)\b"
     r"|\bi (?:cannot|can'?t) help (?:you )?with (?:that|this|your request)\b"
-    r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)\b"
+    r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)(?: you)?\s*[.!]?\s*$"
     # an apology and a bare "I can't help." (nothing said of what): an assistant declining
     r"|\b(?:sorry|apologi[sz]e)\b[^.!?]{0,40}\bi (?:cannot|can'?t|am unable to|'m unable to) "
     r"(?:help|assist|participate|provide|engage|comply|continue)(?: you)?(?: (?:in|with) (?:that|this))?\s*(?:[.!]|$)",
