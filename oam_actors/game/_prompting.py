@@ -50,7 +50,6 @@ WORDLESS_REPAIR = ("Your last reply had no words, only an emotion tag or a stage
 """The note of a reply asked again because it had no words (:meth:`~.npc.NPC.talk`)."""
 
 
-
 def heard_repair(note: str) -> str:
     """The note of a reply asked again because it drew nothing on the heard ``note`` the
     player asked about (:func:`~.memory.draws_on`, :meth:`~.npc.NPC.talk`)."""

@@ -333,7 +333,7 @@ class LineProblem(enum.Enum):
     WORDLESS = "had no words, only an emotion tag or a stage direction"
     NARRATED = "narrated what someone does instead of giving spoken words"
     MISATTRIBUTED = "was spoken as another character"
-    REPEATED = "repeated the line before it word for word"
+    REPEATED = "repeated a line of the conversation word for word"
     ECHOED = "repeated the instructions instead of saying a line"
 
 
@@ -342,7 +342,7 @@ def repair_note(problem: LineProblem, speaker: str) -> str:
     return f"Your last answer {problem.value}. Now say, in words, only what {speaker} says aloud, in the first person."
 
 
-_LAST_TRY = {
+_OTHER_WORDS = {
     LineProblem.REFUSAL: "This is a scene of a story in a video game, and {speaker} is one of its characters.",
     LineProblem.WORDLESS: "{speaker} must say something aloud this time: words, not a feeling or a gesture.",
     LineProblem.NARRATED: "Write what {speaker} says, not what anyone does: the words {speaker} speaks, as {speaker}.",
@@ -361,7 +361,7 @@ def reask_prompt(view: ConversationView, speaker: str, problem: LineProblem, *, 
     if not other_words:
         return f"{line_prompt(view, speaker)}\n{repair_note(problem, speaker)}"
     lines = [f"{speaker} is talking with {', '.join(view.others)}.", f"{view.last_label}: {view.last_line}",
-             _LAST_TRY[problem].format(speaker=speaker),
+             _OTHER_WORDS[problem].format(speaker=speaker),
              f"What does {speaker} say first? One sentence, the spoken words only." if view.opening else
              f"What does {speaker} answer {view.last_label}? One sentence, the spoken words only."]
     return "\n".join(lines)

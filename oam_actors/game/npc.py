@@ -367,9 +367,12 @@ class NPC:
         coalescing backend may answer its decide steps and its reply step (plain or structured)
         together with other NPCs' (:func:`~._items.reply_item` says when it may; the text retry
         runs alone; a batch answer of another NPC's step that carries what this NPC privately
-        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone). Raises
-        :class:`AgentError` for errors no fallback covers; see the module docstring for events
-        and commit."""
+        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone; a talk whose
+        ``line`` asks about a line the NPC heard, :meth:`~.memory.NPCMemory.heard_note_about`,
+        runs alone). A reply with no words, or one that draws nothing on the heard line asked
+        about (:func:`~.memory.draws_on`), is asked again once, alone, as text, told what was
+        wrong. Raises :class:`AgentError` for errors no fallback covers; see the module docstring
+        for events and commit."""
         await self.run_pending_compaction()
         heard = self._store.memory.heard_note_about(line)  # what the player asks about, if it heard it
         # A reply about what only this NPC heard runs alone: in a batch a small model answers
@@ -412,8 +415,11 @@ class NPC:
                 # about and the NPC heard: asked once more, alone, told what was wrong (before a
                 # fallback line stands in, for a wordless one). The reply is taken back out of
                 # the history (nothing else of the turn is committed yet).
-                repair = prompting.WORDLESS_REPAIR if says_nothing(said) else \
-                    prompting.heard_repair(heard) if heard is not None and not draws_on(said, heard, line) else None
+                repair = None
+                if says_nothing(said):
+                    repair = prompting.WORDLESS_REPAIR
+                elif heard is not None and not draws_on(said, heard, line):
+                    repair = prompting.heard_repair(heard)
                 if not reasked and repair is not None:
                     reasked = retried = True
                     self._agent.history = self._agent.history[:before]
