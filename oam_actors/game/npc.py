@@ -704,17 +704,19 @@ class NPC:
         """This NPC's next line in a conversation among NPCs (``view``: what it is shown). A
         one-off step, like a bark, but with its memory: history and memory are not changed (the
         conversation tells every member what was said, :meth:`hear`). The line is checked
-        (:func:`~.conversation.check_line`): one that speaks as another member is asked again alone
-        once, then replaced by the next fallback line. ``view.background``: background priority
+        (:func:`~.conversation.check_line`): one that speaks as another member is asked again alone,
+        up to :data:`~.conversation.LINE_REASKS` times, then replaced by the next fallback line.
+        ``view.background``: background priority
         (an ambient conversation), else dialogue. When ``budget`` runs out before the model takes
         the step, the next fallback line stands in, marked ``degraded``. ``coalesce``: a
         coalescing backend may answer it together with other conversations' lines (its item
         shows the persona's essentials, the situation and this conversation only; a speaker whose
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
-        repeats the line it answers word for word, is asked again alone, as a misattributed one
-        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`); so is one
-        whose batch failed with an error a fallback covers. Raises
+        repeats a line of the conversation word for word, is asked again alone, as a
+        misattributed one is, afresh (no failed answer in its history), its prompt saying what
+        was wrong, then in other words (:func:`~.conversation.reask_prompt`); so is one whose
+        batch failed with an error a fallback covers. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
