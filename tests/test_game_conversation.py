@@ -340,9 +340,6 @@ def test_a_line_is_judged_with_what_was_wrong_and_the_note_says_it() -> None:
     view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
     assert judged_line("[sad] Cora: It is.", "Bran", None, view) is LineProblem.MISATTRIBUTED
     assert judged_line("The bridge is out!", "Bran", None, view) is LineProblem.REPEATED
-    earlier = said(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "d", "We wait.")
-    later = view_for(said(earlier, "c", "Or swim."), "b")
-    assert judged_line("We wait.", "Bran", None, later) is LineProblem.REPEATED  # an earlier line, not the last
     assert judged_line("Cora nods.", "Bran", None, view) is LineProblem.NARRATED
     assert judged_line("[sad] Then we wait.", "Bran", None, view) == RepairedLine("sad", "Then we wait.")
     note = repair_note(LineProblem.NARRATED, "Bran")

@@ -72,8 +72,7 @@ LINE_REASKS = 3
 fallback line stands in (the first time told what was wrong, then in other words:
 :func:`reask_prompt`). Each costs a generation, and only a line that went wrong spends them: a
 small model's answer alone fails often enough (about two in five on Qwen2.5-Coder-1.5B replaying
-logged conversations, mostly a line of the conversation copied) that two re-asks still left
-about one line in ten a fallback."""
+logged conversations) that two re-asks still left about one line in ten a fallback."""
 LINE_SENTENCES = 1
 """A conversation line is one sentence: lines come and go quickly, and a short line's reserved answer
 lets more of them share a generation."""
@@ -333,7 +332,7 @@ class LineProblem(enum.Enum):
     WORDLESS = "had no words, only an emotion tag or a stage direction"
     NARRATED = "narrated what someone does instead of giving spoken words"
     MISATTRIBUTED = "was spoken as another character"
-    REPEATED = "repeated a line of the conversation word for word"
+    REPEATED = "repeated the line before it word for word"
     ECHOED = "repeated the instructions instead of saying a line"
 
 
@@ -408,15 +407,16 @@ def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequ
 
 def judged_line(text: str, speaker: str, role: str | None, view: ConversationView) -> RepairedLine | LineProblem:
     """``text`` as the line ``speaker`` says next in ``view``'s conversation: repaired
-    (:func:`repaired_line`), checked (:func:`check_line`) and not a line of the conversation
-    again, the one it answers or an earlier one (:func:`repeats`); else what is wrong with it."""
+    (:func:`repaired_line`), checked (:func:`check_line`) and not the line it answers again
+    (:func:`repeats`); else what is wrong with it. (An earlier line said again is let be: a
+    crowd's canned lines repeat, and asking again for each costs generations a batch saves.)"""
     repaired = repaired_line(text, speaker, role, view.others)
     if isinstance(repaired, LineProblem):
         return repaired
     line = check_line(repaired.line, speaker, view.others)
     if line is None:
         return LineProblem.MISATTRIBUTED
-    if repeats(line, (*view.said, view.last_line)):
+    if repeats(line, (view.last_line,)):
         return LineProblem.REPEATED
     return RepairedLine(repaired.tag, line)
 
