@@ -315,9 +315,9 @@ _NARRATION_WORDS = 5
 _GESTURE = re.compile(r"\s*,\s*\w+ing\b|\s+and\s+\w+(?:s|ed)\b|\s+\w+ing\b", re.IGNORECASE)
 """What goes on after the verb of a narration: a participle (``, looking down``, ``starts
 laughing``) or a second verb (``and shrugs``)."""
-_PARTICIPLE = re.compile(r",\s*\w+(?:ing|ed)\b", re.IGNORECASE)
-"""A participle after a comma later in a narration (``Elsa looks thoughtful, pondering …``, ``Ulf
-sighs, relieved …``)."""
+_PARTICIPLE = re.compile(r",\s*\w+(?:ing|ed)\b|\s+and\s+(?:then\s+)?\w+(?:s|ed)\b", re.IGNORECASE)
+"""A participle after a comma, or a second verb, later in a narration (``Elsa looks thoughtful,
+pondering …``, ``Ulf sighs, relieved …``, ``Elsa rolled her eyes and continued …``)."""
 _QUOTED_PART = re.compile(r"[\"“][^\"“”]*(?:[\"”]|$)")
 _SPEAKING_WORDS = frozenset({"i", "i'm", "i've", "i'll", "i'd", "me", "my", "mine", "we", "we're", "us", "our",
                              "you", "you're", "your", "yours", "let's"})
@@ -473,7 +473,8 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
 def _narrates_other(line: str, name: str, speaker: str) -> bool:
     """Whether ``line`` narrates another member: its name as the subject of a verb, a few words
     at most, a gesture going on (``, looking down``, ``starts laughing``, a participle after a
-    later comma: ``Elsa looks thoughtful, pondering …``) or the speaker named in the third person
+    later comma or a second verb: ``Elsa looks thoughtful, pondering …``, ``Elsa rolled her eyes
+    and continued …``) or the speaker named in the third person
     (``Ulf looks at Sela, who smiles back.`` said by Sela), and no one speaking in the first or
     second person outside quotes (``Odo nods.``, ``Odo sighs, looking down at the empty
     barrel.``, ``Gorm starts laughing, thinking "I've …"``; not ``Odo says the road is closed,
