@@ -23,9 +23,9 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    - *right member*: its ``speaker`` is the member whose turn it was (``roundRobin``) and its
      ``name`` that member's persona name;
    - *in character*: no assistant-speak (``As an AI``, ``language model``, ``I'm an
-     assistant``, ``I cannot assist``, ``User:``/``Assistant:`` labels) and it does not claim to
-     be another member (``I am <other>``, ``I'm <other>``, ``my name is <other>``, ``call me
-     <other>``), nor narrates its speaker in the third person (begins with its own name, or
+     assistant``, ``I'm just here to help``, ``I cannot assist``, ``User:``/``Assistant:``
+     labels) and it does not claim to be another member (``I am <other>``, ``I'm <other>``, ``my
+     name is <other>``, ``call me <other>``), nor narrates its speaker in the third person (begins with its own name, or
      "the" and its role's noun, as a subject: ``Gorm's heart sinks …``, ``Mira replies, …``,
      ``The blacksmith is pleased …``); refusals (``I can't help with that``) are assistant-speak.
 
@@ -48,7 +48,8 @@ request at a time, as the server has one slot) and the coalescing model, as ``oa
    them. A probe whose members never said the fact counts as not used (C could not know it); how
    many reached C is printed beside.
 
-Printed (stdout): both parts' counts against the goals, and the coalescing statistics as JSON.
+Printed (stdout): both parts' counts against the goals, each line not counted and each missed
+probe (its question and both answers), and the coalescing statistics as JSON.
 On stderr, as they come: each line delivered and each answer (``--show-generations``: also
 every generation's raw text, batch answers included).
 
@@ -128,6 +129,7 @@ FACTS = [
 GOAL_SHARE = 0.95
 GOAL_PROBES = 0.9
 ASSISTANT_SPEAK = re.compile(r"\bas an ai\b|\blanguage model\b|\bi'?m an (?:ai )?assistant\b|\bi am an (?:ai )?assistant\b"
+                             r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)(?: you)?\s*[.!]?\s*$"
                              r"|\bi cannot assist\b|\bi can'?t assist\b|\bi can'?t help with that\b|\bi cannot help with that\b"
                              r"|(?:^|\s)(?:user|assistant|system)\s*:",
                              re.IGNORECASE)
@@ -195,6 +197,7 @@ class Probes:
     used: int = 0  # C's answer used it
     absent_knew_nothing: int = 0  # D's did not
     failed: dict[str, int] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)  # why each probe missed: its question and answers
     lines: Ambient = field(default_factory=Ambient)  # the probes' conversation lines, checked as above
 
 
@@ -311,6 +314,9 @@ async def probe(client: Client, n: int, args: argparse.Namespace, tally: Probes)
     tally.overheard += overheard
     tally.used += used
     tally.absent_knew_nothing += nothing
+    if not (used and nothing):
+        tally.misses.append(f"probe {n} ({question!r}, keywords {', '.join(keywords)}; overheard {overheard}): "
+                            f"{cast[2][0]} (heard it) {answers[c]!r}; {cast[3][0]} (not there) {answers[d]!r}")
     log(f"probe {n} | fact overheard {overheard}, used {used}, absent knew nothing {nothing}\n"
         f"  {cast[2][0]} (heard it): {answers[c]}\n  {cast[3][0]} (not there): {answers[d]}")
 
@@ -389,6 +395,8 @@ def report(args: argparse.Namespace, lines: Ambient, facts: Probes, stats: dict[
           f"absent NPC knew nothing: "
           f"{facts.absent_knew_nothing}/{args.probes}   (goal >= {GOAL_PROBES:.0%} each: "
           f"{'met' if min(facts.used, facts.absent_knew_nothing) >= GOAL_PROBES * args.probes else 'NOT met'})")
+    for miss in facts.misses:
+        print(f"  missed: {miss}")
     print()
     print(json.dumps({"coalescing": stats}, indent=2))
 

@@ -12,6 +12,7 @@ import pytest
 
 from oam_actors import ErrorCode, GenerationRequest, ScriptedModel
 from oam_actors.agent import StepKind
+from oam_actors.models.scripted import ScriptStep, ScriptStyle
 from oam_actors.game import NPC, NPCMemory, Persona
 from oam_actors.game.conversation import (
     PLAYER,
@@ -27,7 +28,7 @@ from oam_actors.game.conversation import (
     view_for,
 )
 
-from test_coalesce_model import Rig
+from test_coalesce_model import Rig, alone_line
 
 MEMBERS = (Member("b", "Bran"), Member("c", "Cora"), Member("d", "Dena"))
 
@@ -245,7 +246,8 @@ def test_private_knowledge_is_memory_beyond_the_conversation_being_continued() -
 
 async def test_a_talk_never_carries_what_another_npc_of_its_batch_heard() -> None:
     """Hild overheard where the key is; Odo and Petra did not. Their talks share a generation
-    whose answer gives all three Hild's knowledge: Hild's reply stands, the others run alone."""
+    whose answer gives all three Hild's knowledge: Hild's reply stands, the others run alone.
+    (Hild is asked something else: a talk asked about what its NPC heard runs alone.)"""
     from oam_actors.game import NPCOptions
 
     rig = Rig(lambda request: "\n".join(f"{n}. {name}: [happy] Under the red barrel, friend."
@@ -255,7 +257,8 @@ async def test_a_talk_never_carries_what_another_npc_of_its_batch_heard() -> Non
     hild, odo, petra = (NPC(Persona(name=name), rig.model, options=options, owner=name)
                         for name in ("Hild", "Odo", "Petra"))
     hild.hear(["(overheard) Gorm to Mira: The key is under the red barrel."])
-    turns = await rig.run([lambda npc=npc: npc.talk("Where is the key?") for npc in (hild, odo, petra)])
+    turns = await rig.run([lambda npc=npc: npc.talk("Where is the key?" if npc is not hild else "Good morning!")
+                           for npc in (hild, odo, petra)])
     assert len(rig.batches) == 1 and "- Gorm to Mira: The key is under the red barrel." in rig.batches[0].prompt
     assert [t.line for t in turns] == ["Under the red barrel, friend.", "Odo alone.", "Petra alone."]
     stats = rig.model.coalescing_statistics()
@@ -299,6 +302,14 @@ def test_deterministic_shapes_of_bad_lines_are_repaired(text: str, speaker: str,
     ("[calm] Odo smiles warmly at Gorm.", "Gorm", None, "NARRATED"),
     ("Odo sighs, looking down at the empty barrel by the forge.", "Gorm", None, "NARRATED"),
     ("Odo frowns and rolls his eyes as he reads the news.", "Gorm", None, "NARRATED"),
+    ("Odo starts pacing, looking for a solution.", "Gorm", None, "NARRATED"),
+    ("Odo looks thoughtful, pondering if she should mention the incident.", "Gorm", None, "NARRATED"),
+    ("Odo sighs, relieved that the quarrel is settled.", "Gorm", None, "NARRATED"),
+    ("Odo rolled her eyes and continued to wait for the rain to pass.", "Gorm", None, "NARRATED"),
+    ('Odo starts laughing, thinking "That\'s funny. I\'ve never heard that."', "Gorm", None, "NARRATED"),
+    ("Odo looks at Gorm, who smiles back at him. They start to argue about the price.", "Gorm", None, "NARRATED"),
+    ("Only the words Gorm says aloud, in the first person, with no narration.", "Gorm", None, "ECHOED"),
+    ("I'm just here to assist you.", "Gorm", None, "REFUSAL"),
     ("[happy] *waves*", "Gorm", None, "WORDLESS"),
     ("[Blessed]", "Gorm", None, "WORDLESS"),
     ("   ", "Gorm", None, "WORDLESS"),
@@ -415,3 +426,144 @@ async def test_lines_of_conversations_sharing_a_name_never_share_a_generation() 
     npcs = [NPC(Persona(name="Mira", role="a baker"), rig.model, owner=f"m{n}") for n in range(2)]
     replies = await rig.run([lambda n=n: npcs[n].converse(view_for(states[n], f"m{n}")) for n in range(2)])
     assert rig.batches == [] and [r.line for r in replies] == ["Mira alone.", "Mira alone."]
+
+
+# --- asking a bad line again, and a talk about what the NPC heard ----------------------------------
+
+@pytest.mark.parametrize(("text", "speaker", "others", "checked"), [
+    ("[Gorm: Well, that's a bit of a surprise...", "Mira", ("Gorm",), None),  # another's label in a bracket
+    ("[Mira: Well, that's a surprise.]", "Mira", ("Gorm",), "Well, that's a surprise."),
+    ("[angry] [Elsa] I'm not letting him stay! [Brann] Let's go outside. [Hild] Later.", "Elsa", ("Brann", "Hild"),
+     "I'm not letting him stay!"),  # members' names in brackets are labels
+    ("[excited] Petra: The cat is cute! [happy] Petra: And the saffron is here.", "Petra", ("Odo",),
+     "The cat is cute!"),  # the speaker's own label again: a second line, cut
+])
+def test_labels_in_brackets_and_a_second_line_of_the_speaker_are_caught(text: str, speaker: str,
+                                                                       others: tuple[str, ...],
+                                                                       checked: str | None) -> None:
+    from oam_actors.game.conversation import RepairedLine, repaired_line
+
+    repaired = repaired_line(text, speaker, None, others)
+    assert isinstance(repaired, RepairedLine)
+    assert check_line(repaired.line, speaker, others) == checked
+
+
+@pytest.mark.parametrize(("text", "refused"), [
+    ("I'm sorry, I can't help.", True),
+    ("I'm sorry, but I can't participate in that.", True),
+    ("I apologize, but I am unable to assist you.", True),
+    ("Sorry, I can't help you with the harvest this year.", False),  # says what: in character
+    ("I can't help it, the bread smells too good.", False),
+    ("I'm just here to help.", True),
+    ("I'm here to help you start your day!", False),  # says with what: in character
+])
+def test_an_apology_that_declines_is_a_refusal(text: str, refused: bool) -> None:
+    from oam_actors.game.conversation import LineProblem, repaired_line
+
+    assert (repaired_line(text, "Ulf", None, ("Sela",)) is LineProblem.REFUSAL) is refused
+
+
+def test_a_line_asked_again_more_than_once_is_asked_in_other_words() -> None:
+    from oam_actors.game.conversation import LineProblem, line_prompt, reask_prompt, repair_note
+
+    view = view_for(said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out."), "b")
+    first = reask_prompt(view, "Bran", LineProblem.REPEATED)
+    assert first == f"{line_prompt(view, 'Bran')}\n{repair_note(LineProblem.REPEATED, 'Bran')}"
+    again = reask_prompt(view, "Bran", LineProblem.REPEATED, other_words=True)
+    assert "Cora: The bridge is out." in again and repair_note(LineProblem.REPEATED, "Bran") not in again
+    assert "Bran says something new" in again and again.endswith("What does Bran answer Cora? One sentence, "
+                                                               "the spoken words only.")
+    opening = view_for(ConversationState(world="w", members=MEMBERS, situation="Market day."), "b")
+    assert opening.opening and not view.opening
+    assert reask_prompt(opening, "Bran", LineProblem.WORDLESS, other_words=True).endswith("What does Bran say first? "
+                                                                                  "One sentence, the spoken words only.")
+
+
+async def test_a_bad_line_is_asked_again_twice_afresh_before_a_fallback_stands_in() -> None:
+    """Alone, Bran repeats Cora's line three times, then answers: each attempt starts from an
+    empty history (the failed answer is never shown again, nor the prompt as Cora's line), the
+    second is told what was wrong and the later ones are asked in other words."""
+    from oam_actors.game.conversation import LINE_REASKS, LineProblem, reask_prompt
+
+    answers = iter(["[sad] The bridge is out.", "The bridge is out!", "Bran: the bridge is out.",
+                    "[sad] Then we take the ford."])
+    model = ScriptedModel(style=ScriptStyle.ENVELOPE,
+                          fallback=ScriptStep.from_function(lambda request: ScriptStep.say(next(answers))))
+    state = said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out.")
+    reply = await NPC(Persona(name="Bran"), model).converse(view_for(state, "b"))
+    assert (reply.line, reply.emotion, reply.is_fallback, reply.retried) == ("Then we take the ford.", "sad", False,
+                                                                             True)
+    view = view_for(state, "b")
+    prompts = [r.prompt for r in model.requests]
+    assert len(prompts) == 1 + LINE_REASKS
+    assert prompts[1] == reask_prompt(view, "Bran", LineProblem.REPEATED)
+    assert prompts[2] == prompts[3] == reask_prompt(view, "Bran", LineProblem.REPEATED, other_words=True)
+    assert all("The bridge is out!" not in p and "Conversation:" not in p for p in prompts)
+
+
+async def test_a_line_that_fails_every_time_is_the_fallback_line() -> None:
+    from oam_actors.game.conversation import LINE_REASKS
+
+    model = ScriptedModel(style=ScriptStyle.ENVELOPE,
+                          fallback=ScriptStep.from_function(lambda request: ScriptStep.say("I'm sorry, I can't help.")))
+    state = said(ConversationState(world="w", members=MEMBERS), "c", "The bridge is out.")
+    reply = await NPC(Persona(name="Bran"), model).converse(view_for(state, "b"))
+    assert reply.is_fallback and reply.line == "Let's talk about something else."
+    assert len(model.requests) == 1 + LINE_REASKS
+
+
+async def test_the_opening_line_shows_the_situation_once() -> None:
+    model = ScriptedModel.from_wire({"type": "scripted", "steps": [{"text": "[happy] Morning, all."}]})
+    state = ConversationState(world="w", members=MEMBERS, situation="Market day at the square.")
+    await NPC(Persona(name="Bran"), model).converse(view_for(state, "b"))
+    request = model.requests[0]
+    assert (request.system + request.prompt).count("Market day at the square.") == 1
+
+
+def test_a_reply_draws_on_the_heard_note_when_it_says_something_the_question_did_not() -> None:
+    from oam_actors.game.memory import draws_on
+
+    note = "(overheard) Gorm to Mira: Mira, listen, the blacksmith's key is hidden under the red barrel!"
+    question = "Do you know where the blacksmith's key is hidden?"
+    assert draws_on("It's under the red barrel, I heard.", note, question)
+    assert draws_on("Under some barrels, I think.", note, question)  # a plural
+    assert not draws_on("No, I don't know. I heard it from Gorm.", note, question)  # names aside
+    assert not draws_on("The weather's getting worse every day.", note, question)
+    assert draws_on("No idea.", "Gorm to you: Where is the key?", "Where is the key?")  # nothing more to tell
+    assert NPCMemory(heard=(note, "Mira to Gorm: Oh no!")).heard_note_about(question) == note
+
+
+async def test_a_talk_about_what_the_npc_heard_runs_alone_and_is_asked_again_when_it_ignores_it() -> None:
+    """Tobin overheard where the key is. Asked about it beside Elsa (who was not there), his
+    talk does not share her generation; his first reply talks about the weather, so it is asked
+    once more, alone, told what he overheard, and that reply is the turn."""
+    from oam_actors.game import NPCOptions
+    from oam_actors.game import _prompting as prompting
+
+    note = "(overheard) Gorm to Mira: The blacksmith's key is hidden under the red barrel."
+    tobin_replies = iter(["[angry] The weather's getting worse every day.", "[neutral] Under the red barrel."])
+
+    def answer(request: GenerationRequest) -> ScriptStep:
+        if request.owner == "warm-up":
+            return ScriptStep.say("warm")
+        if request.kind is StepKind.TEXT:
+            return ScriptStep.say("\n".join(f"{n}. {name}: [happy] Good day." for n, name in _BATCHED.findall(request.prompt)))
+        if "You play Tobin" in request.system:
+            return ScriptStep.say(next(tobin_replies))
+        return ScriptStep.say(alone_line(request))
+
+    rig = Rig()
+    rig.backend.fallback = ScriptStep.from_function(answer)
+    await rig.warm_up()
+    options = NPCOptions.from_wire({"replyFormat": "text", "memoryTools": "none"}).value
+    tobin, elsa, odo = (NPC(Persona(name=name), rig.model, options=options, owner=name)
+                        for name in ("Tobin", "Elsa", "Odo"))
+    tobin.hear([note])
+    question = "Do you know where the blacksmith's key is hidden?"
+    turns = await rig.run([lambda npc=npc: npc.talk(question) for npc in (tobin, elsa, odo)])
+    assert [t.line for t in turns] == ["Under the red barrel.", "Good day.", "Good day."]
+    assert len(rig.batches) == 1 and "Tobin" not in rig.batches[0].prompt and "barrel" not in rig.batches[0].prompt
+    tobins = [r for r in rig.alone if "You play Tobin" in r.system]
+    assert len(tobins) == 2 and prompting.heard_repair(note) in tobins[1].system + tobins[1].prompt
+    assert prompting.heard_repair(note).startswith("Your last reply did not say what you overheard")
+    assert tobin.turn_count == 1  # the reply that stood; the first one was taken back

@@ -17,7 +17,7 @@ from ..agent.transcript import ResponseEntry
 from ..errors import ErrorCode
 from ._dialogue import PLAYER_LABEL
 from ._text import trimmed_or_none
-from .memory import NPCMemory, secret_visibility
+from .memory import OVERHEARD, NPCMemory, secret_visibility
 from .options import MemoryTool, NPCOptions
 from .persona import Emotion, Persona
 
@@ -29,6 +29,7 @@ __all__ = [
     "bark_prompt",
     "context_note",
     "facts_note",
+    "heard_repair",
     "instructions",
     "memory_note",
     "reply_schema",
@@ -47,6 +48,15 @@ before the model's quota could take a step (:class:`~oam_actors.errors.DeadlineP
 WORDLESS_REPAIR = ("Your last reply had no words, only an emotion tag or a stage direction. "
                    "Answer the player in words this time: what you say aloud, in one or two sentences.")
 """The note of a reply asked again because it had no words (:meth:`~.npc.NPC.talk`)."""
+
+
+def heard_repair(note: str) -> str:
+    """The note of a reply asked again because it drew nothing on the heard ``note`` the
+    player asked about (:func:`~.memory.draws_on`, :meth:`~.npc.NPC.talk`)."""
+    how = "overheard" if note.startswith(OVERHEARD) else "heard"
+    return (f"Your last reply did not say what you {how}, and the player asks about it: "
+            f"{note.removeprefix(OVERHEARD)} Answer the player with what you {how}, in your own words.")
+
 
 _MAX_RETRY_FACTS = 6
 _MAX_FACT_CHARS = 400

@@ -33,6 +33,7 @@ from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none, wi
 from .memory import HEARD_LINES, OVERHEARD
 
 __all__ = [
+    "LINE_REASKS",
     "LINE_SENTENCES",
     "MAX_LINES_SHOWN",
     "MAX_MEMBERS",
@@ -55,6 +56,7 @@ __all__ = [
     "lines_from_wire",
     "next_speaker",
     "repair_note",
+    "reask_prompt",
     "repaired_line",
     "repeats",
     "spoken",
@@ -65,6 +67,12 @@ PLAYER = "player"
 """The speaker id of the player (never an NPC id: an NPC's own id cannot be it in a conversation)."""
 MIN_MEMBERS = 2
 MAX_MEMBERS = 8
+LINE_REASKS = 3
+"""How many times a line whose answer cannot be said is asked again alone before the speaker's
+fallback line stands in (the first time told what was wrong, then in other words:
+:func:`reask_prompt`). Each costs a generation, and only a line that went wrong spends them: a
+small model's answer alone fails often enough (about two in five on Qwen2.5-Coder-1.5B replaying
+logged conversations) that two re-asks still left about one line in ten a fallback."""
 LINE_SENTENCES = 1
 """A conversation line is one sentence: lines come and go quickly, and a short line's reserved answer
 lets more of them share a generation."""
@@ -208,6 +216,11 @@ class ConversationView(msgspec.Struct, frozen=True, kw_only=True):
     background: bool
     said: tuple[str, ...] = ()  # the words of its latest lines (as many as a memory keeps heard)
 
+    @property
+    def opening(self) -> bool:
+        """No line was said yet: the speaker opens the conversation (its last line is the situation)."""
+        return not self.said
+
 
 class LineReply(msgspec.Struct, frozen=True, kw_only=True):
     """A member's line as its NPC said it (:meth:`~.npc.NPC.converse`): checked, or its fallback."""
@@ -281,8 +294,17 @@ class RepairedLine(msgspec.Struct, frozen=True):
 _REFUSAL = re.compile(
     r"\bas an ai\b|\b(?:ai )?language model\b|\bi(?:'m| am) (?:just |only )?an? (?:ai|assistant|virtual assistant)\b"
     r"|\bi (?:cannot|can'?t|am unable to|'m unable to) (?:assist|comply|fulfil+)\b"
-    r"|\bi (?:cannot|can'?t) help (?:you )?with (?:that|this|your request)\b",
+    r"|\bi (?:cannot|can'?t) help (?:you )?with (?:that|this|your request)\b"
+    r"|\bi(?:'m| am) (?:just |only )?here to (?:help|assist)(?: you)?\s*[.!]?\s*$"
+    # an apology and a bare "I can't help." (nothing said of what): an assistant declining
+    r"|\b(?:sorry|apologi[sz]e)\b[^.!?]{0,40}\bi (?:cannot|can'?t|am unable to|'m unable to) "
+    r"(?:help|assist|participate|provide|engage|comply|continue)(?: you)?(?: (?:in|with) (?:that|this))?\s*(?:[.!]|$)",
     re.IGNORECASE)
+_ECHOED = re.compile(r"\b(?:says? aloud|in the first person|with no narration|the spoken words only|"
+                     r"(?:next|one) (?:line|sentence) as)\b", re.IGNORECASE)
+"""Words of a line's own prompt (:func:`line_prompt`, :func:`reask_prompt`), which a line never says."""
+_BRACKETED_LABEL = re.compile(r"^\[(?=[^\[\]:\n]{1,40}:)")
+"""An opening bracket before a speaker label (``[Gorm: Well, …``): the label is what follows it."""
 _ANGLE_TAG = re.compile(r"^<\s*([A-Za-z][A-Za-z -]{0,20}?)\s*>(?!\s*:)\s*")
 _WRAPPER = re.compile(r"^<([^<>]+)>\s*(?:$|<)")
 _NARRATED = re.compile(r"^(?P<who>[^\"“”<>\[\].!?:]{1,80}?)\s*[,:]\s*[\"“](?P<quote>[^\"“”]+)(?:[\"”]|$)")
@@ -290,9 +312,13 @@ _QUOTE_THEN_NARRATION = re.compile(r"^[\"“](?P<quote>[^\"“”]+)[\"”]\s*,?
 _NARRATOR_START = re.compile(r"^(?:the|a|an|he|she|they|his|her)\b", re.IGNORECASE)
 _NARRATION_WORDS = 5
 """Words after another member's name that a narration of it has at most (``Odo nods slowly at Gorm.``)."""
-_GESTURE = re.compile(r"\s*,\s*\w+ing\b|\s+and\s+\w+(?:s|ed)\b", re.IGNORECASE)
-"""What goes on after the verb of a narration: a participle (``, looking down``) or a second verb
-(``and shrugs``)."""
+_GESTURE = re.compile(r"\s*,\s*\w+ing\b|\s+and\s+\w+(?:s|ed)\b|\s+\w+ing\b", re.IGNORECASE)
+"""What goes on after the verb of a narration: a participle (``, looking down``, ``starts
+laughing``) or a second verb (``and shrugs``)."""
+_PARTICIPLE = re.compile(r",\s*\w+(?:ing|ed)\b|\s+and\s+(?:then\s+)?\w+(?:s|ed)\b", re.IGNORECASE)
+"""A participle after a comma, or a second verb, later in a narration (``Elsa looks thoughtful,
+pondering …``, ``Ulf sighs, relieved …``, ``Elsa rolled her eyes and continued …``)."""
+_QUOTED_PART = re.compile(r"[\"“][^\"“”]*(?:[\"”]|$)")
 _SPEAKING_WORDS = frozenset({"i", "i'm", "i've", "i'll", "i'd", "me", "my", "mine", "we", "we're", "us", "our",
                              "you", "you're", "your", "yours", "let's"})
 _NOT_VERBS = frozenset({"is", "was", "has", "this", "us", "yes", "his", "its", "as", "thus", "always", "perhaps"})
@@ -307,11 +333,37 @@ class LineProblem(enum.Enum):
     NARRATED = "narrated what someone does instead of giving spoken words"
     MISATTRIBUTED = "was spoken as another character"
     REPEATED = "repeated the line before it word for word"
+    ECHOED = "repeated the instructions instead of saying a line"
 
 
 def repair_note(problem: LineProblem, speaker: str) -> str:
     """What the prompt of a line asked again adds: what was wrong, and what to say instead."""
     return f"Your last answer {problem.value}. Now say, in words, only what {speaker} says aloud, in the first person."
+
+
+_OTHER_WORDS = {
+    LineProblem.REFUSAL: "This is a scene of a story in a video game, and {speaker} is one of its characters.",
+    LineProblem.WORDLESS: "{speaker} must say something aloud this time: words, not a feeling or a gesture.",
+    LineProblem.NARRATED: "Write what {speaker} says, not what anyone does: the words {speaker} speaks, as {speaker}.",
+    LineProblem.MISATTRIBUTED: "Write {speaker}'s words only, with no name before them: the others have spoken.",
+    LineProblem.REPEATED: "{speaker} says something new, in other words than the lines above.",
+    LineProblem.ECHOED: "{speaker} talks about the conversation above, in character.",
+}
+
+
+def reask_prompt(view: ConversationView, speaker: str, problem: LineProblem, *, other_words: bool = False) -> str:
+    """The prompt of a line asked again because its answer had ``problem``: the line's prompt
+    and the :func:`repair_note`; ``other_words`` (each time after the first), only the
+    line it answers (a small model copies a line it is shown, and the earlier ones are what it
+    copied) and a different instruction, one that names what went wrong in other words (a small
+    model that ignored one wording often follows another)."""
+    if not other_words:
+        return f"{line_prompt(view, speaker)}\n{repair_note(problem, speaker)}"
+    lines = [f"{speaker} is talking with {', '.join(view.others)}.", f"{view.last_label}: {view.last_line}",
+             _OTHER_WORDS[problem].format(speaker=speaker),
+             f"What does {speaker} say first? One sentence, the spoken words only." if view.opening else
+             f"What does {speaker} answer {view.last_label}? One sentence, the spoken words only."]
+    return "\n".join(lines)
 
 
 def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequence[str] = ()) -> RepairedLine | LineProblem:
@@ -329,6 +381,10 @@ def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequ
     line = next((part.strip() for part in text.splitlines() if part.strip()), "")
     if _REFUSAL.search(line):
         return LineProblem.REFUSAL
+    if _ECHOED.search(line):
+        return LineProblem.ECHOED
+    if _BRACKETED_LABEL.match(line):
+        line = line[1:].removesuffix("]")
     tag = None
     if (angle := _ANGLE_TAG.match(line)) is not None:
         tag, line = angle.group(1).strip(), line[angle.end():]
@@ -337,12 +393,14 @@ def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequ
         tag, line = tag or split.tag.strip(), split.rest
     if (wrapped := _WRAPPER.match(line)) is not None:
         line = wrapped.group(1)
+    for name in (speaker, *others):  # a member's name in brackets is a label (``… [Odo] Let's go.``)
+        line = _bracketed_name(name).sub(lambda found: f" {found.group(1)}: ", line).strip()
     line = _quoted(line.strip(), speaker, role, others)
     line = spoken_line(without_stage_directions(line), speaker)
     line = _unaddressed(line, speaker)
     if not any(c.isalnum() for c in line):
         return LineProblem.WORDLESS
-    if _narrates(line, speaker, role) or any(_narrates_other(line, other) for other in others):
+    if _narrates(line, speaker, role) or any(_narrates_other(line, other, speaker) for other in others):
         return LineProblem.NARRATED
     return RepairedLine(tag, line)
 
@@ -350,7 +408,8 @@ def repaired_line(text: str, speaker: str, role: str | None = None, others: Sequ
 def judged_line(text: str, speaker: str, role: str | None, view: ConversationView) -> RepairedLine | LineProblem:
     """``text`` as the line ``speaker`` says next in ``view``'s conversation: repaired
     (:func:`repaired_line`), checked (:func:`check_line`) and not the line it answers again
-    (:func:`repeats`); else what is wrong with it."""
+    (:func:`repeats`); else what is wrong with it. (An earlier line said again is let be: a
+    crowd's canned lines repeat, and asking again for each costs generations a batch saves.)"""
     repaired = repaired_line(text, speaker, role, view.others)
     if isinstance(repaired, LineProblem):
         return repaired
@@ -411,18 +470,26 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
     return re.match(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+\w+(?:s|ed)\b)", line, re.IGNORECASE) is not None
 
 
-def _narrates_other(line: str, name: str) -> bool:
+def _narrates_other(line: str, name: str, speaker: str) -> bool:
     """Whether ``line`` narrates another member: its name as the subject of a verb, a few words
-    at most or a gesture going on (``, looking down``), and no one speaking in the first or
-    second person (``Odo nods.``, ``Odo sighs, looking down at the empty barrel.``; not ``Odo
-    says the road is closed, and I believe him.``)."""
+    at most, a gesture going on (``, looking down``, ``starts laughing``, a participle after a
+    later comma or a second verb: ``Elsa looks thoughtful, pondering …``, ``Elsa rolled her eyes
+    and continued …``) or the speaker named in the third person
+    (``Ulf looks at Sela, who smiles back.`` said by Sela), and no one speaking in the first or
+    second person outside quotes (``Odo nods.``, ``Odo sighs, looking down at the empty
+    barrel.``, ``Gorm starts laughing, thinking "I've …"``; not ``Odo says the road is closed,
+    and I believe him.``)."""
     subject = re.match(rf"\W*{re.escape(name.strip())}(?:'s\s+\w|\s+(\w+(?:s|ed))\b)", line, re.IGNORECASE) \
         if name.strip() else None
     if subject is None or (subject.group(1) or "").casefold() in _NOT_VERBS:
         return False
-    words = re.findall(r"[\w']+", line.casefold())
+    unquoted = _QUOTED_PART.sub(" ", line)  # a thought in quotes is not the line speaking
+    words = re.findall(r"[\w']+", unquoted.casefold())
     short = len(words) <= len(name.split()) + _NARRATION_WORDS
-    return (short or _GESTURE.match(line, subject.end()) is not None) and _SPEAKING_WORDS.isdisjoint(words)
+    gesture = (_GESTURE.match(unquoted, subject.end()) is not None
+               or _PARTICIPLE.search(unquoted, subject.end()) is not None
+               or bool(speaker.strip()) and _naming(speaker.strip()).search(unquoted, subject.end()) is not None)
+    return (short or gesture) and _SPEAKING_WORDS.isdisjoint(words)
 
 
 def repeats(line: str, said: Sequence[str]) -> bool:
@@ -439,7 +506,7 @@ def _words(text: str) -> str:
 def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
     """The line as ``speaker`` may say it, or ``None`` when it must be asked again: it begins as
     another member (``Other: …``) or is empty. A line that goes on as another member (``… Other:
-    …``) is cut where the other begins."""
+    …``), or as its speaker again (a second line, ``… Gorm: …`` said by Gorm), is cut there."""
     text = line.strip()
     label = _LABEL.match(text)
     if label is not None:
@@ -448,8 +515,8 @@ def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
             return None
         if name.casefold() == speaker.casefold():
             text = text[label.end():]
-    for other in others:
-        found = _label_of(other).search(text)
+    for name in (*others, speaker):
+        found = _label_of(name).search(text)
         if found is not None:
             text = text[:found.start(1)].rstrip()
     return text.strip() or None
@@ -459,6 +526,11 @@ def check_line(line: str, speaker: str, others: Sequence[str]) -> str | None:
 @functools.lru_cache(maxsize=8192)
 def _label_of(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?:^|[\s\"'“])({re.escape(name)})\s*:", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8192)
+def _bracketed_name(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\[\s*({re.escape(name.strip())})\s*\]", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -33,6 +33,7 @@ __all__ = [
     "MemoryStore",
     "NPCMemory",
     "attitude",
+    "draws_on",
     "memory_tools",
     "secret_visibility",
 ]
@@ -155,21 +156,26 @@ class NPCMemory:
         notes = "\n".join(f"- {h.removeprefix(OVERHEARD)}" for h in self.heard)
         return f"{HEARD_HEADING}\n{notes}"
 
-    def heard_about(self, question: str) -> str | None:
-        """The heard note that ``question`` asks about, as a sentence of what the NPC knows
-        (``You know this because you overheard it: Gorm to Odo: …``): of the notes sharing a
-        distinctive word with ``question`` (three letters or more, not a common one), the one
-        sharing most, the latest on a tie; ``None`` when none shares one."""
+    def heard_note_about(self, question: str) -> str | None:
+        """The heard note (as :attr:`heard` holds it) that ``question`` asks about: of the notes
+        sharing a distinctive word with ``question`` (three letters or more, not a common one),
+        the one sharing most, the latest on a tie; ``None`` when none shares one."""
         asked = distinctive_words(question)
         best: tuple[int, str] | None = None
         for note in self.heard if asked else ():
             shared = len(asked & distinctive_words(note.removeprefix(OVERHEARD)))
             if shared and (best is None or shared >= best[0]):
                 best = (shared, note)
-        if best is None:
+        return None if best is None else best[1]
+
+    def heard_about(self, question: str) -> str | None:
+        """The heard note that ``question`` asks about (:meth:`heard_note_about`), as a sentence
+        of what the NPC knows (``You know this because you overheard it: Gorm to Odo: …``)."""
+        note = self.heard_note_about(question)
+        if note is None:
             return None
-        how = "overheard" if best[1].startswith(OVERHEARD) else "heard"
-        return f"You know this because you {how} it, and you are asked about it now: {best[1].removeprefix(OVERHEARD)}"
+        how = "overheard" if note.startswith(OVERHEARD) else "heard"
+        return f"You know this because you {how} it, and you are asked about it now: {note.removeprefix(OVERHEARD)}"
 
     def private_knowledge(self, said: Collection[str] = ()) -> bool:
         """Whether this memory holds knowledge another NPC must not see: facts, a summary,
@@ -220,6 +226,16 @@ class NPCMemory:
             heard=wire.string_list("heard", ()),
             others=_others(value.get("others"), f"{path}.others"),
         )
+
+
+def draws_on(reply: str, note: str, question: str) -> bool:
+    """Whether ``reply`` to ``question`` draws on the heard ``note`` it asks about: it holds a
+    distinctive word of the note's words that the question does not hold (the names of who
+    said it to whom aside: ``I heard it from Gorm`` tells nothing). True when the note tells
+    nothing beyond the question."""
+    header, _, words = note.removeprefix(OVERHEARD).partition(": ")
+    told = distinctive_words(words) - distinctive_words(question) - distinctive_words(header)
+    return not told or bool(told & distinctive_words(reply))
 
 
 def _others(value: Any, path: str) -> tuple[tuple[str, int], ...]:

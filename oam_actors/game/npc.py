@@ -75,15 +75,16 @@ from ._dialogue import (
 from ._items import bark_item, reply_item, structured_reply_item, tool_choice_item
 from ._text import says_nothing, single_line, situation_text
 from .conversation import (
+    LINE_REASKS,
     LINE_SENTENCES,
     ConversationView,
     LineProblem,
     LineReply,
     judged_line,
     line_prompt,
-    repair_note,
+    reask_prompt,
 )
-from .memory import MemoryStore, NPCMemory, memory_tools, secret_visibility
+from .memory import MemoryStore, NPCMemory, draws_on, memory_tools, secret_visibility
 from .options import NPCOptions, ReplyFormat, check_configuration
 from .persona import Emotion, Persona, SecretVisibility
 from .world import WorldState
@@ -366,11 +367,19 @@ class NPC:
         coalescing backend may answer its decide steps and its reply step (plain or structured)
         together with other NPCs' (:func:`~._items.reply_item` says when it may; the text retry
         runs alone; a batch answer of another NPC's step that carries what this NPC privately
-        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone). Raises
-        :class:`AgentError` for errors no fallback covers; see the module docstring for events
-        and commit."""
+        knows, :meth:`~.memory.NPCMemory.private_texts`, runs that step alone; a talk whose
+        ``line`` asks about a line the NPC heard, :meth:`~.memory.NPCMemory.heard_note_about`,
+        runs alone). A reply with no words, or one that draws nothing on the heard line asked
+        about (:func:`~.memory.draws_on`), is asked again once, alone, as text, told what was
+        wrong. Raises :class:`AgentError` for errors no fallback covers; see the module docstring
+        for events and commit."""
         await self.run_pending_compaction()
-        attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget, coalesce=coalesce)
+        heard = self._store.memory.heard_note_about(line)  # what the player asks about, if it heard it
+        # A reply about what only this NPC heard runs alone: in a batch a small model answers
+        # from the persona and overlooks the note among the other items (and another item's
+        # answer could only carry it away, to be run again alone).
+        attempt = self._prepare(line, situation_text(context), tool_choice, budget=budget,
+                                coalesce=coalesce and heard is None)
         self._creation = None  # the attempt's instructions are the agent's from now on
         self._store.discard()
         tracker = LineTracker(attempt.persona.name.strip())
@@ -401,13 +410,20 @@ class NPC:
                 self._store.discard()
                 raise
             else:
-                if not reasked and says_nothing(self._reply_of(result, attempt).line):
-                    # Only an emotion tag or a stage direction: asked once more, alone, told to
-                    # answer in words, before a fallback line stands in. The wordless reply is
-                    # taken back out of the history (nothing else of the turn is committed yet).
+                said = self._reply_of(result, attempt).line
+                # Only an emotion tag or a stage direction, or nothing of what the player asks
+                # about and the NPC heard: asked once more, alone, told what was wrong (before a
+                # fallback line stands in, for a wordless one). The reply is taken back out of
+                # the history (nothing else of the turn is committed yet).
+                repair = None
+                if says_nothing(said):
+                    repair = prompting.WORDLESS_REPAIR
+                elif heard is not None and not draws_on(said, heard, line):
+                    repair = prompting.heard_repair(heard)
+                if not reasked and repair is not None:
                     reasked = retried = True
                     self._agent.history = self._agent.history[:before]
-                    attempt = self._text_retry(attempt, records, repair=prompting.WORDLESS_REPAIR)
+                    attempt = self._text_retry(attempt, records, repair=repair)
                     continue
                 turn = self._completed_turn(result, attempt, records)
             break
@@ -688,24 +704,28 @@ class NPC:
         """This NPC's next line in a conversation among NPCs (``view``: what it is shown). A
         one-off step, like a bark, but with its memory: history and memory are not changed (the
         conversation tells every member what was said, :meth:`hear`). The line is checked
-        (:func:`~.conversation.check_line`): one that speaks as another member is asked again alone
-        once, then replaced by the next fallback line. ``view.background``: background priority
+        (:func:`~.conversation.check_line`): one that speaks as another member is asked again alone,
+        up to :data:`~.conversation.LINE_REASKS` times, then replaced by the next fallback line.
+        ``view.background``: background priority
         (an ambient conversation), else dialogue. When ``budget`` runs out before the model takes
         the step, the next fallback line stands in, marked ``degraded``. ``coalesce``: a
         coalescing backend may answer it together with other conversations' lines (its item
         shows the persona's essentials, the situation and this conversation only; a speaker whose
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
-        repeats the line it answers word for word, is asked again alone, as a misattributed one
-        is, its prompt saying what was wrong (:func:`~.conversation.repair_note`); so is one
-        whose batch failed with an error a fallback covers. Raises
+        repeats a line of the conversation word for word, is asked again alone, as a
+        misattributed one is, afresh (no failed answer in its history), its prompt saying what
+        was wrong, then in other words (:func:`~.conversation.reask_prompt`); so is one whose
+        batch failed with an error a fallback covers. Raises
         :class:`AgentError` for errors no fallback covers."""
         persona, options = self._persona, self._options
         speaker = persona.name.strip()
         memory = self._store.memory
         world_summary = self.world.summary(options.world_context_paths) if self.world is not None else None
-        # This conversation's lines are in the prompt: its notes would only be shown twice.
-        note = prompting.context_note(memory.without_heard(view.said), options, world_summary, view.situation)
+        # This conversation's lines are in the prompt: its notes would only be shown twice; so
+        # would the situation, which is the opening line's prompt.
+        situation = None if view.opening else view.situation
+        note = prompting.context_note(memory.without_heard(view.said), options, world_summary, situation)
         one_off = Agent(
             self.model,
             instructions=prompting.instructions(persona, options, [], memory, text_reply=True),
@@ -723,7 +743,7 @@ class NPC:
         item = None
         if may_coalesce(self.model, coalesce) and not memory.private_knowledge(view.said):
             shared = prompting.context_note(NPCMemory(relationship=memory.relationship), options, world_summary,
-                                            view.situation)
+                                            situation)
             item = reply_item(persona, options.extra_instructions, shared, view.earlier, (), view.last_line,
                               view.last_label)
         if item is not None:
@@ -737,10 +757,13 @@ class NPC:
         prompt = line_prompt(view, speaker)
         reply: LineReply | None = None
         problem: LineProblem | None = None
-        for attempt, together in enumerate((True, False) if item is not None else (False, False)):
+        for attempt, together in enumerate((item is not None, *(False,) * LINE_REASKS)):
             one_off.model = ItemModel(self.model, item) if together and item is not None else self.model
-            # Asked again, the line is told what was wrong with the first answer.
-            asked = prompt if problem is None else f"{prompt}\n{repair_note(problem, speaker)}"
+            # Every attempt starts afresh: a failed answer left in the history is copied (and its
+            # prompt would be shown as the last speaker's line). Asked again, the line is told
+            # what was wrong with the last answer; after that, in other words.
+            one_off.history = []
+            asked = prompt if problem is None else reask_prompt(view, speaker, problem, other_words=attempt >= 2)
             try:
                 result = await one_off.respond(asked, emit=forward if emit is not None else None, step_events=False)
             except DeadlinePassed:
