@@ -452,11 +452,11 @@ def _quoted(line: str, speaker: str, role: str | None, others: Sequence[str]) ->
 
 def _unaddressed(line: str, speaker: str) -> str:
     """``line`` without the speaker's own name spoken to itself (``I'm sorry, Ulf.``, ``Ulf, I…``)."""
-    name = re.escape(speaker.strip())
-    if not name:
+    if not speaker.strip():
         return line
-    text = re.sub(rf",\s*{name}(?=\s*[.!?,;]|\s*$)", "", line, flags=re.IGNORECASE)
-    text = re.sub(rf"(^|[.!?]\s+){name},\s*(\w)", lambda m: m.group(1) + m.group(2).upper(), text, flags=re.IGNORECASE)
+    after, before = _addressing(speaker.strip())
+    text = after.sub("", line)
+    text = before.sub(lambda m: m.group(1) + m.group(2).upper(), text)
     return text.strip()
 
 
@@ -464,10 +464,8 @@ def _narrates(line: str, speaker: str, role: str | None) -> bool:
     """Whether ``line`` narrates its speaker in the third person: its name, or "the" and its
     role's last word, as the subject of a verb (``Gorm nods.``, ``The blacksmith is pleased.``,
     ``Gorm's heart sinks.``)."""
-    names = [re.escape(speaker.strip())]
-    if role is not None and role.split():
-        names.append(rf"the\s+(?:[\w-]+\s+){{0,3}}{re.escape(role.split()[-1])}")
-    return re.match(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+\w+(?:s|ed)\b)", line, re.IGNORECASE) is not None
+    noun = role.split()[-1] if role is not None and role.split() else None
+    return _narrator_subject(speaker.strip(), noun).match(line) is not None
 
 
 def _narrates_other(line: str, name: str, speaker: str) -> bool:
@@ -479,8 +477,7 @@ def _narrates_other(line: str, name: str, speaker: str) -> bool:
     second person outside quotes (``Odo nods.``, ``Odo sighs, looking down at the empty
     barrel.``, ``Gorm starts laughing, thinking "I've …"``; not ``Odo says the road is closed,
     and I believe him.``)."""
-    subject = re.match(rf"\W*{re.escape(name.strip())}(?:'s\s+\w|\s+(\w+(?:s|ed))\b)", line, re.IGNORECASE) \
-        if name.strip() else None
+    subject = _narrator_subject(name.strip(), None).match(line) if name.strip() else None
     if subject is None or (subject.group(1) or "").casefold() in _NOT_VERBS:
         return False
     unquoted = _QUOTED_PART.sub(" ", line)  # a thought in quotes is not the line speaking
@@ -536,6 +533,23 @@ def _bracketed_name(name: str) -> re.Pattern[str]:
 @functools.lru_cache(maxsize=8192)
 def _naming(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8192)
+def _addressing(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """``name`` spoken to after a comma (``I'm sorry, Ulf.``) and before one at a sentence's start
+    (``Ulf, I…``: the next word's letter is capitalised in its place)."""
+    escaped = re.escape(name)
+    return (re.compile(rf",\s*{escaped}(?=\s*[.!?,;]|\s*$)", re.IGNORECASE),
+            re.compile(rf"(^|[.!?]\s+){escaped},\s*(\w)", re.IGNORECASE))
+
+
+@functools.lru_cache(maxsize=8192)
+def _narrator_subject(name: str, noun: str | None) -> re.Pattern[str]:
+    """``name`` (or "the" and a role's ``noun``) as the subject of a verb at a line's start; the
+    verb is group 1 (``Gorm nods``, ``The old blacksmith is``, ``Gorm's heart``)."""
+    names = [re.escape(name)] + ([rf"the\s+(?:[\w-]+\s+){{0,3}}{re.escape(noun)}"] if noun else [])
+    return re.compile(rf"\W*(?:{'|'.join(names)})(?:'s\s+\w|\s+(\w+(?:s|ed))\b)", re.IGNORECASE)
 
 
 def addressee_of(line: str, speaker: str, state: ConversationState) -> str | None:
