@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oam_actors.agent.words import COMMON_WORDS, distinctive_words
+from oam_actors.agent.words import COMMON_WORDS, distinctive_words, whole_word
 
 
 def test_words_are_casefolded_runs_of_letters_and_digits_with_a_plural_s_off() -> None:
@@ -38,3 +38,11 @@ def test_a_longer_minimum_keeps_a_subset_and_nothing_common(text: str, length: i
     longer = distinctive_words(text, min_length=length + 1)
     assert longer <= shorter
     assert all(len(word) >= length and word not in COMMON_WORDS for word in shorter)
+
+
+def test_whole_word_matches_the_word_alone_in_any_case_unless_told_otherwise() -> None:
+    assert whole_word("Odo").search("then odo nods")
+    assert not whole_word("Odo").search("an odorous barrel")
+    assert not whole_word("Odo", ignore_case=False).search("then odo nods")
+    assert whole_word("Mr. Bran").search("Ask Mr. Bran, he knows")  # a name's dot is no wildcard
+    assert not whole_word("Mr. Bran").search("Ask Mrs Bran")

@@ -1,4 +1,5 @@
-"""Distinctive words: the words of a text that tell what it is about. Pure: no I/O.
+"""Words in texts: the distinctive words that tell what a text is about, and a word's whole-word
+pattern (a name in a line). Pure: no I/O.
 
 Two places match texts by their content words, with the same rules: the heard note that a
 player's question asks about (``game.memory``, words of three letters or more) and a batch answer
@@ -8,9 +9,10 @@ that carries what only another NPC knows (``models.coalesce``, four letters or m
 
 from __future__ import annotations
 
+import functools
 import re
 
-__all__ = ["COMMON_WORDS", "distinctive_words"]
+__all__ = ["COMMON_WORDS", "distinctive_words", "whole_word"]
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -39,3 +41,11 @@ def distinctive_words(text: str, *, min_length: int = 3, ignore: frozenset[str] 
     spelled as this function returns them)."""
     words = (_singular(word) for word in _WORD.findall(text.casefold()))
     return frozenset(w for w in words if len(w) >= min_length and w not in COMMON_WORDS and w not in ignore)
+
+
+# A crowd's names are many more than ``re``'s own cache of 512 holds (it thrashed: compiling them
+# took about a fifth of a conversation farm's CPU under cProfile): each one's pattern is kept here.
+@functools.lru_cache(maxsize=8192)
+def whole_word(word: str, *, ignore_case: bool = True) -> re.Pattern[str]:
+    """The pattern of ``word`` as a whole word (no letter or digit right before or after it)."""
+    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE if ignore_case else 0)

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from ..agent.words import whole_word
 from ..errors import invalid_params
 from ._text import sentence, split_emotion_tag, spoken_line, trimmed_or_none, without_stage_directions
 from .memory import HEARD_LINES, OVERHEARD
@@ -485,7 +486,7 @@ def _narrates_other(line: str, name: str, speaker: str) -> bool:
     short = len(words) <= len(name.split()) + _NARRATION_WORDS
     gesture = (_GESTURE.match(unquoted, subject.end()) is not None
                or _PARTICIPLE.search(unquoted, subject.end()) is not None
-               or bool(speaker.strip()) and _naming(speaker.strip()).search(unquoted, subject.end()) is not None)
+               or bool(speaker.strip()) and whole_word(speaker.strip()).search(unquoted, subject.end()) is not None)
     return (short or gesture) and _SPEAKING_WORDS.isdisjoint(words)
 
 
@@ -531,11 +532,6 @@ def _bracketed_name(name: str) -> re.Pattern[str]:
 
 
 @functools.lru_cache(maxsize=8192)
-def _naming(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=8192)
 def _addressing(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     """``name`` spoken to after a comma (``I'm sorry, Ulf.``) and before one at a sentence's start
     (``Ulf, I…``: the next word's letter is capitalised in its place)."""
@@ -559,7 +555,7 @@ def addressee_of(line: str, speaker: str, state: ConversationState) -> str | Non
     if state.player is not None and speaker != PLAYER:
         candidates.append((PLAYER, state.player))
     for npc, name in candidates:
-        found = _naming(name).search(line)
+        found = whole_word(name).search(line)
         if found is not None and (best is None or found.start() < best[0]):
             best = (found.start(), npc)
     return best[1] if best is not None else None

@@ -67,7 +67,7 @@ import msgspec
 
 from ...agent.envelope import Call, Respond, parse_envelope
 from ...agent.lenient_json import find_json
-from ...agent.words import distinctive_words
+from ...agent.words import distinctive_words, whole_word
 from ...agent.model import (
     BarkItem,
     BatchItem,
@@ -725,9 +725,9 @@ def _short_names(name: str) -> list[str]:
 
 def _names(text: str, name: str) -> bool:
     """Whether ``text`` names ``name``: the whole name in any case, or a short name as written."""
-    if _whole(name, True).search(text):
+    if whole_word(name).search(text):
         return True
-    return any(_whole(word, False).search(text) for word in _short_names(name))
+    return any(whole_word(word, ignore_case=False).search(text) for word in _short_names(name))
 
 
 def _same_name(label: str, name: str) -> bool:
@@ -876,16 +876,10 @@ def _mentions_id(text: str, option_id: str) -> bool:
     return _option_id(option_id).search(text) is not None
 
 
-# A crowd's names and option ids are many more than ``re``'s own cache holds (it thrashed, and
-# compiling came to a fifth of a conversation farm's CPU): each one's pattern is kept here.
+# Kept here, not in ``re``'s own cache, which a crowd's names overflow.
 @functools.lru_cache(maxsize=8192)
 def _option_id(option_id: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w-]){re.escape(option_id)}(?![\w-])", re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=8192)
-def _whole(word: str, ignore_case: bool) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE if ignore_case else 0)
 
 
 def _option(text: str, item: DecisionItem) -> str | None:
