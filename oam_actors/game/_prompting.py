@@ -17,7 +17,7 @@ from ..agent.transcript import ResponseEntry
 from ..errors import ErrorCode
 from ._dialogue import PLAYER_LABEL
 from ._text import trimmed_or_none
-from .memory import OVERHEARD, NPCMemory, secret_visibility
+from .memory import NPCMemory, heard_how, secret_visibility
 from .options import MemoryTool, NPCOptions
 from .persona import Emotion, Persona
 
@@ -53,9 +53,9 @@ WORDLESS_REPAIR = ("Your last reply had no words, only an emotion tag or a stage
 def heard_repair(note: str) -> str:
     """The note of a reply asked again because it drew nothing on the heard ``note`` the
     player asked about (:func:`~.memory.draws_on`, :meth:`~.npc.NPC.talk`)."""
-    how = "overheard" if note.startswith(OVERHEARD) else "heard"
+    how, said = heard_how(note)
     return (f"Your last reply did not say what you {how}, and the player asks about it: "
-            f"{note.removeprefix(OVERHEARD)} Answer the player with what you {how}, in your own words.")
+            f"{said} Answer the player with what you {how}, in your own words.")
 
 
 _MAX_RETRY_FACTS = 6

@@ -34,6 +34,7 @@ __all__ = [
     "NPCMemory",
     "attitude",
     "draws_on",
+    "heard_how",
     "memory_tools",
     "secret_visibility",
 ]
@@ -174,8 +175,8 @@ class NPCMemory:
         note = self.heard_note_about(question)
         if note is None:
             return None
-        how = "overheard" if note.startswith(OVERHEARD) else "heard"
-        return f"You know this because you {how} it, and you are asked about it now: {note.removeprefix(OVERHEARD)}"
+        how, said = heard_how(note)
+        return f"You know this because you {how} it, and you are asked about it now: {said}"
 
     def private_knowledge(self, said: Collection[str] = ()) -> bool:
         """Whether this memory holds knowledge another NPC must not see: facts, a summary,
@@ -226,6 +227,11 @@ class NPCMemory:
             heard=wire.string_list("heard", ()),
             others=_others(value.get("others"), f"{path}.others"),
         )
+
+
+def heard_how(note: str) -> tuple[str, str]:
+    """How the NPC came by a heard ``note`` (``"heard"`` or ``"overheard"``) and what it says."""
+    return ("overheard" if note.startswith(OVERHEARD) else "heard"), note.removeprefix(OVERHEARD)
 
 
 def draws_on(reply: str, note: str, question: str) -> bool:
