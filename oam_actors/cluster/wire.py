@@ -139,13 +139,17 @@ class Stop(msgspec.Struct, frozen=True, array_like=True, tag=True):
     address: Address
 
 
-class Answer(msgspec.Struct, frozen=True, array_like=True, tag=True):
-    """The outcome of this shard's ``Forward`` or ``Follow`` numbered ``seq``: a pickled value or a
-    failure."""
+class _Outcome(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """The outcome of a request numbered ``seq``: a pickled value or a failure (each subclass is
+    its own tag, for one direction)."""
 
     seq: int
     value: bytes | None = None
     failure: Failure | None = None
+
+
+class Answer(_Outcome):
+    """The outcome of this shard's ``Forward`` or ``Follow`` numbered ``seq``."""
 
 
 class Replicate(msgspec.Struct, frozen=True, array_like=True, tag=True):
@@ -225,12 +229,8 @@ def _pickled(exc: BaseException) -> bytes | None:
     return pickled
 
 
-class Done(msgspec.Struct, frozen=True, array_like=True, tag=True):
-    """The outcome of the ask, control call or stop numbered ``seq``: a pickled value or a failure."""
-
-    seq: int
-    value: bytes | None = None
-    failure: Failure | None = None
+class Done(_Outcome):
+    """The outcome of the ask, control call or stop numbered ``seq``."""
 
 
 class Saved(msgspec.Struct, frozen=True, array_like=True, tag=True):
