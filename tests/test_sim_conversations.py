@@ -21,14 +21,25 @@ def test_a_simulation_with_ambient_conversations_reports_them(tmp_path) -> None:
     assert ambient["lines"] == ambient["requests"] > 0 and ambient["failedByCode"] == {}
     # No quota on the scripted backend: no line misses its deadline; some give way to players' talks.
     assert set(ambient["degradedBy"]) <= {"preempted"} and ambient["degraded"] == sum(ambient["degradedBy"].values())
-    excerpt = ambient["excerpt"]
-    assert excerpt and {e["name"] for e in excerpt} <= {f"Villager {n}" for n in range(1, 5)}
+    excerpt, conversation = ambient["excerpt"], ambient["excerptConversation"]
+    members = {"ambient1": range(1, 5), "ambient2": range(5, 9)}[conversation]
+    assert excerpt and {e["name"] for e in excerpt} <= {f"Villager {n}" for n in members}
     page = (tmp_path / "report.html").read_text()
-    assert "Ambient conversations" in page and excerpt[0]["name"] in page
+    assert "Ambient conversations" in page and excerpt[0]["name"] in page and conversation in page
 
 
-def test_one_conversation_per_eight_npcs_by_default() -> None:
-    from oam_actors.sim.config import SimConfig
+def test_the_excerpt_is_the_opening_the_model_answered_most_of() -> None:
+    from oam_actors.sim.conversations import EXCERPT_LINES, AmbientLog
 
-    assert [SimConfig(npcs=n).conversation_count for n in (0, 7, 16, 1000)] == [0, 0, 2, 125]
-    assert SimConfig(npcs=16, conversations=0).conversation_count == 0
+    def line(name: str, fallback: bool) -> dict[str, object]:
+        return {"name": name, "line": "…", "addressee": None, "isFallback": fallback,
+                "degraded": "deadline" if fallback else None}
+
+    log = AmbientLog()
+    assert log.excerpt() == (None, [])
+    log.record({"lines": [line("Ann", True)] * (EXCERPT_LINES - 1) + [line("Bo", False)]}, 0.1, "first")
+    log.record({"lines": [line("Cy", False), line("Di", True), line("Cy", False)]}, 0.1, "second")
+    log.record({"lines": [line("Ann", False)] * 3}, 0.1, "first")  # beyond its opening: not counted
+    conversation, excerpt = log.excerpt()
+    assert conversation == "second" and [e["name"] for e in excerpt] == ["Cy", "Di", "Cy"]
+    assert len(log.openings["first"]) == EXCERPT_LINES and log.lines == EXCERPT_LINES + 6

@@ -3,8 +3,10 @@ themselves (``conversation/*``, no player) while they also talk with players, de
 
 Each conversation loops until the deadline: ``conversation/advance`` one line with a
 ``deadlineSeconds`` (background priority: a line the quota cannot take in time is the speaker's
-fallback line, ``degraded``), then a pause. :class:`AmbientLog` keeps the figures and the lines of
-the first conversation as an excerpt.
+fallback line, ``degraded``), then a pause. :class:`AmbientLog` keeps the figures and the opening
+lines of every conversation; the report's excerpt is the opening the model answered most of (in a
+crowd offered beyond its quota, or with players talking to the members, most openings are mostly
+fallback lines, which show nothing of what the conversations sound like).
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ class AmbientLog:
     fallback: int = 0  # a fallback line for another reason (an unusable or misattributed answer)
     failed: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
-    excerpt: list[dict[str, Any]] = field(default_factory=list)
+    openings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by conversation, EXCERPT_LINES at most
 
-    def record(self, result: dict[str, Any], latency: float, first: bool) -> None:
+    def record(self, result: dict[str, Any], latency: float, conversation: str) -> None:
         self.requests += 1
         self.latencies.append(latency)
+        opening = self.openings.setdefault(conversation, [])
         for line in result.get("lines", []):
             self.lines += 1
             if (why := line.get("degraded")) is not None:
@@ -49,8 +52,16 @@ class AmbientLog:
                 self.degraded_by[why] = self.degraded_by.get(why, 0) + 1
             elif line.get("isFallback"):
                 self.fallback += 1
-            if first and len(self.excerpt) < EXCERPT_LINES:
-                self.excerpt.append({k: line.get(k) for k in ("name", "line", "addressee", "degraded")})
+            if len(opening) < EXCERPT_LINES:
+                opening.append({k: line.get(k) for k in ("name", "line", "addressee", "degraded", "isFallback")})
+
+    def excerpt(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """The conversation whose opening has the most lines the model answered (the first such),
+        and that opening."""
+        if not self.openings:
+            return None, []
+        conversation = max(self.openings, key=lambda c: sum(not e["isFallback"] for e in self.openings[c]))
+        return conversation, self.openings[conversation]
 
 
 async def create_conversations(client: Client, config: SimConfig, npcs: list[str],
@@ -73,7 +84,7 @@ async def create_conversations(client: Client, config: SimConfig, npcs: list[str
 
 
 async def converse_ambient(client: Client, config: SimConfig, log: AmbientLog, conversation: str,
-                           deadline: float, rng: random.Random, *, first: bool) -> None:
+                           deadline: float, rng: random.Random) -> None:
     """One line at a time until ``deadline``, a pause (``think_seconds`` on average) between."""
     await anyio.sleep(rng.random() * config.think_seconds)
     while time.monotonic() < deadline:
@@ -81,7 +92,7 @@ async def converse_ambient(client: Client, config: SimConfig, log: AmbientLog, c
         try:
             result = await client.call("conversation/advance", {
                 "conversation": conversation, "deadlineSeconds": config.conversation_deadline_seconds})
-            log.record(result, time.monotonic() - started, first)
+            log.record(result, time.monotonic() - started, conversation)
         except OamError as error:
             log.failed[error.code.wire] = log.failed.get(error.code.wire, 0) + 1
         pause = rng.expovariate(1 / config.think_seconds) if config.think_seconds > 0 else 0.0

@@ -228,8 +228,8 @@ async def _load(client: Client, run: SimRun, backend: Backend, rng: random.Rando
             run.conversations[talker.owner] = Conversation(talker.owner)
             tg.start_soon(_converse, client, run, talker, deadline, random.Random(config.seed * 1000 + index))
         for index, conversation in enumerate(ambient):
-            tg.start_soon(functools.partial(converse_ambient, first=index == 0), client, config, run.ambient,
-                          conversation, deadline, random.Random(config.seed * 7000 + index))
+            tg.start_soon(converse_ambient, client, config, run.ambient, conversation, deadline,
+                          random.Random(config.seed * 7000 + index))
         await anyio.sleep(max(0.0, deadline - time.monotonic()))
         run.load_ended = time.monotonic() - run.started
         run.backend_at_load_end = await backend.statistics()

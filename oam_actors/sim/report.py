@@ -115,17 +115,18 @@ def _per_generation(ok: list[TurnSample], backend: dict[str, Any]) -> dict[str, 
 
 def _ambient(run: SimRun, backend: dict[str, Any]) -> dict[str, Any] | None:
     """Ambient conversations: lines, how many degraded, latency of a line, what coalescing
-    managed per generation (all coalesced kinds together), and the first conversation's opening."""
+    managed per generation (all coalesced kinds together), and the opening the model answered most of."""
     log = run.ambient
     if not log.conversations:
         return None
     coalescing = backend.get("coalescing") or {}
+    conversation, excerpt = log.excerpt()
     return {
         "conversations": log.conversations, "members": log.members, "requests": log.requests,
         "lines": log.lines, "degraded": log.degraded, "degradedBy": dict(log.degraded_by), "otherFallback": log.fallback, "failedByCode": dict(log.failed),
         "lineLatency": msgspec.to_builtins(summarize(log.latencies)),
         "coalescedItemsPerGeneration": coalescing.get("itemsPerGeneration"),
-        "excerpt": list(log.excerpt),
+        "excerptConversation": conversation, "excerpt": excerpt,
     }
 
 
@@ -493,7 +494,9 @@ def _ambient_section(report: dict[str, Any]) -> str | None:
     excerpt = _rows(["speaker", "line", "to", "degraded"],
                     [[e["name"], e["line"], e["addressee"] or "everyone", e["degraded"] or ""]
                      for e in ambient["excerpt"]])
-    return _section("Ambient conversations", pairs + "<p>The opening of the first conversation:</p>" + excerpt)
+    title = (f"<p>The opening of <code>{html.escape(ambient['excerptConversation'])}</code>, the conversation whose "
+             f"opening the model answered most of:</p>") if ambient.get("excerptConversation") else ""
+    return _section("Ambient conversations", pairs + title + excerpt)
 
 
 def _expiry_section(report: dict[str, Any]) -> str | None:
