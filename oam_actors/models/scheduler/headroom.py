@@ -28,8 +28,12 @@ dialogue demand it has seen:
   room) sent it more, and the other phones filled with background work until the lines had
   nowhere to go.
 - **Reserve** = ``ceil(factor × demand)`` slots of each rolling window, at most ``cap`` × the
-  window's request limit (rounded down, so a backend allowing one request per window reserves
-  nothing and background work still runs).
+  window's request limit (nine tenths, rounded down: a backend allowing one request per window
+  reserves nothing, and background work keeps a tenth of every window whatever the players say).
+  Capped at half, as before, players speaking more than half a window (forty on a farm of eight
+  phones) lost the rest to a background flood early in each window, and the lines of its last
+  part waited for it to slide: the farm's dialogue waited 0.45 s at p99 beside ambient
+  conversations, against 0.14 s without them.
 - **Use**: dialogue admitted within the rolling window counts against the reserve, but ``floor``
   slots stay free for dialogue whatever the count (a player may speak at any moment; without
   them, once the expected lines have come, barks refill every slot the window frees and the next
@@ -74,7 +78,7 @@ class Headroom(msgspec.Struct, frozen=True, kw_only=True):
     """How much of each quota window is kept for player dialogue; see the module docstring."""
 
     floor: int = 1
-    cap: float = 0.5  # share of the request limit
+    cap: float = 0.9  # share of the request limit dialogue may keep
     factor: float = 1.0  # slots kept per dialogue request expected in a window
     smoothing: float = 0.5  # EWMA weight of the latest period
 
