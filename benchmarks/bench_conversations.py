@@ -3,9 +3,10 @@ talks and barks beside them, through the real bridge, over simulated phones offe
 quota.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_conversations.py [--phones 8] [--npcs 1000]
-[--size 4] [--seconds 60] [--time-scale 0.1] [--players 40]``. Not a test.
+[--size 4] [--seconds 60] [--time-scale 0.1] [--players 40] [--repeat 1]``. Not a test.
 
-Two runs of ``--seconds`` each on a fresh farm (``farm:N`` as the servers build it: a device pool
+Two runs of ``--seconds`` each (``--repeat`` pairs of them, alternating, their figures pooled: a
+p99 of a few hundred talks is the third-worst of them, and moves by a third between runs) on a fresh farm (``farm:N`` as the servers build it: a device pool
 of simulated Pixels, coalesced): with the ambient conversations (``roundRobin``, each advanced
 one line after another, ``--line-pause`` phone seconds apart (the time to say a line), with a
 ``deadlineSeconds`` of ``--line-deadline`` phone seconds: together far more lines than the farm
@@ -24,7 +25,10 @@ Printed (with the goals of issue 32):
 - player dialogue (``npc/talk``) p99 latency with conversations over without (goal <= 1.2x);
 - lines attributed to the wrong speaker: a speaker not the member whose turn it was, or a line
   that speaks as another member (goal 0);
-- Jain's index over NPCs of conversation lines answered by the model (goal >= 0.95).
+- Jain's index over NPCs of their actions answered by the model: conversation lines, talks and
+  barks (goal >= 0.95; with ``--repeat``, the median of the runs'). Fairness counts all of an
+  NPC's actions (docs/conversations.md): an NPC the players talk to says fewer ambient lines.
+  Jain over the lines alone is printed beside it.
 
 Exit status 1 when a goal is missed.
 """
@@ -36,6 +40,7 @@ import _checkout  # noqa: F401  (first: the oam_actors of this checkout, not an 
 import argparse
 import logging
 import random
+import statistics
 import sys
 import time
 from collections import Counter
@@ -117,11 +122,27 @@ class Tally:
     conversation_errors: Counter[str] = field(default_factory=Counter)
     lines_by_npc: Counter[str] = field(default_factory=Counter)  # answered by the model
     spoken_by_npc: Counter[str] = field(default_factory=Counter)  # lines at all: the model's or a fallback
+    actions_by_npc: Counter[str] = field(default_factory=Counter)  # lines, talks and barks answered by the model
     talk_latency: list[float] = field(default_factory=list)
     talk_errors: Counter[str] = field(default_factory=Counter)
     barks: int = 0
-    dialogue_wait: Any = None  # the pool's queue wait of dialogue steps
+    dialogue_wait: list[Any] = field(default_factory=list)  # the pool's queue wait of dialogue steps, each run's
     loop_lag: list[float] = field(default_factory=list)  # how late a 10 ms sleep wakes: the event loop's load
+
+
+def pooled(tallies: list[Tally]) -> Tally:
+    """The figures of several runs together."""
+    total = Tally()
+    for tally in tallies:
+        for name, value in vars(tally).items():
+            mine = getattr(total, name)
+            if isinstance(value, Counter):
+                mine.update(value)
+            elif isinstance(value, list):
+                mine.extend(value)
+            else:
+                setattr(total, name, mine + value)
+    return total
 
 
 async def converse(client: Client, conversation: str, members: list[tuple[str, str]], until: float,
@@ -153,6 +174,7 @@ async def converse(client: Client, conversation: str, members: list[tuple[str, s
                 tally.line_chars += len(line["line"])
                 tally.answer_chars += len(f"[{line['emotion']}] {line['line']}")
                 tally.lines_by_npc[line["speaker"]] += 1
+                tally.actions_by_npc[line["speaker"]] += 1
         await anyio.sleep(pause)  # the line is said (shown, spoken) before the next is asked for
 
 
@@ -161,9 +183,12 @@ async def player(client: Client, npcs: int, until: float, rng: random.Random, ar
     await anyio.sleep(rng.uniform(0, args.think * args.time_scale))
     while time.monotonic() < until:
         started = time.monotonic()
+        npc = f"villager{rng.randrange(npcs)}"
         try:
-            await client.call("npc/talk", {"npc": f"villager{rng.randrange(npcs)}", "line": "Any news today?"})
+            result = await client.call("npc/talk", {"npc": npc, "line": "Any news today?"})
             tally.talk_latency.append(time.monotonic() - started)
+            if not result.get("isFallback"):
+                tally.actions_by_npc[npc] += 1
         except OamError as error:
             tally.talk_errors[error.code.wire] += 1
         await anyio.sleep(rng.expovariate(1 / (args.think * args.time_scale)))
@@ -175,9 +200,11 @@ async def barker(client: Client, npc: str, until: float, rng: random.Random, arg
     await anyio.sleep(rng.uniform(0, period))
     while time.monotonic() < until:
         try:
-            await client.call("npc/bark", {"npc": npc, "situation": "A cart rattles past.",
-                                              "deadlineSeconds": 10 * args.time_scale})
+            result = await client.call("npc/bark", {"npc": npc, "situation": "A cart rattles past.",
+                                                       "deadlineSeconds": 10 * args.time_scale})
             tally.barks += 1
+            if not result.get("isFallback"):
+                tally.actions_by_npc[npc] += 1
         except OamError:
             pass
         await anyio.sleep(period * rng.uniform(0.9, 1.1))
@@ -226,44 +253,51 @@ async def run(args: argparse.Namespace, conversations: bool) -> tuple[Tally, Met
                 for n in range(args.npcs):
                     group_tasks.start_soon(barker, client, f"villager{n}", until, random.Random(rng.random()), args,
                                            tally)
-        tally.dialogue_wait = pool.statistics_nowait().queue_wait["dialogue"]
+        tally.dialogue_wait.append(pool.statistics_nowait().queue_wait["dialogue"])
     return tally, meter
 
 
-def report(args: argparse.Namespace, with_conversations: Tally, meter: Meter, without: Tally) -> bool:
-    t = with_conversations
-    per_generation = t.lines / meter.generations if meter.generations else 0.0
+def report(args: argparse.Namespace, runs: list[Tally], generations: int, output_tokens: int,
+           without: Tally) -> bool:
+    """The figures of ``runs`` (with conversations) pooled, Jain's index each run's, their median."""
+    t = pooled(runs)
+    per_generation = t.lines / generations if generations else 0.0
     line_tokens, answer_tokens = t.line_chars / 4, t.answer_chars / 4  # estimate_tokens' four characters a token
-    tokens_ratio = meter.output_tokens / line_tokens if line_tokens else 0.0
+    tokens_ratio = output_tokens / line_tokens if line_tokens else 0.0
     p99_with = percentile(sorted(t.talk_latency), 99) if t.talk_latency else 0.0
     p99_without = percentile(sorted(without.talk_latency), 99) if without.talk_latency else 0.0
     dialogue_ratio = p99_with / p99_without if p99_without else 0.0
     groups = args.npcs // args.size
-    jain = jain_index([t.lines_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
-    jain_spoken = jain_index([t.spoken_by_npc[f"villager{n}"] for n in range(groups * args.size)]) or 0.0
+    jain, jain_spoken, jain_actions = (statistics.median(
+        jain_index([getattr(run, counts)[f"villager{n}"] for n in range(groups * args.size)]) or 0.0 for run in runs)
+        for counts in ("lines_by_npc", "spoken_by_npc", "actions_by_npc"))
     print(f"\n[{args.phones} phones, {args.npcs} NPCs in {groups} conversations of {args.size}, {args.players} players, "
-          f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}]")
+          f"barks every {args.bark_period:g} phone s; {args.seconds:g} s at time scale {args.time_scale:g}"
+          f"{f'; {args.repeat} pairs of runs, pooled' if args.repeat > 1 else ''}]")
     print(f"  conversation lines: answered by the model {t.lines}, degraded {dict(t.degraded)}, other fallback "
           f"{t.fallback}, failed requests {sum(t.conversation_errors.values())} {dict(t.conversation_errors) or ''}")
-    print(f"  conversation lines per generation {per_generation:.2f} ({meter.generations} generations)   (goal >= 4)")
-    print(f"  output tokens per delivered line {meter.output_tokens / max(1, t.lines):.1f}, the line's own "
+    print(f"  conversation lines per generation {per_generation:.2f} ({generations} generations)   (goal >= 4)")
+    print(f"  output tokens per delivered line {output_tokens / max(1, t.lines):.1f}, the line's own "
           f"{line_tokens / max(1, t.lines):.1f}: {tokens_ratio:.2f}x   (goal <= 1.3x); over what the line's "
           f"step alone writes ([emotion] line, {answer_tokens / max(1, t.lines):.1f}): "
-          f"{meter.output_tokens / max(1.0, answer_tokens):.2f}x")
+          f"{output_tokens / max(1.0, answer_tokens):.2f}x")
     print(f"  player dialogue p99 {p99_with * 1000:.0f} ms with conversations, {p99_without * 1000:.0f} ms without: "
           f"{dialogue_ratio:.2f}x   (goal <= 1.2x); talks {len(t.talk_latency)} / {len(without.talk_latency)}, "
           f"failed {sum(t.talk_errors.values())} / {sum(without.talk_errors.values())}")
-    print(f"  dialogue steps' wait for quota: {t.dialogue_wait} / {without.dialogue_wait}")
+    waits = lambda tally: ", ".join(f"{w.p99_ms:.0f}" for w in tally.dialogue_wait)  # noqa: E731
+    print(f"  dialogue steps' wait for quota, p99 of each run: {waits(t)} ms with conversations, {waits(without)} ms "
+          f"without")
     print(f"  event loop lag p50 / p99: {percentile(sorted(t.loop_lag), 50) * 1000:.0f} / "
           f"{percentile(sorted(t.loop_lag), 99) * 1000:.0f} ms with conversations, "
           f"{percentile(sorted(without.loop_lag), 50) * 1000:.0f} / {percentile(sorted(without.loop_lag), 99) * 1000:.0f} "
           f"ms without (one process: bridge, pool and phones share it)")
     print(f"  lines attributed to the wrong speaker {t.wrong_speaker}   (goal 0)")
-    print(f"  Jain's index over NPCs of lines answered by the model {jain:.4f}   (goal >= 0.95); of lines "
-          f"spoken at all (the model's or a fallback) {jain_spoken:.4f}")
+    print(f"  Jain's index over NPCs of actions answered by the model (lines, talks, barks) {jain_actions:.4f}   "
+          f"(goal >= 0.95); of lines answered by the model {jain:.4f}, of lines spoken at all (the model's or a "
+          f"fallback) {jain_spoken:.4f}")
     print(f"  barks answered {t.barks} / {without.barks} (with / without conversations)")
     return (per_generation >= 4 and 0 < tokens_ratio <= 1.3 and dialogue_ratio <= 1.2 and t.wrong_speaker == 0
-            and jain >= 0.95)
+            and jain_actions >= 0.95)
 
 
 def main() -> int:
@@ -283,10 +317,17 @@ def main() -> int:
                         help="phone seconds a conversation waits after a line before asking for the next")
     parser.add_argument("--line-deadline", type=float, default=20.0, help="a line's deadlineSeconds, phone seconds")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="pairs of runs (with, without; the next seed each pair), their figures pooled")
     args = parser.parse_args()
-    with_conversations, meter = anyio.run(run, args, True)
-    without, _ = anyio.run(run, args, False)
-    ok = report(args, with_conversations, meter, without)
+    withs, withouts, generations, output_tokens = [], [], 0, 0
+    for k in range(args.repeat):
+        pair = argparse.Namespace(**{**vars(args), "seed": args.seed + k})  # the same players and barks in both
+        tally, meter = anyio.run(run, pair, True)
+        withs.append(tally)
+        generations, output_tokens = generations + meter.generations, output_tokens + meter.output_tokens
+        withouts.append(anyio.run(run, pair, False)[0])
+    ok = report(args, withs, generations, output_tokens, pooled(withouts))
     print("\nall goals met" if ok else "\nGOALS MISSED")
     return 0 if ok else 1
 

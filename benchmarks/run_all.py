@@ -78,7 +78,8 @@ BENCHMARKS: list[Entry] = [
     ("fair_phones", "bench_fair_phones.py", [], [],
      "simulate on 8 decode-bound phones, 3,000 NPCs, mix 0.1,0.25,0.65, 40 s (--quick: 1,000 NPCs, 20 s): "
      "Jain over conversations and the dialogue's queue wait p99"),
-    ("conversations", "bench_conversations.py", [], ["--npcs", "400", "--seconds", "20", "--players", "20"],
+    ("conversations", "bench_conversations.py", ["--repeat", "3"],
+     ["--npcs", "400", "--seconds", "20", "--players", "20", "--repeat", "3"],
      "ambient conversations of 4 NPCs on a farm beside player talks and barks: lines per generation, output "
      "tokens per line, player dialogue p99 with and without them, wrong speakers, Jain over NPCs"),
     ("codecs", "bench_codecs.py", [], ["--mb", "2"], "SSE decoding per provider (MB/s)"),
