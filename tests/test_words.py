@@ -21,6 +21,12 @@ def test_common_words_and_short_ones_say_nothing() -> None:
     assert distinctive_words("The red key is under the barrel.", min_length=4) == {"under", "barrel"}
 
 
+def test_small_talk_every_character_says_tells_nothing() -> None:
+    # Another NPC's "Of course." must not look like it carries a note that holds "of course".
+    assert distinctive_words("Of course. Anything else? Safe travels, and thanks for the help!", min_length=4) == set()
+    assert distinctive_words("The north bridge is safe again.", min_length=4) == {"north", "bridge"}
+
+
 def test_common_words_count_as_common_in_their_plural_too() -> None:
     assert "thing" in COMMON_WORDS and distinctive_words("things") == set()
     assert distinctive_words("Yours, sir.") == {"sir"}

@@ -30,8 +30,13 @@ over overheard please really right said same says should some someone something 
 then there these they thing think this those today told tomorrow very want well were what when where which
 while whom whose will with would yesterday your yours player
 all and any are but can did for get got had has her him his how its let may not now off one our out own saw say
-see she the too two use was way who why yes yet you""".split())
-"""Words that say nothing of what a text is about (as :func:`distinctive_words` spells them)."""
+see she the too two use was way who why yes yet you
+course else farewell hello help indeed maybe okay perhaps safe sorry thank travel welcome""".split())
+"""Words that say nothing of what a text is about (as :func:`distinctive_words` spells them). The
+last line is small talk every character says (``Of course.``, ``Anything else?``, ``Safe
+travels.``): counted as telling, another NPC's ``Of course`` in a batch looked like it carried a
+note holding ``of course``, and 8 % of a farm's batched replies beside conversations ran again
+alone."""
 
 
 def distinctive_words(text: str, *, min_length: int = 3, ignore: frozenset[str] = frozenset()) -> frozenset[str]:
