@@ -239,7 +239,7 @@ def draws_on(reply: str, note: str, question: str) -> bool:
     distinctive word of the note's words that the question does not hold (the names of who
     said it to whom aside: ``I heard it from Gorm`` tells nothing). True when the note tells
     nothing beyond the question."""
-    header, _, words = note.removeprefix(OVERHEARD).partition(": ")
+    header, _, words = heard_how(note)[1].partition(": ")
     told = distinctive_words(words) - distinctive_words(question) - distinctive_words(header)
     return not told or bool(told & distinctive_words(reply))
 

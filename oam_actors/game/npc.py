@@ -713,7 +713,7 @@ class NPC:
         shows the persona's essentials, the situation and this conversation only; a speaker whose
         memory holds more than this conversation's lines says it alone). A line is repaired
         into shape first (:func:`~.conversation.repaired_line`); one that cannot be, or that
-        repeats a line of the conversation word for word, is asked again alone, as a
+        repeats the line it answers word for word, is asked again alone, as a
         misattributed one is, afresh (no failed answer in its history), its prompt saying what
         was wrong, then in other words (:func:`~.conversation.reask_prompt`); so is one whose
         batch failed with an error a fallback covers. Raises
